@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up spendcap on Debian 12: installs the packages it needs (idempotent: apt runs only when one
+# is missing, `apt-get update` first), then configures and builds Release into build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config git ca-certificates
+  libboost1.81-dev libboost-filesystem1.81-dev nlohmann-json3-dev libcli11-dev
+  libsqlite3-dev doctest-dev
+  python3 python3-jsonschema sqlite3 procps util-linux
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"${JOBS:-2}"
