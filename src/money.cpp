@@ -68,7 +68,21 @@ std::string format_money(Money amount, std::string_view currency) {
   return buffer;
 }
 
-double money_to_json(Money amount) { return static_cast<double>(amount.micros) / 1e6; }
+double money_to_json(Money amount) {
+  return static_cast<double>(amount.micros) / 1e6;
+}
+
+std::string to_decimal(Money amount) {
+  char buffer[48];
+  std::int64_t micros = amount.micros < 0 ? -amount.micros : amount.micros;
+  std::snprintf(buffer, sizeof buffer, "%s%lld.%06lld", amount.micros < 0 ? "-" : "",
+                static_cast<long long>(micros / 1'000'000),
+                static_cast<long long>(micros % 1'000'000));
+  std::string text = buffer;
+  while (text.back() == '0') text.pop_back();
+  if (text.back() == '.') text.pop_back();
+  return text;
+}
 
 Money cost_of(Money rate_per_hour, Nanos elapsed) {
   if (elapsed.count() <= 0) return Money{};

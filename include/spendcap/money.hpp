@@ -44,8 +44,10 @@ std::optional<Money> money_from_number(double value);
 
 // "$0.0700" below one unit, "$36.00" above; other currencies as "0.07 EUR".
 std::string format_money(Money amount, std::string_view currency = "USD");
-// The amount as a plain decimal for JSON and CSV: "0.070000".
+// The amount as a number for JSON.
 double money_to_json(Money amount);
+// The amount as a plain decimal, trailing zeros trimmed: "0.1", "36", "0.000125".
+std::string to_decimal(Money amount);
 
 // What `rate_per_hour` costs over `elapsed`, rounded down to the micro-unit.
 Money cost_of(Money rate_per_hour, Nanos elapsed);

@@ -1,0 +1,39 @@
+// The commands around runs: `policy check`, `budgets`, `budgets apply`, `ps`, `stop`. Each returns
+// its exit status; errors are thrown as spendcap::Error and printed by main.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spendcap {
+
+// Which ledger a command talks to: --ledger, else the policy's, else the default.
+struct LedgerChoice {
+  std::optional<std::string> policy;  // --policy
+  std::optional<std::string> ledger;  // --ledger
+};
+
+// Validates each file; prints every error with its JSON path. 0 when all are valid, else 125.
+int policy_check_command(const std::vector<std::string>& files);
+
+// Each budget in its current period: spent, running, held, remaining, % used.
+int budgets_command(const LedgerChoice& choice, bool json);
+
+// Makes the ledger's budgets those of `policy_file` (the ledger's owner only).
+int budgets_apply_command(const LedgerChoice& choice, const std::string& policy_file);
+
+// Running and lost runs.
+int ps_command(const LedgerChoice& choice, bool json);
+
+struct StopRequest {
+  std::optional<std::string> team, experiment, project, user, run;
+  std::string reason;
+  bool clear = false;
+};
+
+// Places (or clears) a stop order: every running wrapper in scope takes the kill path within one
+// sync interval, and new runs in scope are refused until the order is cleared.
+int stop_command(const LedgerChoice& choice, const StopRequest& request);
+
+}  // namespace spendcap

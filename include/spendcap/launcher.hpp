@@ -1,0 +1,63 @@
+// How the command starts, inside the guard: Boost.Process v2's default launcher, no shell, with one
+// on_exec_setup initializer that runs in the child between fork and exec:
+//   1. its own process group (the tree is signalled as one job, never with spendcap's group);
+//   2. the terminal's foreground group, when spendcap was in the foreground of a terminal (as tini
+//      does), so a job that reads the terminal (pdb) does not stop on SIGTTIN and Ctrl-C reaches
+//      it;
+//   3. PR_SET_PDEATHSIG(SIGKILL), then a getppid() re-check: the guard may have died before prctl;
+//   4. the run's cgroup (writes "0" to its cgroup.procs) before the command can fork;
+//   5. the signal mask and dispositions spendcap inherited (SIG_IGN from nohup stays ignored).
+// Then detach(): the guard is the one reaper, so the process object's wait()/running() are never
+// called. Every fd spendcap inherited stays open in the job (make's jobserver, Slurm's PMI_FD, 3>);
+// spendcap's own fds are all O_CLOEXEC. When exec fails the child _exits 127 (not found) or 126.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace spendcap {
+
+// What spendcap inherited from its caller, captured first thing in main, before spendcap opens an
+// fd or changes a signal: the job gets exactly this back.
+struct Inherited {
+  std::vector<int> fds;  // open above 2 and not close-on-exec
+  sigset_t mask{};
+  std::vector<int> ignored_signals;
+
+  static Inherited capture();
+};
+
+struct LaunchSpec {
+  std::string executable;         // resolved path (resolve_executable)
+  std::vector<std::string> argv;  // argv[0] as the user wrote it
+  std::vector<std::string> env;   // KEY=VALUE
+  Inherited inherited;
+  std::string cgroup_procs;  // the run cgroup's cgroup.procs, or "" without one
+  bool take_terminal = false;
+};
+
+struct Launched {
+  pid_t pid = -1;      // the child, also when exec failed (it then exits 126/127: reap it)
+  int exec_errno = 0;  // why exec failed, or 0
+};
+
+// Starts the command. Call only in the guard (the caller must be single-threaded: PDEATHSIG
+// follows the forking thread).
+Launched launch_command(const LaunchSpec& spec);
+
+// Finds `name` as execvp would, in `path_variable` (the job's PATH). Throws Error with exit code
+// 127 (not found) or 126 (found, not executable).
+std::string resolve_executable(const std::string& name, const std::string& path_variable);
+
+// The exit status a child reports when exec failed with `err`.
+inline int exec_failure_status(int err) {
+  return err == ENOENT ? 127 : 126;
+}
+
+// Restores the dispositions and mask of `inherited` (in a child, before exec).
+void restore_signals(const Inherited& inherited);
+
+}  // namespace spendcap

@@ -1,0 +1,150 @@
+"""Helpers for the integration tests: they run the real spendcap binary on real process trees.
+
+Processes are found by a marker in their environment (/proc/PID/environ), so a test sees every
+process of its tree wherever it went (setsid, double fork). PID 1 on these machines does not reap:
+a killed orphan may linger as a zombie, so "alive" means present and not in state Z or X.
+Nothing sleeps a fixed time: wait_until polls with a bound.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+SPENDCAP = os.environ.get("SPENDCAP_BIN") or os.path.join(REPO, "build", "spendcap")
+MARKER_VARIABLE = "SPENDCAP_TEST_MARKER"
+
+
+def wait_until(predicate, timeout, interval=0.01, what="the condition"):
+    """Polls `predicate` until it returns something true; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return chr(text[text.rindex(b")") + 2])
+
+
+def alive(pid):
+    return proc_state(pid) not in (None, "Z", "X")
+
+
+def processes_with_marker(marker):
+    """Live pids whose environment holds SPENDCAP_TEST_MARKER=marker."""
+    needle = ("%s=%s" % (MARKER_VARIABLE, marker)).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in environ and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def kill_marked(marker):
+    for pid in processes_with_marker(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class SpendcapTest(unittest.TestCase):
+    """A fresh home for each test: its own ledger, spool, config and TMPDIR, and a marker."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="spendcap-test-")
+        self.marker = uuid.uuid4().hex
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("SPENDCAP_") or k == "SPENDCAP_BIN"}
+        for name in ("data", "state", "config", "tmp"):
+            os.mkdir(os.path.join(self.tmp, name))
+        self.env.update({
+            "XDG_DATA_HOME": os.path.join(self.tmp, "data"),
+            "XDG_STATE_HOME": os.path.join(self.tmp, "state"),
+            "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"),
+            "TMPDIR": os.path.join(self.tmp, "tmp"),
+            MARKER_VARIABLE: self.marker,
+        })
+        self.addCleanup(self._cleanup)
+
+    def _cleanup(self):
+        kill_marked(self.marker)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def spendcap_env(self, extra=None):
+        env = dict(self.env)
+        env.update(extra or {})
+        return env
+
+    def run_spendcap(self, args, extra_env=None, timeout=120):
+        """Runs `spendcap ARGS` to its end; returns a CompletedProcess with text stdout/stderr.
+        Output goes through files, not pipes: a process that escaped the tree (the negative
+        controls) would otherwise hold the pipes open and the test would wait for it."""
+        out_path, err_path = self.path("spendcap.out"), self.path("spendcap.err")
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            completed = subprocess.run([SPENDCAP] + list(args), env=self.spendcap_env(extra_env),
+                                       cwd=self.tmp, stdout=out, stderr=err, timeout=timeout)
+        with open(out_path) as out, open(err_path) as err:
+            completed.stdout, completed.stderr = out.read(), err.read()
+        return completed
+
+    def start_spendcap(self, args, extra_env=None, **kwargs):
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        return subprocess.Popen([SPENDCAP] + list(args), env=self.spendcap_env(extra_env),
+                                cwd=self.tmp, text=True, **kwargs)
+
+    def read_json(self, name):
+        with open(self.path(name)) as f:
+            return json.load(f)
+
+    def wait_for_file(self, name, timeout=30):
+        return wait_until(lambda: os.path.exists(self.path(name)), timeout,
+                          what="the file %s" % name)
+
+    def assert_tree_gone(self, timeout=5.0):
+        """Every process of the test's tree is gone (zombies do not count) within `timeout`."""
+        wait_until(lambda: not processes_with_marker(self.marker), timeout,
+                   what="every marked process to be gone")
+
+    def tree_args(self, extra=()):
+        return ["--", "python3", os.path.join(FIXTURES, "tree.py"), "--ready", self.path("ready"),
+                "--checkpoint", self.path("checkpoint")] + list(extra)
+
+
+def cgroup_v2_writable():
+    """Whether spendcap can give a run its own cgroup here (as root, with cgroup v2 mounted)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/mountinfo") as f:
+            return any(" - cgroup2 " in line for line in f)
+    except OSError:
+        return False

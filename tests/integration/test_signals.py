@@ -1,0 +1,114 @@
+"""Signals to spendcap (issue 2, test 5) and the terminal: the job gets the foreground group."""
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+import unittest
+
+from spendcap_testlib import SPENDCAP, SpendcapTest, alive, wait_until
+
+
+class SignalToSpendcapTest(SpendcapTest):
+    def test_sigterm_checkpoints_then_stops_the_tree_and_the_shell_sees_143(self):
+        # The calling shell runs spendcap and reports its status as a shell would see it.
+        script = ('"%s" run --rate 1 --budget 10 --grace 5s --kill-after 1s --status-file "%s" %s & '
+                  'echo $! > "%s"; wait $!; echo "rc=$?"') % (
+                      SPENDCAP, self.path("status.json"),
+                      " ".join("'%s'" % a for a in self.tree_args(["--signal-done"])),
+                      self.path("spendcap.pid"))
+        shell = subprocess.Popen(["sh", "-c", script], env=self.spendcap_env(), cwd=self.tmp,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.wait_for_file("ready")
+        roles = self.read_json("ready")
+        with open(self.path("spendcap.pid")) as f:
+            spendcap_pid = int(f.read())
+        os.kill(spendcap_pid, signal.SIGTERM)
+        out, err = shell.communicate(timeout=60)
+        self.assertIn("rc=143", out, err)
+        self.assertTrue(os.path.exists(self.path("checkpoint")), "the job got the checkpoint signal")
+        status = self.read_json("status.json")
+        self.assertEqual(status["reason"], "signal:SIGTERM")
+        self.assertEqual(status["spendcap_signal"], "SIGTERM")
+        # The job said its checkpoint was done: the grace ended early.
+        self.assertLess(status["trip_to_empty_seconds"], 4.5)
+        self.assert_tree_gone(timeout=2.0)
+        for role, pid in roles.items():
+            self.assertFalse(alive(pid), role)
+
+    def test_second_signal_skips_the_grace(self):
+        process = self.start_spendcap(["run", "--rate", "1", "--budget", "10", "--grace", "60s",
+                                       "--kill-after", "1s", "--status-file",
+                                       self.path("status.json")] + self.tree_args())
+        self.wait_for_file("ready")
+        process.send_signal(signal.SIGINT)
+        self.wait_for_file("checkpoint")
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+        self.assertEqual(process.returncode, -signal.SIGINT)
+        self.assertLess(self.read_json("status.json")["trip_to_empty_seconds"], 30)
+        self.assert_tree_gone(timeout=2.0)
+
+
+class TerminalTest(SpendcapTest):
+    """On a terminal the job's group becomes the foreground group: it can read the terminal
+    (no SIGTTIN), and Ctrl-C reaches the job as it would without spendcap."""
+
+    def run_on_terminal(self, job, keys):
+        master, slave = pty.openpty()
+
+        def become_session_leader_with_terminal():
+            os.setsid()
+            import fcntl
+            import termios
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        process = subprocess.Popen(
+            [SPENDCAP, "run", "--rate", "1", "--budget", "10", "--quiet", "--"] + job,
+            stdin=slave, stdout=slave, stderr=slave, env=self.spendcap_env(), cwd=self.tmp,
+            preexec_fn=become_session_leader_with_terminal)
+        os.close(slave)
+        output = b""
+
+        def read_available():
+            nonlocal output
+            while select.select([master], [], [], 0)[0]:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    return True
+                if not chunk:
+                    return True
+                output += chunk
+            return False
+
+        for expect, send in keys:
+            wait_until(lambda: read_available() or expect.encode() in output, 20,
+                       what="%r on the terminal (got %r)" % (expect, output))
+            os.write(master, send.encode())
+        process.wait(timeout=30)
+        read_available()
+        os.close(master)
+        return process.returncode, output.decode(errors="replace")
+
+    def test_job_reads_the_terminal(self):
+        code, output = self.run_on_terminal(
+            ["python3", "-c", "print('ready', flush=True); print('got', input())"],
+            [("ready", "hello\n")])
+        self.assertEqual(code, 0, output)
+        self.assertIn("got hello", output)
+
+    def test_ctrl_c_reaches_the_job(self):
+        code, output = self.run_on_terminal(
+            ["python3", "-c",
+             "import time\nprint('ready', flush=True)\n"
+             "try:\n time.sleep(60)\nexcept KeyboardInterrupt:\n print('interrupted', flush=True)\n"
+             " raise SystemExit(7)"],
+            [("ready", "\x03")])
+        self.assertIn("interrupted", output)
+        self.assertEqual(code, 7, output)
+
+
+if __name__ == "__main__":
+    unittest.main()
