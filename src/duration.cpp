@@ -30,8 +30,8 @@ std::optional<Nanos> parse_duration(std::string_view text) {
   while (i < text.size()) {
     size_t start = i;
     bool seen_digit = false, seen_dot = false;
-    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
-                               (text[i] == '.' && !seen_dot))) {
+    while (i < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[i])) || (text[i] == '.' && !seen_dot))) {
       seen_dot |= text[i] == '.';
       seen_digit |= text[i] != '.';
       ++i;

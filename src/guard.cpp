@@ -21,10 +21,6 @@ namespace spendcap {
 
 namespace {
 
-// Signals the guard ignores (see guard.hpp). The command gets its inherited dispositions back.
-constexpr int kIgnoredInGuard[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGTSTP, SIGTTIN,
-                                   SIGTTOU, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
-
 int count_threads() {
   int threads = 0;
   if (DIR* dir = ::opendir("/proc/self/task")) {
@@ -59,7 +55,7 @@ void send(int fd, GuardEventKind kind, pid_t pid, int value, bool tree_empty) {
   keep.insert(keep.end(), {0, 1, 2, control_fd, events_fd});
   close_all_but(keep);
   if (options.subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  for (int signal : kIgnoredInGuard) ::signal(signal, SIG_IGN);
+  for (int signal : kGuardIgnoredSignals) ::signal(signal, SIG_IGN);
 
   // SIGCHLD is blocked before the launch, so no exit is missed: it waits on the signalfd.
   sigset_t chld;

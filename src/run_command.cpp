@@ -432,7 +432,7 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   spec.argv = request.command;
   spec.env = job_environment(env, identity, secret_variables(settings.loaded.policy));
   spec.inherited = inherited;
-  spec.cgroup_procs = cgroup ? cgroup->procs_file() : "";
+  spec.cgroup_dir = cgroup ? cgroup->path() : "";
   spec.take_terminal = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
 
   // Orphans of the tree re-parent to the guard; should the guard die, to spendcap.

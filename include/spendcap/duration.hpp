@@ -24,11 +24,17 @@ Nanos parse_duration_or_throw(std::string_view text, std::string_view what);
 std::string format_duration(Nanos duration);
 
 // CLOCK_MONOTONIC now, as a TimePoint; the same clock in every process of the run.
-inline TimePoint now() { return Clock::now(); }
+inline TimePoint now() {
+  return Clock::now();
+}
 inline std::int64_t to_ns(TimePoint t) {
   return std::chrono::duration_cast<Nanos>(t.time_since_epoch()).count();
 }
-inline TimePoint from_ns(std::int64_t ns) { return TimePoint(Nanos(ns)); }
-inline double to_seconds(Nanos d) { return std::chrono::duration<double>(d).count(); }
+inline TimePoint from_ns(std::int64_t ns) {
+  return TimePoint(Nanos(ns));
+}
+inline double to_seconds(Nanos d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 }  // namespace spendcap

@@ -5,9 +5,11 @@
 //      does), so a job that reads the terminal (pdb) does not stop on SIGTTIN and Ctrl-C reaches
 //      it;
 //   3. PR_SET_PDEATHSIG(SIGKILL), then a getppid() re-check: the guard may have died before prctl;
-//   4. the run's cgroup (writes "0" to its cgroup.procs) before the command can fork;
+//   4. the run's cgroup: the child is created in it (clone3 with CLONE_INTO_CGROUP), or on older
+//      kernels writes "0" to its cgroup.procs before the command can fork;
 //   5. the signal mask and dispositions spendcap inherited (SIG_IGN from nohup stays ignored).
-// Then detach(): the guard is the one reaper, so the process object's wait()/running() are never
+// The launcher is Boost's default one with the fork made a clone3 into the cgroup (launcher.cpp
+// says why). Then detach(): the guard is the one reaper, so the process object's wait()/running() are never
 // called. Every fd spendcap inherited stays open in the job (make's jobserver, Slurm's PMI_FD, 3>);
 // spendcap's own fds are all O_CLOEXEC. When exec fails the child _exits 127 (not found) or 126.
 #pragma once
@@ -35,7 +37,7 @@ struct LaunchSpec {
   std::vector<std::string> argv;  // argv[0] as the user wrote it
   std::vector<std::string> env;   // KEY=VALUE
   Inherited inherited;
-  std::string cgroup_procs;  // the run cgroup's cgroup.procs, or "" without one
+  std::string cgroup_dir;  // the run's cgroup, or "" without one
   bool take_terminal = false;
 };
 
@@ -57,7 +59,15 @@ inline int exec_failure_status(int err) {
   return err == ENOENT ? 127 : 126;
 }
 
-// Restores the dispositions and mask of `inherited` (in a child, before exec).
+// The signals the guard ignores (a signal to spendcap's process group must reach the supervisor's
+// kill path, not the guard). The child restores exactly these: a caught signal is reset by exec
+// anyway, only SIG_IGN survives it.
+inline constexpr int kGuardIgnoredSignals[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT,
+                                               SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1,
+                                               SIGUSR2, SIGPIPE, SIGALRM};
+
+// Restores, in the child before exec, the dispositions of kGuardIgnoredSignals and the signal mask
+// that spendcap inherited.
 void restore_signals(const Inherited& inherited);
 
 }  // namespace spendcap

@@ -132,8 +132,8 @@ struct Policy {
   std::optional<std::string> metrics_dir;
 };
 
-// Thrown for an invalid policy: one line per error, each "JSON-PATH: what is wrong", in document
-// order. Exit code 125.
+// Thrown for an invalid policy: one line per error, each "JSON-PATH: what is wrong", section by
+// section in the order of policies/README.md. Exit code 125.
 class PolicyError : public Error {
  public:
   PolicyError(std::string source, std::vector<std::string> errors);
@@ -145,6 +145,11 @@ class PolicyError : public Error {
 
 // Every error of `document`, as "JSON-PATH: message"; empty when it is valid.
 std::vector<std::string> validate_policy(const nlohmann::json& document);
+
+// As validate_policy, for a layer that will be merged over another document (policy_layers.hpp):
+// types, ranges and unknown keys are checked; required keys and cross-references (defaults.gpu
+// must name a rate) are left to the merged document.
+std::vector<std::string> validate_policy_layer(const nlohmann::json& document);
 
 // Validates, then converts. Throws PolicyError naming `source` (a path, "$SPENDCAP_POLICY", ...).
 Policy parse_policy(const nlohmann::json& document, const std::string& source);
