@@ -92,6 +92,59 @@ nlohmann::json flags_layer(const RunRequest& request) {
   return layer;
 }
 
+// The policy paths the flags set, so that a refusal names the flag the user typed.
+constexpr std::pair<const char*, const char*> kFlagPaths[] = {
+    {"/defaults/grace", "--grace"},
+    {"/defaults/kill_after", "--kill-after"},
+    {"/defaults/interval", "--interval"},
+    {"/defaults/sync", "--sync"},
+    {"/defaults/claim_horizon", "--claim-horizon"},
+    {"/defaults/checkpoint_signal", "--checkpoint-signal"},
+    {"/defaults/pricing", "--pricing"},
+    {"/defaults/gpus", "--gpus"},
+    {"/defaults/gpu", "--gpu"},
+    {"/defaults/instances", "--instances"},
+    {"/defaults/instance", "--instance"},
+    {"/mode", "--mode"},
+    {"/ledger", "--ledger"},
+};
+
+std::string with_flag_names(std::string text) {
+  for (const auto& [path, flag] : kFlagPaths) {
+    std::string from = std::string(path) + ":";
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+      text.replace(at, from.size(), std::string(flag) + ":");
+    }
+  }
+  return text;
+}
+
+// load_policy, with a refusal of the flags layer naming the flags ("--grace: 120s is longer than
+// the locked 60s") instead of policy paths.
+LoadedPolicy load_policy_naming_flags(const PolicySearch& search, nlohmann::json flags) {
+  try {
+    return load_policy(search, PolicyLayer{"command line", flags});
+  } catch (const PolicyError& error) {
+    // A merged document that is invalid because of a flag (an unknown --gpu type): name the flag.
+    if (error.subject().find("command line") == std::string::npos) throw;
+    std::vector<std::string> errors;
+    for (const std::string& line : error.errors()) {
+      std::string path = line.substr(0, line.find(':'));
+      bool from_flag =
+          path.size() > 1 && path[0] == '/' && flags.contains(nlohmann::json::json_pointer(path));
+      errors.push_back(from_flag ? with_flag_names(line) : line);
+    }
+    throw PolicyError(error.subject(), errors);
+  } catch (const Error& error) {
+    if (error.subject() != "command line") throw;
+    Error renamed("command line", with_flag_names(error.why()), error.hint(), error.code());
+    for (const std::string& detail : error.details) {
+      renamed.details.push_back(with_flag_names(detail));
+    }
+    throw renamed;
+  }
+}
+
 std::string known_types(const std::map<std::string, PriceSheet>& rates) {
   std::string names;
   for (const auto& [name, sheet] : rates) names += (names.empty() ? "" : ", ") + name;
@@ -182,7 +235,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
     throw Error("run", "no command given", "put the command after --, e.g. -- python3 train.py");
   }
   RunSettings settings;
-  settings.loaded = load_policy(search, PolicyLayer{"command line", flags_layer(request)});
+  settings.loaded = load_policy_naming_flags(search, flags_layer(request));
   const Policy& policy = settings.loaded.policy;
 
   if (request.budget) settings.budget = parse_money_or_throw(*request.budget, "--budget");

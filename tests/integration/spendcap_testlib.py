@@ -148,3 +148,31 @@ def cgroup_v2_writable():
             return any(" - cgroup2 " in line for line in f)
     except OSError:
         return False
+
+
+class LedgerTest(SpendcapTest):
+    """A test with a policy file (./spendcap.json in the test's directory) and the ledger it fills."""
+
+    def write_policy(self, policy, name="spendcap.json"):
+        with open(self.path(name), "w") as f:
+            json.dump(policy, f)
+        return self.path(name)
+
+    def ledger_file(self):
+        return os.path.join(self.tmp, "data", "spendcap", "ledger.db")
+
+    def runs(self, where="1=1", params=()):
+        """Rows of the ledger's runs table, as dicts (read-only: the test checks, spendcap writes)."""
+        import sqlite3
+        connection = sqlite3.connect("file:%s?mode=ro" % self.ledger_file(), uri=True, timeout=30)
+        connection.row_factory = sqlite3.Row
+        try:
+            return [dict(row) for row in connection.execute(
+                "SELECT * FROM runs WHERE %s ORDER BY started_at" % where, params)]
+        finally:
+            connection.close()
+
+    def spendcap_json(self, args):
+        result = self.run_spendcap(list(args) + ["--json"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads(result.stdout)

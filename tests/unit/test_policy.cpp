@@ -888,3 +888,13 @@ TEST_CASE("policy layers: the search comes from the environment, except the syst
 
 }  // namespace
 }  // namespace spendcap
+
+TEST_CASE("policy: a locked policy that names no ledger refuses any ledger from above") {
+  nlohmann::json locked = {{"locked", true}};
+  auto violations = spendcap::loosening_violations(locked, {{"ledger", "/tmp/elsewhere.db"}});
+  REQUIRE(violations.size() == 1);
+  CHECK(violations[0].find("/ledger") == 0);
+  nlohmann::json same = {{"locked", true}, {"ledger", "sqlite:/var/lib/spendcap/ledger.db"}};
+  CHECK(spendcap::loosening_violations(same, {{"ledger", "sqlite:/var/lib/spendcap/ledger.db"}})
+            .empty());
+}
