@@ -211,3 +211,40 @@ class WarnModeTest(LedgerTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LedgerUnreachableTest(LedgerTest):
+    """A ledger that stops answering mid-run: the run goes on within its granted ceiling, then stops
+    with 121; its final row is spooled on the host and replayed by the next spendcap command."""
+
+    def test_run_stops_at_its_ceiling_and_the_final_row_is_spooled(self):
+        import sqlite3
+        self.write_policy({"defaults": {"sync": "1s", "claim_horizon": "2s", "grace": "0s",
+                                        "kill_after": "1s"},
+                           "budgets": {"team": {"far": {"amount": 100, "period": "day"}}}})
+        process = self.start_spendcap(["run", "--team", "far", "--rate", "36", "--status-file",
+                                       self.path("s.json")] + sleeper(120))
+        wait_until(lambda: os.path.exists(self.ledger_file()) and self.runs()
+                   and self.runs()[0]["spend_micros"] > 0, 20, what="a first heartbeat")
+        # Another process takes the ledger's write lock and keeps it: the ledger "is down".
+        blocker = sqlite3.connect(self.ledger_file(), timeout=30, isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            _, stderr = process.communicate(timeout=60)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        self.assertEqual(process.returncode, 121, stderr)
+        status = self.read_json("s.json")
+        self.assertEqual(status["reason"], "ledger-unreachable")
+        self.assertLessEqual(status["spend"], status["ceiling"])
+        self.assertIn("spooled", stderr)
+        spool = os.path.join(self.tmp, "state", "spendcap", "spool")
+        self.assertEqual(len(os.listdir(spool)), 1)
+        # The next command that opens the ledger replays the row.
+        self.spendcap_json(["ps"])
+        self.assertEqual(os.listdir(spool), [])
+        row = self.runs()[0]
+        self.assertEqual(row["status"], "killed")
+        self.assertEqual(row["reason"], "ledger-unreachable")
+        self.assertAlmostEqual(row["spend_micros"] / MICROS, status["spend"], places=5)

@@ -2,12 +2,14 @@
 import os
 import pty
 import select
+import shutil
 import signal
 import subprocess
 import time
 import unittest
 
-from spendcap_testlib import SPENDCAP, SpendcapTest, alive, wait_until
+from spendcap_testlib import (SPENDCAP, SpendcapTest, alive, proc_state, processes_with_marker,
+                              wait_until)
 
 
 class SignalToSpendcapTest(SpendcapTest):
@@ -108,6 +110,62 @@ class TerminalTest(SpendcapTest):
             [("ready", "\x03")])
         self.assertIn("interrupted", output)
         self.assertEqual(code, 7, output)
+
+
+
+def can_unshare_pid():
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
+        return False
+    return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                          capture_output=True).returncode == 0
+
+
+@unittest.skipUnless(can_unshare_pid(), "needs root and PID namespaces")
+class Pid1Test(SpendcapTest):
+    """As PID 1 of a container, spendcap reaps every orphan that re-parents to it, as tini does."""
+
+    def test_orphans_of_the_namespace_are_reaped(self):
+        container = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", SPENDCAP, "run", "--rate", "1",
+             "--budget", "10", "--", "python3", "-c",
+             "import os, time\nwhile not os.path.exists(%r): time.sleep(0.02)" % self.path("stop")],
+            env=self.spendcap_env(), cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        spendcap_pid = wait_until(lambda: children(container.pid), 10, what="spendcap")[0]
+        # A process enters the container and leaves an orphan behind (its parent exits at once):
+        # the orphan re-parents to the namespace's PID 1, spendcap, not to the tree's guard.
+        orphan_env = dict(self.spendcap_env(), ORPHAN_MARKER=self.marker)
+        subprocess.run(["nsenter", "--target", str(spendcap_pid), "--pid", "--mount", "--",
+                        "sh", "-c", "sleep 0.3 & exit 0"], env=orphan_env, check=True)
+        orphan = wait_until(lambda: [p for p in processes_with_marker(self.marker)
+                                     if comm(p) == "sleep"], 5, what="the orphan")[0]
+        # Once it exits it must be reaped: gone from /proc, not left a zombie.
+        wait_until(lambda: proc_state(orphan) is None, 10, what="the orphan to be reaped")
+        open(self.path("stop"), "w").close()
+        container.communicate(timeout=30)
+        self.assertEqual(container.returncode, 0)
+
+
+def children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry, "rb") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            if int(text[text.rindex(b")") + 2:].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":
