@@ -66,7 +66,7 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
-nlohmann::json to_json(const RunFinal& final) {
+nlohmann::json final_to_json(const RunFinal& final) {
   return {{"id", final.id},
           {"status", to_string(final.status)},
           {"reason", final.reason},
@@ -117,7 +117,7 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
   std::string path = directory + "/" + final.id + ".json";
   std::string temporary = directory + "/." + final.id + ".json.tmp-" + std::to_string(getpid());
   std::string text =
-      nlohmann::json{{"ledger", ledger_url}, {"final", to_json(final)}}.dump() + "\n";
+      nlohmann::json{{"ledger", ledger_url}, {"final", final_to_json(final)}}.dump() + "\n";
 
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) throw Error("spool " + temporary, "cannot create: " + errno_text(errno));
