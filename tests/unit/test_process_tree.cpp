@@ -46,6 +46,27 @@ void kill_and_reap(pid_t pid) {
   ::waitpid(pid, nullptr, 0);
 }
 
+// Reads exactly `count` bytes (the children's "ready" bytes may arrive one write at a time).
+bool read_exactly(int fd, char* buffer, size_t count) {
+  size_t got = 0;
+  while (got < count) {
+    ssize_t n = ::read(fd, buffer + got, count - got);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Kills, at the end of a test case whatever happened in it, every process the case forked: a
+// child left alive would hold the test runner's stdout open and CTest would wait for it forever.
+struct Forked {
+  std::vector<pid_t> pids;
+  ~Forked() {
+    for (pid_t pid : pids) ::kill(pid, SIGKILL);
+    for (pid_t pid : pids) ::waitpid(pid, nullptr, WNOHANG);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("read_proc_stat parses this process, and a zombie is not alive") {
@@ -70,9 +91,9 @@ TEST_CASE("live_descendants finds children and grandchildren, not zombies") {
     fork_child([&] { (void)!::write(ready[1], "g", 1); });
     (void)!::write(ready[1], "c", 1);
   });
+  Forked forked{{child}};
   char buffer[2];
-  REQUIRE(::read(ready[0], buffer, 1) == 1);
-  REQUIRE(::read(ready[0], buffer + 1, 1) == 1);
+  REQUIRE(read_exactly(ready[0], buffer, 2));
   auto found = live_descendants(::getpid());
   std::vector<pid_t> pids;
   for (const auto& member : found) pids.push_back(member.pid);
@@ -83,6 +104,7 @@ TEST_CASE("live_descendants finds children and grandchildren, not zombies") {
     if (member.ppid == child) grandchild = member.pid;
   }
   CHECK(grandchild > 0);
+  forked.pids.push_back(grandchild);
   ::kill(grandchild, SIGKILL);
   kill_and_reap(child);
   ::close(ready[0]);
@@ -98,8 +120,9 @@ TEST_CASE("catches_signal reads SigCgt: a handler counts, SIG_IGN and default do
     ::signal(SIGUSR2, SIG_IGN);
     (void)!::write(ready[1], "x", 1);
   });
+  Forked forked{{catcher}};
   char byte;
-  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  REQUIRE(read_exactly(ready[0], &byte, 1));
   CHECK(catches_signal(catcher, SIGUSR1));
   CHECK_FALSE(catches_signal(catcher, SIGUSR2));
   CHECK_FALSE(catches_signal(catcher, SIGTERM));
@@ -133,9 +156,11 @@ TEST_CASE("LiveProcessTree signals only catchers, then everything, then kills") 
     });
     fork_child([&] { (void)!::write(ready[1], "p", 1); });
   });
+  Forked forked{{root}};
   char buffer[2];
-  REQUIRE(::read(ready[0], buffer, 2) == 2);
+  REQUIRE(read_exactly(ready[0], buffer, 2));
   LiveProcessTree tree(root, nullptr);
+  for (const auto& member : tree.members()) forked.pids.push_back(member.pid);
   CHECK(tree.members().size() == 2);
   CHECK(tree.signal_catchers(SIGUSR1) == 1);
   CHECK(tree.signal_all(0) == 2);
@@ -170,9 +195,11 @@ TEST_CASE("the run's cgroup holds a double-forked daemon, and cgroup.kill ends i
   }
   ::waitpid(child, nullptr, 0);
   char byte;
-  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  REQUIRE(read_exactly(ready[0], &byte, 1));
   LiveProcessTree tree(::getpid(), &*cgroup);
   auto members = tree.members();
+  Forked forked;
+  for (const auto& member : members) forked.pids.push_back(member.pid);
   REQUIRE(members.size() == 1);  // the daemon, found although it is nobody's descendant here
   pid_t daemon = members[0].pid;
   CHECK(tree.kill_all() == 1);
