@@ -839,6 +839,16 @@ void SqliteLedger::Impl::open() {
   create_file();
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) fail(rc);
+  // Short-lived connections are the common case (one per `spendcap run`). By default the last
+  // connection to close checkpoints and deletes the WAL, syncing the database, and the next one
+  // recreates it, syncing its header and the directory: four fsyncs per run. Instead the WAL stays,
+  // close does not checkpoint, and SQLite checkpoints every 100 pages. The price is that the first
+  // connection rebuilds the WAL index from the WAL (at most ~400 KB to read). Measured here for
+  // `spendcap run -- true`: 8.4 ms by default, 9.5 ms keeping the WAL only, 6.2 ms like this.
+  int persist_wal = 1;
+  sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist_wal);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  sqlite3_wal_autocheckpoint(db, 100);
   sqlite3_extended_result_codes(db, 0);
   sqlite3_busy_handler(db, &Impl::on_busy, this);
   std::string journal_mode = retrying([&] {
