@@ -248,3 +248,22 @@ class LedgerUnreachableTest(LedgerTest):
         self.assertEqual(row["status"], "killed")
         self.assertEqual(row["reason"], "ledger-unreachable")
         self.assertAlmostEqual(row["spend_micros"] / MICROS, status["spend"], places=5)
+
+
+class ThresholdTest(LedgerTest):
+    def test_team_and_run_thresholds_warn_once_each(self):
+        self.write_policy({"defaults": {"sync": "1s", "grace": "0s", "kill_after": "1s"},
+                           "budgets": {"team": {"w": {"amount": 0.12, "period": "day"}}}})
+        # 36/h for 3.5 s: 0.035, which is 58% of the run's 0.06 and 29% of the team's 0.12...
+        result = self.run_spendcap(["run", "--team", "w", "--rate", "36", "--budget", "0.06"]
+                                   + sleeper(3.5))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr.count("50% of the run budget spent"), 1, result.stderr)
+        self.assertNotIn("80% of the run budget", result.stderr)
+        self.assertNotIn("team:w budget", result.stderr)
+        # ...and a second run of 4 s takes the team over 50%: 0.035 spent + its live spend.
+        result = self.run_spendcap(["run", "--team", "w", "--rate", "36", "--budget", "0.06"]
+                                   + sleeper(4))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr.count("50% of the team:w budget (day) spent"), 1,
+                         result.stderr)
