@@ -262,7 +262,7 @@ class ThresholdTest(LedgerTest):
         self.assertNotIn("80% of the run budget", result.stderr)
         self.assertNotIn("team:w budget", result.stderr)
         # ...and a second run of 4 s takes the team over 50%: 0.035 spent + its live spend.
-        result = self.run_spendcap(["run", "--team", "w", "--rate", "36", "--budget", "0.06"]
+        result = self.run_spendcap(["run", "--team", "w", "--rate", "36", "--budget", "0.1"]
                                    + sleeper(4))
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stderr.count("50% of the team:w budget (day) spent"), 1,
