@@ -1,4 +1,5 @@
 #include "spendcap/policy.hpp"
+#include "spendcap/text.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -204,15 +205,6 @@ std::string got(const json& value) {
 
 std::string in_quotes(std::string_view text) {
   return "\"" + std::string(text) + "\"";
-}
-
-std::string join(const std::vector<std::string>& items, std::string_view separator) {
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out += separator;
-    out += item;
-  }
-  return out;
 }
 
 // Levenshtein distance, ignoring case: "amout" -> "amount" is 1.

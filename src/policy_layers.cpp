@@ -1,4 +1,5 @@
 #include "spendcap/policy_layers.hpp"
+#include "spendcap/text.hpp"
 
 #include <sys/stat.h>
 
@@ -21,15 +22,6 @@ std::string path_text(const Path& path) {
   for (const std::string& key : path) pointer /= key;
   std::string text = pointer.to_string();
   return text.empty() ? "/" : text;
-}
-
-std::string join(const std::vector<std::string>& items, std::string_view separator) {
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out += separator;
-    out += item;
-  }
-  return out;
 }
 
 // ---- merging ----

@@ -15,6 +15,7 @@
 #include "spendcap/reporter.hpp"
 #include "spendcap/spool.hpp"
 #include "spendcap/supervisor.hpp"
+#include "spendcap/text.hpp"
 
 namespace spendcap {
 
@@ -23,18 +24,6 @@ namespace {
 // How long the final row may take before it is spooled instead: the job is already over, and a
 // scheduler's SIGKILL may be on its way (see grace_on_signal).
 constexpr auto kFinalRowTimeout = std::chrono::seconds(5);
-
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(separator, start);
-    if (end == std::string::npos) end = text.size();
-    if (end > start) parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
 
 int parse_count(const std::string& text, const std::string& flag) {
   char* end = nullptr;
@@ -146,9 +135,9 @@ LoadedPolicy load_policy_naming_flags(const PolicySearch& search, nlohmann::json
 }
 
 std::string known_types(const std::map<std::string, PriceSheet>& rates) {
-  std::string names;
-  for (const auto& [name, sheet] : rates) names += (names.empty() ? "" : ", ") + name;
-  return names.empty() ? "none" : names;
+  std::vector<std::string> names;
+  for (const auto& [name, sheet] : rates) names.push_back(name);
+  return names.empty() ? "none" : join(names, ", ");
 }
 
 Money price_of(const std::map<std::string, PriceSheet>& rates, const std::string& type,

@@ -24,7 +24,10 @@ import tempfile
 import time
 import uuid
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(TESTS, "fixtures")
+sys.path.insert(0, os.path.join(TESTS, "integration"))
+from spendcap_testlib import children_of  # noqa: E402
 
 
 def cpu_ns(pid):
@@ -47,20 +50,6 @@ def status_kb(pid, field):
     except OSError:
         return None
     return None
-
-
-def children_of(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry, "rb") as f:
-                    text = f.read()
-                if int(text[text.rindex(b")") + 2:].split()[1]) == pid:
-                    found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return found
 
 
 def marked(marker):

@@ -47,6 +47,21 @@ def alive(pid):
     return proc_state(pid) not in (None, "Z", "X")
 
 
+def children_of(pid):
+    """The pids whose parent is `pid` (one scan of /proc: some kernels have no children files)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry, "rb") as f:
+                    text = f.read()
+                if int(text[text.rindex(b")") + 2:].split()[1]) == pid:
+                    found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
 def processes_with_marker(marker):
     """Live pids whose environment holds SPENDCAP_TEST_MARKER=marker."""
     needle = ("%s=%s" % (MARKER_VARIABLE, marker)).encode()

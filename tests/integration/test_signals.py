@@ -8,8 +8,8 @@ import subprocess
 import time
 import unittest
 
-from spendcap_testlib import (SPENDCAP, SpendcapTest, alive, proc_state, processes_with_marker,
-                              wait_until)
+from spendcap_testlib import (SPENDCAP, SpendcapTest, alive, children_of, proc_state,
+                              processes_with_marker, wait_until)
 
 
 class SignalToSpendcapTest(SpendcapTest):
@@ -131,7 +131,7 @@ class Pid1Test(SpendcapTest):
              "import os, time\nwhile not os.path.exists(%r): time.sleep(0.02)" % self.path("stop")],
             env=self.spendcap_env(), cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
-        spendcap_pid = wait_until(lambda: children(container.pid), 10, what="spendcap")[0]
+        spendcap_pid = wait_until(lambda: children_of(container.pid), 10, what="spendcap")[0]
         # A process enters the container and leaves an orphan behind (its parent exits at once):
         # the orphan re-parents to the namespace's PID 1, spendcap, not to the tree's guard.
         orphan_env = dict(self.spendcap_env(), ORPHAN_MARKER=self.marker)
@@ -144,20 +144,6 @@ class Pid1Test(SpendcapTest):
         open(self.path("stop"), "w").close()
         container.communicate(timeout=30)
         self.assertEqual(container.returncode, 0)
-
-
-def children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry, "rb") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            if int(text[text.rindex(b")") + 2:].split()[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def comm(pid):

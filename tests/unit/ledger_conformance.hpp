@@ -17,30 +17,9 @@
 #include <doctest/doctest.h>
 
 #include "spendcap/ledger.hpp"
+#include "test_support.hpp"
 
 namespace spendcap::testing {
-
-// A directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/spendcap-ledger-test-XXXXXX";
-    const char* made = mkdtemp(pattern);
-    REQUIRE(made != nullptr);
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // The ledger's clock in tests: unix seconds, moved by the test, read by any thread.
 class TestClock {

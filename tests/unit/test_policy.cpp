@@ -21,6 +21,7 @@
 
 #include "spendcap/policy.hpp"
 #include "spendcap/policy_layers.hpp"
+#include "test_support.hpp"
 
 namespace spendcap {
 namespace {
@@ -57,19 +58,7 @@ std::vector<std::string> json_files(const std::string& directory) {
 // A directory tree under /tmp (mode 0755, as a real /etc/spendcap would be), removed afterwards.
 class TempTree {
  public:
-  TempTree() {
-    char pattern[] = "/tmp/spendcap-policy-test-XXXXXX";
-    const char* made = mkdtemp(pattern);
-    REQUIRE(made != nullptr);
-    root_ = made;
-    REQUIRE(chmod(root_.c_str(), 0755) == 0);
-  }
-  ~TempTree() {
-    std::error_code ignored;
-    fs::remove_all(root_, ignored);
-  }
-  TempTree(const TempTree&) = delete;
-  TempTree& operator=(const TempTree&) = delete;
+  TempTree() : root_(dir_.path()) {}
 
   std::string path(const std::string& relative) const { return root_ + "/" + relative; }
 
@@ -91,33 +80,8 @@ class TempTree {
   }
 
  private:
+  testing::TempDir dir_{"spendcap-policy-test", 0755};
   std::string root_;
-};
-
-// Sets or unsets an environment variable for one test and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
 };
 
 // ---- validation ----
@@ -864,10 +828,10 @@ TEST_CASE("policy layers: without a lock, the first file found is the policy") {
 }
 
 TEST_CASE("policy layers: the search comes from the environment, except the system path") {
-  ScopedEnv policy("SPENDCAP_POLICY", "/srv/team.json");
-  ScopedEnv home("HOME", "/home/alice");
+  testing::ScopedEnv policy("SPENDCAP_POLICY", "/srv/team.json");
+  testing::ScopedEnv home("HOME", "/home/alice");
   {
-    ScopedEnv xdg("XDG_CONFIG_HOME", "/cfg");
+    testing::ScopedEnv xdg("XDG_CONFIG_HOME", "/cfg");
     PolicySearch search = PolicySearch::from_environment("/x/flag.json");
     CHECK(search.flag_path == "/x/flag.json");
     CHECK(search.env_path == "/srv/team.json");
@@ -876,8 +840,8 @@ TEST_CASE("policy layers: the search comes from the environment, except the syst
     CHECK(search.system_path == "/etc/spendcap/policy.json");
   }
   {
-    ScopedEnv xdg("XDG_CONFIG_HOME", "relative/cfg");  // invalid per the XDG spec: ignored
-    ScopedEnv empty_policy("SPENDCAP_POLICY", "");
+    testing::ScopedEnv xdg("XDG_CONFIG_HOME", "relative/cfg");  // invalid per the XDG spec: ignored
+    testing::ScopedEnv empty_policy("SPENDCAP_POLICY", "");
     PolicySearch search = PolicySearch::from_environment(std::nullopt);
     CHECK_FALSE(search.flag_path.has_value());
     CHECK_FALSE(search.env_path.has_value());
