@@ -19,8 +19,12 @@ Error::Error(std::string what, std::string why, std::string hint, ExitCode code)
       hint_(std::move(hint)),
       code_(code) {}
 
-std::string format_error(const Error& error) { return error.std::runtime_error::what(); }
+std::string format_error(const Error& error) {
+  return error.std::runtime_error::what();
+}
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 }  // namespace spendcap

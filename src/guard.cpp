@@ -49,6 +49,15 @@ void send(int fd, GuardEventKind kind, pid_t pid, int value, bool tree_empty) {
   // EPIPE: the supervisor is gone; the control pipe's EOF handles that.
 }
 
+// What the dead supervisor would have removed once the tree was empty.
+void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
+  if (!options.run_dir.empty()) {
+    ::unlink((options.run_dir + "/checkpoint-done").c_str());
+    ::rmdir(options.run_dir.c_str());
+  }
+  if (cgroup) cgroup->remove();
+}
+
 [[noreturn]] void guard_main(const LaunchSpec& spec, const Cgroup* cgroup,
                              const GuardOptions& options, int control_fd, int events_fd) {
   std::vector<int> keep = spec.inherited.fds;
@@ -63,6 +72,12 @@ void send(int fd, GuardEventKind kind, pid_t pid, int value, bool tree_empty) {
   sigaddset(&chld, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &chld, nullptr);
   int signal_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    // Without it the guard would never hear of an exit: refuse to launch rather than lose one.
+    send(events_fd, GuardEventKind::launch_failed, -1, errno, false);
+    send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
+    ::_exit(1);
+  }
 
   Launched launched = launch_command(spec);
   if (launched.pid <= 0) {
@@ -101,6 +116,7 @@ void send(int fd, GuardEventKind kind, pid_t pid, int value, bool tree_empty) {
     }
     if (empty) {
       send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
+      if (orphaned) remove_run_files(options, cgroup);
       ::_exit(0);
     }
 

@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -141,8 +141,7 @@ class CgroupLauncher : public bp::posix::default_launcher {
       ec = hooks::on_exec_setup(*this, executable, cmd, inits...);
       if (!ec) close_all_fds(ec);
       if (!ec) {
-        ::execve(executable.c_str(), const_cast<char* const*>(cmd),
-                 const_cast<char* const*>(env));
+        ::execve(executable.c_str(), const_cast<char* const*>(cmd), const_cast<char* const*>(env));
       }
       int err = ec && ec.value() ? ec.value() : errno;
       [[maybe_unused]] ssize_t n = ::write(pg.p[1], &err, sizeof err);

@@ -1,7 +1,10 @@
 // spendcap: a hard dollar cap on any command. This file is the command line only: each subcommand
 // fills a request and calls its function (run_command.hpp, admin_commands.hpp); errors thrown at
 // the edges are printed here, once, as "spendcap: WHAT: WHY (HINT)".
+#include <fcntl.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <iostream>
 
 #include "spendcap/admin_commands.hpp"
@@ -57,6 +60,11 @@ void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
 int main(int argc, char** argv) {
   // First of all: the fds and signal dispositions spendcap inherited, which the job gets back.
   spendcap::Inherited inherited = spendcap::Inherited::capture();
+  // A closed stdin, stdout or stderr would hand its number to spendcap's next pipe, which the job
+  // would then read or write as its own: fill the gap with /dev/null.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) ::open("/dev/null", O_RDWR);
+  }
 
   CLI::App app{"spendcap: a hard dollar cap on any command (ML training jobs and other long jobs)"};
   app.footer("\n" + spendcap::exit_code_table());

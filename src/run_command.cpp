@@ -312,19 +312,60 @@ RunStart make_run_start(const RunSettings& settings, const std::vector<std::stri
   return run;
 }
 
-// A private directory for the run's files ($SPENDCAP_CHECKPOINT_DONE lives here).
-std::string make_run_dir(const Environment& env, const std::string& run_id) {
-  auto tmp = env.find("TMPDIR");
-  std::string base = tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp";
-  std::string pattern = base + "/spendcap-" + run_id.substr(0, 8) + "-XXXXXX";
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  if (!::mkdtemp(buffer.data())) {
-    throw Error(base, "cannot create the run directory: " + errno_text(errno),
-                "set TMPDIR to a writable directory");
+// The run's private directory: $SPENDCAP_CHECKPOINT_DONE lives in it. Made before admission, so
+// that failing to make it costs nothing in the ledger; removed at the end (by the guard when
+// spendcap is killed).
+class RunDir {
+ public:
+  RunDir(const Environment& env, const std::string& run_id) {
+    auto tmp = env.find("TMPDIR");
+    std::string base = tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp";
+    std::string pattern = base + "/spendcap-" + run_id.substr(0, 8) + "-XXXXXX";
+    if (!::mkdtemp(pattern.data())) {
+      throw Error(base, "cannot create the run directory: " + errno_text(errno),
+                  "set TMPDIR to a writable directory");
+    }
+    path_ = pattern;
   }
-  return buffer.data();
-}
+  ~RunDir() { remove(); }
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string checkpoint_done() const { return path_ + "/checkpoint-done"; }
+  void remove() noexcept {
+    ::unlink(checkpoint_done().c_str());
+    ::rmdir(path_.c_str());
+  }
+
+ private:
+  std::string path_;
+};
+
+// A run the ledger admitted holds a ceiling until its final row. If spendcap fails before the
+// command is launched, the row is finished here (failed, nothing spent) instead of waiting to be
+// reconciled and charged its whole ceiling.
+class AdmittedRun {
+ public:
+  AdmittedRun(Ledger& ledger, std::string run_id) : ledger_(ledger), run_id_(std::move(run_id)) {}
+  ~AdmittedRun() {
+    if (launched_) return;
+    try {
+      ledger_.finish_run(
+          RunFinal{run_id_, RunStatus::failed, "not launched", std::nullopt, Money{}, 0});
+    } catch (...) {
+      // Still held: the lost-run reconciliation charges it. Nothing else can be done here.
+    }
+  }
+  AdmittedRun(const AdmittedRun&) = delete;
+  AdmittedRun& operator=(const AdmittedRun&) = delete;
+  void launched() { launched_ = true; }
+
+ private:
+  Ledger& ledger_;
+  std::string run_id_;
+  bool launched_ = false;
+};
 
 std::vector<std::string> secret_variables(const Policy& policy) {
   std::vector<std::string> names;
@@ -333,10 +374,6 @@ std::vector<std::string> secret_variables(const Policy& policy) {
     if (hook.secret_env) names.push_back(*hook.secret_env);
   }
   return names;
-}
-
-void print_refusal(const Admission& admission, const Reporter& reporter) {
-  reporter.error("refused: " + admission.refusal);
 }
 
 std::string run_label(const RunSettings& settings) {
@@ -372,6 +409,36 @@ void write_status(const RunRequest& request, const RunOutcome& outcome, const Re
   }
 }
 
+[[noreturn]] void reraise(int signal) {
+  ::signal(signal, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signal);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  ::raise(signal);
+  // Still here: the signal's default is to ignore it (as PID 1 in a container). Exit as a shell
+  // would report it.
+  ::_exit(128 + signal);
+}
+
+// Refused at admission (120): says why, and writes the status file.
+int refuse(const RunRequest& request, const RunSettings& settings, const std::string& run_id,
+           const Admission& admission, const Reporter& reporter) {
+  reporter.error("refused: " + admission.refusal);
+  RunOutcome refused;
+  refused.run_id = run_id;
+  refused.status = RunStatus::refused;
+  refused.reason = "refused";
+  refused.exit_code = to_int(ExitCode::refused);
+  refused.currency = settings.loaded.policy.currency;
+  refused.rate_per_hour = settings.rate_per_hour;
+  refused.budget = admission.run_budget;
+  refused.message = admission.refusal;
+  write_status(request, refused, reporter);
+  if (int signal = take_pending_stop_signal()) reraise(signal);
+  return refused.exit_code;
+}
+
 // Records the final row, or spools it on this host when the ledger does not take it in time.
 void record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
                   const Reporter& reporter) {
@@ -398,21 +465,13 @@ void record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   }
 }
 
-[[noreturn]] void reraise(int signal) {
-  ::signal(signal, SIG_DFL);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, signal);
-  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
-  ::raise(signal);
-  // Still here: the signal's default is to ignore it (as PID 1 in a container). Exit as a shell
-  // would report it.
-  ::_exit(128 + signal);
-}
-
 }  // namespace
 
 int run_command(const RunRequest& request, const Inherited& inherited) {
+  // No stop signal may kill spendcap half-way (a run admitted but never launched): they stay
+  // blocked until the supervisor's event loop handles them. The command gets the caller's mask.
+  block_stop_signals(true);
+  for (int signal : kIgnoredBySupervisor) ::signal(signal, SIG_IGN);
   Reporter reporter(request.quiet, request.title);
   Environment env = current_environment();
   TestSwitches switches = TestSwitches::from(env);
@@ -429,24 +488,13 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   auto path = env.find("PATH");
   std::string executable =
       resolve_executable(request.command.front(), path == env.end() ? "" : path->second);
+  std::string run_id = new_run_id();
+  RunDir run_dir(env, run_id);
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
-  std::string run_id = new_run_id();
   Admission admission = ledger->begin_run(make_run_start(settings, request.command, run_id));
-  RunOutcome refused;
-  if (!admission.admitted) {
-    print_refusal(admission, reporter);
-    refused.run_id = run_id;
-    refused.status = RunStatus::refused;
-    refused.reason = "refused";
-    refused.exit_code = to_int(ExitCode::refused);
-    refused.currency = settings.loaded.policy.currency;
-    refused.rate_per_hour = settings.rate_per_hour;
-    refused.budget = admission.run_budget;
-    refused.message = admission.refusal;
-    write_status(request, refused, reporter);
-    return refused.exit_code;
-  }
+  if (!admission.admitted) return refuse(request, settings, run_id, admission, reporter);
+  AdmittedRun admitted(*ledger, run_id);
   if (admission.lowered_by && settings.budget) {
     reporter.line("--budget " + format_money(*settings.budget, settings.loaded.policy.currency) +
                   " lowered to " +
@@ -455,8 +503,6 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   }
 
   // Everything the guard needs is decided before it is forked.
-  std::string run_dir = make_run_dir(env, run_id);
-  std::string checkpoint_done = run_dir + "/checkpoint-done";
   std::optional<Cgroup> cgroup;
   if (!switches.no_cgroup) {
     std::string why_not;
@@ -468,7 +514,7 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
                        settings.project,
                        admission.run_budget ? to_decimal(*admission.run_budget) : "",
                        signal_name(settings.checkpoint_signal),
-                       checkpoint_done};
+                       run_dir.checkpoint_done()};
   LaunchSpec spec;
   spec.executable = executable;
   spec.argv = request.command;
@@ -481,8 +527,11 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   if (!switches.no_subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   GuardOptions guard_options;
   guard_options.subreaper = !switches.no_subreaper;
+  guard_options.run_dir = run_dir.path();
   const Cgroup* cgroup_ptr = cgroup ? &*cgroup : nullptr;
   GuardHandle guard = start_guard(spec, cgroup_ptr, guard_options);
+  admitted.launched();  // from here the supervisor's outcome is the run's final row
+  reporter.write_in_background();
 
   SupervisorPlan plan;
   plan.run_id = run_id;
@@ -499,7 +548,7 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   plan.sync = settings.sync;
   plan.claim_horizon = settings.claim_horizon;
   plan.interval = settings.interval;
-  plan.checkpoint_done_path = checkpoint_done;
+  plan.checkpoint_done_path = run_dir.checkpoint_done();
   plan.gave_terminal = spec.take_terminal;
   plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
@@ -507,14 +556,24 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
+  // A stop signal that came after the tree was empty: the job is done, spendcap still dies by it.
+  if (!outcome.reraise_signal) {
+    if (int signal = take_pending_stop_signal()) {
+      outcome.spendcap_signal = outcome.reraise_signal = signal;
+      outcome.exit_code = 128 + signal;
+    }
+  }
 
   record_final(supervisor, ledger->url(), outcome, reporter);
   write_status(request, outcome, reporter);
-  ::unlink(checkpoint_done.c_str());
-  ::rmdir(run_dir.c_str());
+  run_dir.remove();
   if (cgroup) cgroup->remove();
   reporter.line(summary_line(outcome));
-  if (outcome.spendcap_signal) reraise(outcome.spendcap_signal);
+  int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
+  if (signal) {
+    reporter.flush();
+    reraise(signal);
+  }
   return outcome.exit_code;
 }
 

@@ -44,6 +44,29 @@ constexpr auto kKillRepeat = std::chrono::milliseconds(20);
 
 }  // namespace
 
+void block_stop_signals(bool block) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : kStopSignals) sigaddset(&set, signal);
+  ::sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+}
+
+int take_pending_stop_signal() {
+  sigset_t pending;
+  sigpending(&pending);
+  for (int signal : kStopSignals) {
+    if (sigismember(&pending, signal)) {
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, signal);
+      timespec zero{};
+      ::sigtimedwait(&one, nullptr, &zero);
+      return signal;
+    }
+  }
+  return 0;
+}
+
 class Supervisor::Impl {
  public:
   Impl(SupervisorPlan plan, GuardHandle guard, Reporter& reporter, std::shared_ptr<Ledger> ledger)
@@ -52,7 +75,8 @@ class Supervisor::Impl {
         reporter_(reporter),
         tree_(plan_.make_tree(guard.pid)),
         events_(io_, guard.events_fd),
-        signals_(io_, SIGTERM, SIGINT, SIGHUP),
+        signals_(io_),
+        job_control_(io_, SIGTSTP, SIGCONT),
         children_(io_, SIGCHLD),
         trip_timer_(io_),
         step_timer_(io_),
@@ -62,6 +86,7 @@ class Supervisor::Impl {
         meter_(plan_.rate_per_hour),
         reserve_(shutdown_reserve(plan_.rate_per_hour, plan_.on_trip)),
         run_thresholds_(plan_.warn_at) {
+    for (int signal : kStopSignals) signals_.add(signal);
     apply_grant(plan_.grant);
     if (ledger) {
       ledger_ = std::make_unique<AsyncLedger>(
@@ -81,7 +106,10 @@ class Supervisor::Impl {
   RunOutcome run() {
     read_guard_events();
     wait_for_signals();
+    pass_on_job_control();
     reap_children();
+    // Stop signals that came while the run was being set up are delivered now.
+    block_stop_signals(false);
     io_.run();
     return outcome_;
   }
@@ -121,7 +149,10 @@ class Supervisor::Impl {
         on_launched(at);
         break;
       case GuardEventKind::launch_failed:
-        reporter_.error("cannot execute the command: " + errno_text(event.value));
+        reporter_.error(
+            (event.pid > 0 ? "cannot execute the command: " : "cannot start the command: ") +
+            errno_text(event.value));
+        if (event.pid <= 0) launch_failed_ = true;  // fork failed: no process, no exit status
         break;
       case GuardEventKind::main_exited:
         on_main_exited(event.value, at, event.tree_empty != 0);
@@ -219,6 +250,16 @@ class Supervisor::Impl {
     }
   }
 
+  // Ctrl-Z on spendcap's group (no terminal given to the job) or `kill -TSTP spendcap` pauses the
+  // job instead of spendcap: the supervisor must keep its clock and its trip.
+  void pass_on_job_control() {
+    job_control_.async_wait([this](auto error, int signal) {
+      if (error || phase_ == Phase::done) return;
+      if (meter_.launched_at()) tree_->signal_all(signal);
+      pass_on_job_control();
+    });
+  }
+
   void reap_children() {
     children_.async_wait([this](auto error, int) {
       if (error || phase_ == Phase::done) return;
@@ -312,10 +353,12 @@ class Supervisor::Impl {
       line += " + " + format_money(reserve_, plan_.currency) + " reserve reaches the ceiling " +
               format_money(ceiling_, plan_.currency);
     }
-    reporter_.line(line);
+    // Act first, then tell: the lines are queued for a writer thread, but the kill path never
+    // waits on anything it does not have to.
     int signalled = 0;
     if (plan_.checkpoint_signal != 0) signalled = tree_->signal_catchers(plan_.checkpoint_signal);
     outcome_.checkpoint_signalled = signalled;
+    reporter_.line(line);
     if (signalled == 0) {
       outcome_.grace_skipped = true;
       reporter_.line(plan_.checkpoint_signal == 0
@@ -436,6 +479,9 @@ class Supervisor::Impl {
     // grant always outlasts the next heartbeat.
     Nanos horizon = std::max(plan_.claim_horizon, 2 * plan_.sync);
     Money want = spend + cost_of_rounded_up(plan_.rate_per_hour, horizon) + reserve_;
+    // Once tripped the run only shuts down, within the ceiling it holds: it asks for nothing more,
+    // leaving the rest of the budget to other runs.
+    if (trip_) want = ceiling_;
     auto grant = std::make_shared<Grant>();
     std::string id = plan_.run_id;
     ledger_->call(
@@ -505,15 +551,24 @@ class Supervisor::Impl {
     line += ", reserve " + format_money(reserve_, plan_.currency) + " (grace " +
             format_duration(plan_.on_trip.grace) + " + kill-after " +
             format_duration(plan_.on_trip.kill_after) + " + 1s)";
-    auto at = budget_trip_time(*meter_.launched_at(), plan_.rate_per_hour, allowed_, reserve_);
-    if (!at) {
-      line += "; burn rate 0: it never trips";
-    } else {
+    std::string trips = plan_.mode == Mode::warn ? "would trip" : "trips";
+    auto trip_in = [&](Money ceiling) {
+      auto at = budget_trip_time(*meter_.launched_at(), plan_.rate_per_hour, ceiling, reserve_);
       Nanos in = *at - *meter_.launched_at();
-      line += "; " + std::string(plan_.mode == Mode::warn ? "would trip" : "trips") + " in " +
-              format_duration(in) + " at " +
-              format_money(cost_of(plan_.rate_per_hour, in), plan_.currency);
-      if (!binding_) line += " unless the ledger grants more";
+      return format_duration(in) + " at " +
+             format_money(cost_of(plan_.rate_per_hour, in), plan_.currency);
+    };
+    if (plan_.rate_per_hour.micros == 0) {
+      line += "; burn rate 0: it never trips";
+    } else if (binding_) {
+      // The budget that limits the grant is what stops the run, unless other runs release some.
+      line += "; " + trips + " in " + trip_in(allowed_) + " (" + budget_reason(*binding_) + ")";
+    } else if (plan_.run_budget) {
+      line += "; its budget " + trips + " in " + trip_in(*plan_.run_budget) + "; ceiling " +
+              format_money(ceiling_, plan_.currency) + " granted so far";
+    } else {
+      line += "; ceiling " + format_money(ceiling_, plan_.currency) +
+              " granted so far, raised at each heartbeat while the budgets allow";
     }
     if (plan_.mode == Mode::warn) line += " (warn mode: nothing is stopped)";
     reporter_.line(line);
@@ -524,11 +579,14 @@ class Supervisor::Impl {
   void finish() {
     if (phase_ == Phase::done) return;
     phase_ = Phase::done;
+    // A stop signal from now on waits until the final row is written (run_command re-raises it).
+    block_stop_signals(true);
     for (auto* timer :
          {&trip_timer_, &step_timer_, &threshold_timer_, &heartbeat_timer_, &title_timer_}) {
       timer->cancel();
     }
     signals_.cancel();
+    job_control_.cancel();
     if (inotify_) inotify_->close();
     // The guard exits right after reporting the tree empty.
     if (!guard_reaped_ && !guard_lost_) {
@@ -554,10 +612,20 @@ class Supervisor::Impl {
       outcome_.stopped_by_spendcap = true;
       outcome_.exit_code = to_int(exit_code_for(*trip_));
       outcome_.spendcap_signal = trip_->signal;
+      outcome_.reraise_signal = trip_->signal;
+    } else if (launch_failed_ && !main_exited_) {
+      outcome_.status = RunStatus::failed;
+      outcome_.reason = "launch-failed";
+      outcome_.exit_code = to_int(ExitCode::internal);
     } else {
-      outcome_.exit_code = main_exited_ ? command_exit_status(main_status_) : 0;
+      outcome_.exit_code = command_exit_status(main_status_);
       outcome_.status = outcome_.exit_code == 0 ? RunStatus::succeeded : RunStatus::failed;
       outcome_.reason = "exited";
+      // Ctrl-C on the terminal went to the job alone: dying by the same signal tells the calling
+      // shell to stop its loop, as it would have without spendcap.
+      bool interrupted = WIFSIGNALED(main_status_) &&
+                         (WTERMSIG(main_status_) == SIGINT || WTERMSIG(main_status_) == SIGQUIT);
+      if (plan_.gave_terminal && interrupted) outcome_.reraise_signal = WTERMSIG(main_status_);
     }
     io_.stop();
   }
@@ -578,6 +646,7 @@ class Supervisor::Impl {
   asio::io_context io_;
   asio::posix::stream_descriptor events_;
   asio::signal_set signals_;
+  asio::signal_set job_control_;
   asio::signal_set children_;
   asio::steady_timer trip_timer_, step_timer_, threshold_timer_, heartbeat_timer_, title_timer_;
   std::unique_ptr<asio::posix::stream_descriptor> inotify_;
@@ -606,6 +675,7 @@ class Supervisor::Impl {
   int main_status_ = 0;
   bool guard_reaped_ = false;
   bool guard_lost_ = false;
+  bool launch_failed_ = false;
   RunOutcome outcome_;
 };
 

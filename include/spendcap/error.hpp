@@ -1,6 +1,6 @@
-// Errors at the edges (command line, policy, ledger). They are thrown as spendcap::Error and printed
-// once, by main, as `spendcap: WHAT: WHY (HINT)`, quoting the operand in WHAT. The kill path never
-// throws.
+// Errors at the edges (command line, policy, ledger). They are thrown as spendcap::Error and
+// printed once, by main, as `spendcap: WHAT: WHY (HINT)`, quoting the operand in WHAT. The kill
+// path never throws.
 #pragma once
 
 #include <stdexcept>

@@ -16,7 +16,9 @@ enum class ExitCode : int {
   not_found = 127,           // the command was not found
 };
 
-constexpr int to_int(ExitCode code) { return static_cast<int>(code); }
+constexpr int to_int(ExitCode code) {
+  return static_cast<int>(code);
+}
 
 // The table printed by --help and kept in README.md: one line per code.
 std::string exit_code_table();

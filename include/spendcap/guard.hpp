@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 
 #include "spendcap/duration.hpp"
 #include "spendcap/launcher.hpp"
@@ -46,6 +47,9 @@ struct GuardOptions {
   // When the supervisor is gone, how long the tree has between SIGTERM and SIGKILL. Short: a
   // supervisor is SIGKILLed by schedulers and OOM killers, and then nothing may outlive it by 2 s.
   Nanos orphan_kill_after = std::chrono::milliseconds(500);
+  // The run's directory: when the guard cleans up after a dead supervisor it also removes this and
+  // the run's cgroup, which the supervisor would have removed.
+  std::string run_dir;
 };
 
 struct GuardHandle {

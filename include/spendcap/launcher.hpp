@@ -9,9 +9,10 @@
 //      kernels writes "0" to its cgroup.procs before the command can fork;
 //   5. the signal mask and dispositions spendcap inherited (SIG_IGN from nohup stays ignored).
 // The launcher is Boost's default one with the fork made a clone3 into the cgroup (launcher.cpp
-// says why). Then detach(): the guard is the one reaper, so the process object's wait()/running() are never
-// called. Every fd spendcap inherited stays open in the job (make's jobserver, Slurm's PMI_FD, 3>);
-// spendcap's own fds are all O_CLOEXEC. When exec fails the child _exits 127 (not found) or 126.
+// says why). Then detach(): the guard is the one reaper, so the process object's wait()/running()
+// are never called. Every fd spendcap inherited stays open in the job (make's jobserver, Slurm's
+// PMI_FD, 3>); spendcap's own fds are all O_CLOEXEC. When exec fails the child _exits 127 (not
+// found) or 126.
 #pragma once
 
 #include <signal.h>
@@ -62,9 +63,8 @@ inline int exec_failure_status(int err) {
 // The signals the guard ignores (a signal to spendcap's process group must reach the supervisor's
 // kill path, not the guard). The child restores exactly these: a caught signal is reset by exec
 // anyway, only SIG_IGN survives it.
-inline constexpr int kGuardIgnoredSignals[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT,
-                                               SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1,
-                                               SIGUSR2, SIGPIPE, SIGALRM};
+inline constexpr int kGuardIgnoredSignals[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGTSTP, SIGTTIN,
+                                               SIGTTOU, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
 
 // Restores, in the child before exec, the dispositions of kGuardIgnoredSignals and the signal mask
 // that spendcap inherited.

@@ -5,11 +5,11 @@
 //
 // A running run never spends past its ceiling (the supervisor trips before it would). Ceilings rise
 // only in one serialised transaction over all of the run's scopes (SQLite: BEGIN IMMEDIATE; the
-// scopes' budget rows are the lock), and only finalisation releases them. A run belongs to the period
-// in which it started (the ledger's clock). A run whose heartbeat is stale is lost: it keeps its
-// ceiling, and once it could no longer be spending (last heartbeat + (ceiling - spend) / rate + its
-// shutdown time) it is reconciled and charged exactly its ceiling, until its real final row (spooled
-// on its host) replaces that charge.
+// scopes' budget rows are the lock), and only finalisation releases them. A run belongs to the
+// period in which it started (the ledger's clock). A run whose heartbeat is stale is lost: it keeps
+// its ceiling, and once it could no longer be spending (last heartbeat + (ceiling - spend) / rate +
+// its shutdown time) it is reconciled and charged exactly its ceiling, until its real final row
+// (spooled on its host) replaces that charge.
 //
 // A Ledger is used by one thread at a time (AsyncLedger gives the supervisor a worker thread).
 // Errors (unreachable, locked too long, corrupt) are thrown as spendcap::Error.
@@ -82,8 +82,8 @@ struct Grant {
   // What enforce mode would hold. Equal to ceiling in enforce mode; a warn-mode run holds what it
   // asks for (it is not stopped) and learns from `allowed` when it would have been.
   Money allowed;
-  std::optional<Scope> binding;  // the scope that limited `allowed` (none: granted in full)
-  std::vector<ScopeUse> scopes;  // every budgeted scope of the run
+  std::optional<Scope> binding;   // the scope that limited `allowed` (none: granted in full)
+  std::vector<ScopeUse> scopes;   // every budgeted scope of the run
   std::optional<StopOrder> stop;  // an active stop order on one of the run's scopes
 };
 
@@ -114,8 +114,9 @@ struct RunView {
   std::map<std::string, std::string> tags;
   int pid = 0;
   Mode mode = Mode::enforce;
-  RunStatus status = RunStatus::running;  // `lost` also for an unfinished run with a stale heartbeat
-  bool reconciled = false;                // charged its ceiling without a final row
+  RunStatus status =
+      RunStatus::running;   // `lost` also for an unfinished run with a stale heartbeat
+  bool reconciled = false;  // charged its ceiling without a final row
   std::string reason;
   std::optional<int> exit_code;
   Money spend, ceiling, rate_per_hour;

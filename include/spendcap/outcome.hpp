@@ -19,7 +19,10 @@ struct RunOutcome {
   std::string reason = "exited";  // "exited", "budget:run", "stop-order", "signal:SIGTERM", ...
   bool stopped_by_spendcap = false;
   int exit_code = 0;        // spendcap's own exit status
-  int spendcap_signal = 0;  // the signal to spendcap that stopped the run: re-raised at the end
+  int spendcap_signal = 0;  // the signal to spendcap that stopped the run
+  // Not in the JSON: the signal spendcap dies by at the end (spendcap_signal, or the SIGINT or
+  // SIGQUIT of a Ctrl-C that ended the job on the terminal: the calling shell must see it).
+  int reraise_signal = 0;
   std::optional<int> command_exit_code;  // the main process's exit code, when it exited
   std::optional<int> command_signal;     // the signal that ended the main process
   std::string currency = "USD";

@@ -1,7 +1,7 @@
 // The policy: rates, defaults, budgets, guards, webhooks: the user-facing contract, a JSON file
-// (format in policies/README.md, schema in policies/policy.schema.json). Parsing validates the whole
-// document and reports every error with its JSON path ("/budgets/team/vision/amount: must be a
-// positive number"); unknown keys are errors, so a typo can never silently disable a budget.
+// (format in policies/README.md, schema in policies/policy.schema.json). Parsing validates the
+// whole document and reports every error with its JSON path ("/budgets/team/vision/amount: must be
+// a positive number"); unknown keys are errors, so a typo can never silently disable a budget.
 // Where policies are found and how a locked system policy is layered: policy_layers.hpp.
 #pragma once
 
@@ -26,11 +26,11 @@ enum class Period { day, week, month, total };
 // given on the command line; the others come from the policy and live in the ledger.
 enum class ScopeKind { team, experiment, project, user, job, run };
 
-std::string to_string(Pricing pricing);  // "on_demand"
-std::string to_string(Billing billing);  // "allocated"
-std::string to_string(Mode mode);        // "enforce"
-std::string to_string(Period period);    // "month"
-std::string to_string(ScopeKind kind);   // "team"
+std::string to_string(Pricing pricing);                       // "on_demand"
+std::string to_string(Billing billing);                       // "allocated"
+std::string to_string(Mode mode);                             // "enforce"
+std::string to_string(Period period);                         // "month"
+std::string to_string(ScopeKind kind);                        // "team"
 std::optional<Pricing> parse_pricing(std::string_view text);  // "on_demand" or "on-demand", ...
 std::optional<Mode> parse_mode(std::string_view text);
 std::optional<Period> parse_period(std::string_view text);
@@ -110,7 +110,8 @@ struct Energy {
 };
 
 struct Webhook {
-  std::string url_env;  // the URL is read from this environment variable (secrets stay out of files)
+  std::string
+      url_env;  // the URL is read from this environment variable (secrets stay out of files)
   std::string format = "json";  // "json" or "slack"
   std::vector<std::string> events = {"warning", "killed", "refused", "lost"};
   std::optional<std::string> secret_env;
@@ -125,7 +126,8 @@ struct Policy {
   std::map<std::string, PriceSheet> instance_rates;
   std::optional<Money> storage_per_gb_month;
   Defaults defaults;
-  std::map<ScopeKind, std::map<std::string, BudgetSpec>> budgets;  // team, experiment, project, user
+  std::map<ScopeKind, std::map<std::string, BudgetSpec>>
+      budgets;  // team, experiment, project, user
   Guards guards;
   Energy energy;
   std::vector<Webhook> webhooks;

@@ -2,12 +2,12 @@
 //
 // The policy in effect is the first found of: --policy, $SPENDCAP_POLICY, ./spendcap.json,
 // $XDG_CONFIG_HOME/spendcap/policy.json (~/.config/...), /etc/spendcap/policy.json. A system policy
-// (/etc/spendcap/policy.json) with "locked": true always loads first; then the user's policy and the
-// command-line flags are layered over it and may only tighten it: every value they set is checked
-// against the locked one by a rule per JSON path (a shorter grace, a lower budget, a higher GPU
-// count are fine; another rate, another ledger, warn mode, no checkpoint signal are refused with an
-// error that names the flag or file and the locked value). A locked policy refuses to load when it
-// or its directory can be written by anyone but its owner.
+// (/etc/spendcap/policy.json) with "locked": true always loads first; then the user's policy and
+// the command-line flags are layered over it and may only tighten it: every value they set is
+// checked against the locked one by a rule per JSON path (a shorter grace, a lower budget, a higher
+// GPU count are fine; another rate, another ledger, warn mode, no checkpoint signal are refused
+// with an error that names the flag or file and the locked value). A locked policy refuses to load
+// when it or its directory can be written by anyone but its owner.
 #pragma once
 
 #include <optional>
@@ -46,9 +46,9 @@ struct LoadedPolicy {
   std::string locked_source;         // its path, for messages
 };
 
-// Finds and layers the policy files, then `flags` (source "command line"). Throws PolicyError for an
-// invalid file and spendcap::Error for a layer that would loosen a locked policy (naming the flag or
-// file, the value and the locked value). With no file anywhere, the policy is the defaults.
+// Finds and layers the policy files, then `flags` (source "command line"). Throws PolicyError for
+// an invalid file and spendcap::Error for a layer that would loosen a locked policy (naming the
+// flag or file, the value and the locked value). With no file anywhere, the policy is the defaults.
 LoadedPolicy load_policy(const PolicySearch& search, const PolicyLayer& flags);
 
 // The check behind load_policy, exposed for tests: every value `upper` sets must tighten `locked`.

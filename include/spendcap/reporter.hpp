@@ -4,8 +4,13 @@
 // as tqdm.write does, so a progress bar is redrawn below instead of garbled. Live figures go to the
 // terminal title with --title (pushed and popped with the xterm title stack), never to a
 // refreshing line. --quiet prints errors only.
+//
+// Once the job runs, lines are written by a thread of their own (write_in_background): stderr may
+// be a pipe that nobody reads, and a write that blocks must never stall the event loop that
+// enforces the budget. A full queue drops lines; at exit what is queued gets a bounded wait.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace spendcap {
@@ -13,7 +18,7 @@ namespace spendcap {
 class Reporter {
  public:
   Reporter(bool quiet, bool title);
-  ~Reporter();
+  ~Reporter();  // waits at most 200 ms for queued lines
 
   // "spendcap: TEXT" unless quiet.
   void line(const std::string& text) const;
@@ -23,13 +28,23 @@ class Reporter {
   void title(const std::string& text);
   bool title_enabled() const { return title_ && tty_ && !quiet_; }
 
+  // Waits at most 200 ms for the queued lines to be written (before re-raising a signal, which
+  // skips destructors).
+  void flush() const;
+
+  // From now on writes happen on a writer thread. Call only after the guard is forked (the guard
+  // must be forked while spendcap has one thread).
+  void write_in_background();
+
  private:
-  void write_line(const std::string& text) const;
+  struct Queue;
+  void write(std::string text) const;
 
   bool quiet_;
   bool title_;
   bool tty_;
   bool title_pushed_ = false;
+  std::shared_ptr<Queue> queue_;  // null until write_in_background()
 };
 
 }  // namespace spendcap

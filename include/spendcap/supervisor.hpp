@@ -13,6 +13,8 @@
 // waits on the ledger: ledger calls run on AsyncLedger's worker thread.
 #pragma once
 
+#include <signal.h>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,6 +29,22 @@
 #include "spendcap/reporter.hpp"
 
 namespace spendcap {
+
+// Signals to spendcap that stop the job: the kill path with the signal's grace, then spendcap
+// re-raises the signal. They stay blocked from the start of `spendcap run` until the event loop
+// handles them, and again while the final row is written, so none is lost and none kills spendcap
+// half-way (an admitted run never launched, a final row never written).
+inline constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+void block_stop_signals(bool block);
+// The first stop signal pending (blocked and not yet handled), or 0; it is consumed.
+int take_pending_stop_signal();
+
+// What the supervisor does about the other signals: SIGTSTP and SIGCONT are passed on to the tree
+// (Ctrl-Z on spendcap pauses the job, and spendcap goes on accruing and enforcing: a stopped
+// supervisor could not trip); SIGPIPE (a closed stderr), SIGTTOU and SIGTTIN (a terminal owned by
+// the job), SIGUSR1, SIGUSR2 and SIGALRM are ignored, so none of them can stop or kill spendcap.
+inline constexpr int kIgnoredBySupervisor[] = {SIGPIPE, SIGTTOU, SIGTTIN,
+                                               SIGUSR1, SIGUSR2, SIGALRM};
 
 struct SupervisorPlan {
   std::string run_id;

@@ -1,4 +1,5 @@
 """Signals to spendcap (issue 2, test 5) and the terminal: the job gets the foreground group."""
+import json
 import os
 import pty
 import select
@@ -51,6 +52,50 @@ class SignalToSpendcapTest(SpendcapTest):
         self.assertEqual(process.returncode, -signal.SIGINT)
         self.assertLess(self.read_json("status.json")["trip_to_empty_seconds"], 30)
         self.assert_tree_gone(timeout=2.0)
+
+
+class UnfriendlySurroundingsTest(SpendcapTest):
+    """Nothing around spendcap may stop it from enforcing the budget."""
+
+    def test_stderr_that_nobody_reads_does_not_stall_the_trip(self):
+        # The job fills the stderr pipe (64 KiB) and nobody reads it: every later write blocks.
+        process = subprocess.Popen(
+            [SPENDCAP, "run", "--rate", "36", "--budget", "0.06", "--grace", "1s", "--kill-after",
+             "1s", "--status-file", self.path("s.json"), "--", "sh", "-c",
+             "head -c 200000 /dev/zero >&2; sleep 60"],
+            env=self.spendcap_env(), cwd=self.tmp, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE)
+        try:
+            process.wait(timeout=30)  # never reads the pipe
+        finally:
+            process.kill()
+            process.stderr.close()
+        self.assertEqual(process.returncode, 124)
+        status = self.read_json("s.json")
+        self.assertEqual(status["reason"], "budget:run")
+        self.assertLessEqual(status["spend"], 0.06)
+
+    def test_sigtstp_pauses_the_job_not_spendcap(self):
+        process = self.start_spendcap(["run", "--rate", "36", "--budget", "0.07", "--grace", "1s",
+                                       "--kill-after", "1s", "--status-file",
+                                       self.path("s.json")] + self.tree_args())
+        self.wait_for_file("ready")
+        main = self.read_json("ready")["main"]
+        process.send_signal(signal.SIGTSTP)
+        wait_until(lambda: proc_state(main) == "T", 10, what="the job to be stopped")
+        self.assertNotEqual(proc_state(process.pid), "T", "spendcap itself keeps running")
+        _, stderr = process.communicate(timeout=30)
+        self.assertEqual(process.returncode, 124, stderr)  # it still tripped, on time
+        self.assertLessEqual(self.read_json("s.json")["spend"], 0.07)
+        self.assert_tree_gone(timeout=2.0)
+
+    def test_no_run_directory_means_nothing_in_the_ledger(self):
+        result = self.run_spendcap(["run", "--rate", "1", "--budget", "1", "--", "true"],
+                                   extra_env={"TMPDIR": self.path("missing")})
+        self.assertEqual(result.returncode, 125)
+        self.assertIn("cannot create the run directory", result.stderr)
+        ps = self.run_spendcap(["ps", "--json"])
+        self.assertEqual(json.loads(ps.stdout), [], "no admitted run is left holding a ceiling")
 
 
 class TerminalTest(SpendcapTest):
