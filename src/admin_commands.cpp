@@ -242,6 +242,18 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
   auto ledger = open_chosen_ledger(choice, nullptr);
   std::string flag = "--" + to_string(scope->kind) + " " + scope->name;
   if (request.clear) {
+    // A stop order is the owner's kill switch: only the ledger's owner, or whoever placed the
+    // order, may lift it.
+    if (!ledger->caller_is_owner()) {
+      std::string me = user_name() + "@";
+      for (const StopOrder& order : ledger->active_stop_orders()) {
+        if (order.scope == *scope && order.placed_by.rfind(me, 0) != 0) {
+          throw Error("stop --clear " + flag,
+                      "the order was placed by " + order.placed_by + ", not by " + user_name(),
+                      "ask them, or the ledger's owner, to clear it");
+        }
+      }
+    }
     int cleared = ledger->clear_stop_orders(*scope);
     std::cout << "cleared " << cleared << " stop order" << (cleared == 1 ? "" : "s") << " on "
               << to_string(*scope) << "\n";

@@ -1,5 +1,6 @@
 #include "spendcap/cgroup.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -78,10 +79,25 @@ std::optional<Cgroup> Cgroup::create(const std::string& name, std::string* why_n
 }
 
 std::vector<pid_t> Cgroup::procs() const {
+  // cgroup.procs lists only this level: a job that runs a container runtime, systemd-run or a
+  // nested spendcap puts processes in child cgroups, and they belong to the run all the same.
   std::vector<pid_t> pids;
-  std::ifstream file(procs_file());
-  pid_t pid;
-  while (file >> pid) pids.push_back(pid);
+  std::vector<std::string> pending{path_};
+  while (!pending.empty()) {
+    std::string dir = std::move(pending.back());
+    pending.pop_back();
+    std::ifstream file(dir + "/cgroup.procs");
+    pid_t pid;
+    while (file >> pid) pids.push_back(pid);
+    if (DIR* listing = ::opendir(dir.c_str())) {
+      while (dirent* entry = ::readdir(listing)) {
+        if (entry->d_type == DT_DIR && entry->d_name[0] != '.') {
+          pending.push_back(dir + "/" + entry->d_name);
+        }
+      }
+      ::closedir(listing);
+    }
+  }
   return pids;
 }
 
@@ -90,6 +106,15 @@ bool Cgroup::kill() const {
 }
 
 void Cgroup::remove() const noexcept {
+  // Child cgroups (made by the job's container runtime or a nested spendcap) first.
+  if (DIR* listing = ::opendir(path_.c_str())) {
+    while (dirent* entry = ::readdir(listing)) {
+      if (entry->d_type == DT_DIR && entry->d_name[0] != '.') {
+        Cgroup(path_ + "/" + entry->d_name).remove();
+      }
+    }
+    ::closedir(listing);
+  }
   ::rmdir(path_.c_str());
 }
 

@@ -142,6 +142,15 @@ class CgroupLauncher : public bp::posix::default_launcher {
       if (!ec) close_all_fds(ec);
       if (!ec) {
         ::execve(executable.c_str(), const_cast<char* const*>(cmd), const_cast<char* const*>(env));
+        // A script without a #! line: run it with /bin/sh, as execvp (and so `timeout`) does.
+        if (errno == ENOEXEC) {
+          std::vector<const char*> shell_argv{"/bin/sh", executable.c_str()};
+          for (const char* const* arg = cmd + 1; *arg; ++arg) shell_argv.push_back(*arg);
+          shell_argv.push_back(nullptr);
+          ::execve("/bin/sh", const_cast<char* const*>(shell_argv.data()),
+                   const_cast<char* const*>(env));
+          errno = ENOEXEC;
+        }
       }
       int err = ec && ec.value() ? ec.value() : errno;
       [[maybe_unused]] ssize_t n = ::write(pg.p[1], &err, sizeof err);

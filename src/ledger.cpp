@@ -13,6 +13,7 @@
 
 #include "spendcap/error.hpp"
 #include "spendcap/sqlite_ledger.hpp"
+#include "spendcap/text.hpp"
 
 namespace spendcap {
 
@@ -151,15 +152,16 @@ std::optional<std::string> sqlite_path_of_url(const std::string& url) {
 
 std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions options) {
   if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {
-    throw Error("ledger " + url, "the PostgreSQL ledger is not built yet",
+    throw Error("ledger " + redact_password(url), "the PostgreSQL ledger is not built yet",
                 "use a sqlite: ledger on this host for now");
   }
   std::optional<std::string> path = sqlite_path_of_url(url);
   if (!path) {
-    throw Error("ledger " + url, "unknown kind of ledger",
+    throw Error("ledger " + redact_password(url), "unknown kind of ledger",
                 "use sqlite:/path/ledger.db, a path, or postgresql://...");
   }
-  if (path->empty()) throw Error("ledger " + url, "no file named", "write sqlite:/path/ledger.db");
+  if (path->empty())
+    throw Error("ledger " + redact_password(url), "no file named", "write sqlite:/path/ledger.db");
   return std::make_unique<SqliteLedger>(*path, std::move(options));
 }
 

@@ -233,20 +233,9 @@ const Rule* find_rule(const Path& path) {
   return nullptr;
 }
 
-// "postgresql://app:***@db/spendcap": a ledger URL may carry a password, and these messages go to
-// terminals and CI logs.
-std::string without_password(std::string text) {
-  std::size_t scheme = text.find("://");
-  if (scheme == std::string::npos) return text;
-  std::size_t at = text.find('@', scheme + 3);
-  std::size_t colon = text.find(':', scheme + 3);
-  if (at == std::string::npos || colon == std::string::npos || colon > at) return text;
-  return text.replace(colon + 1, at - colon - 1, "***");
-}
-
 // Values as the messages show them: 120s, warn, 4.1.
 std::string value_text(const json& value) {
-  return value.is_string() ? without_password(value.get<std::string>())
+  return value.is_string() ? redact_password(value.get<std::string>())
                            : value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -365,7 +354,21 @@ std::optional<json> read_locked_system_policy(const std::string& path) {
     throw Error(path, "refusing a locked policy that others can change: " + *unsafe,
                 "a locked policy is only as safe as its file");
   }
-  parse_policy(document, path);  // throws PolicyError
+  Policy policy = parse_policy(document, path);  // throws PolicyError
+  // What a locked policy leaves unsaid the caller's environment would decide: which ledger
+  // ($XDG_DATA_HOME) and how many GPUs (CUDA_VISIBLE_DEVICES, which a job can change itself).
+  std::vector<std::string> errors;
+  if (!policy.ledger) {
+    errors.push_back(
+        "/ledger: a locked policy must name its ledger (else each user's "
+        "$XDG_DATA_HOME would choose one)");
+  }
+  if (policy.defaults.gpu && !policy.defaults.gpus) {
+    errors.push_back(
+        "/defaults/gpus: a locked policy that sets defaults.gpu must set the GPU "
+        "count too (else CUDA_VISIBLE_DEVICES would decide it)");
+  }
+  if (!errors.empty()) throw PolicyError(path, std::move(errors));
   return document;
 }
 
@@ -443,6 +446,7 @@ LoadedPolicy load_policy(const PolicySearch& search, const PolicyLayer& flags) {
   json merged = json::object();
   if (locked) {
     loaded.locked = true;
+    loaded.locked_policy = parse_policy(*locked, search.system_path);
     loaded.locked_source = search.system_path;
     loaded.sources.push_back(search.system_path + " (locked)");
     merged = *locked;

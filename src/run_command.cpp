@@ -168,6 +168,10 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
     }
     settings.rate_per_hour = parse_money_or_throw(*request.rate, "--rate");
     settings.rate_source = "--rate";
+    if (settings.rate_per_hour.micros == 0) {
+      throw Error("--rate " + *request.rate, "a run needs a burn rate above 0",
+                  "give what the job costs per hour");
+    }
     return;
   }
   const Defaults& d = policy.defaults;
@@ -195,6 +199,34 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
   settings.rate_per_hour = Money{per_instance.micros * instances};
   if (instances != 1) source = std::to_string(instances) + " x (" + source + ")";
   settings.rate_source = source + " " + to_string(d.pricing);
+  if (settings.rate_per_hour.micros == 0) {
+    throw Error("burn rate", "is 0 for " + settings.rate_source,
+                "check --gpus, --instances and the policy's prices");
+  }
+}
+
+// Under a locked policy that defines budgets, every run is charged to one of them: otherwise a run
+// without --team (or with a made-up team) would answer only to its own --budget.
+void require_a_locked_budget(const RunSettings& settings) {
+  if (!settings.loaded.locked_policy) return;
+  const auto& budgets = settings.loaded.locked_policy->budgets;
+  if (budgets.empty()) return;
+  std::vector<std::string> choices;
+  for (const auto& [kind, named] : budgets) {
+    const std::string* name = kind == ScopeKind::team         ? &settings.team
+                              : kind == ScopeKind::experiment ? &settings.experiment
+                              : kind == ScopeKind::project    ? &settings.project
+                              : kind == ScopeKind::user       ? &settings.user
+                                                              : nullptr;
+    if (name && named.count(*name)) return;
+    std::vector<std::string> names;
+    for (const auto& [budget_name, spec] : named) names.push_back(budget_name);
+    choices.push_back("--" + to_string(kind) + " " + join(names, "|"));
+  }
+  throw Error("run",
+              "the locked policy " + settings.loaded.locked_source +
+                  " charges every run to one of its budgets, and this run matches none",
+              "give " + join(choices, " or "));
 }
 
 }  // namespace
@@ -256,6 +288,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.job_key = request.job_key;
   settings.user = user_name();
   settings.host = host_name();
+  require_a_locked_budget(settings);
   return settings;
 }
 
@@ -271,8 +304,8 @@ std::vector<BudgetRule> budget_rules(const Policy& policy) {
   return rules;
 }
 
-// Opens the ledger, replays what earlier runs on this host spooled, and, on a ledger the caller
-// owns (a personal one), applies the policy's budgets: loading the owner's policy applies it.
+// Opens the ledger, replays what earlier runs on this host spooled, and, on a personal ledger (the
+// caller's own file), applies the policy's budgets: loading the owner's policy applies it.
 std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestSwitches& switches,
                                         const Reporter& reporter) {
   LedgerOptions options;
@@ -282,8 +315,11 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
     reporter.line("replayed " + std::to_string(replayed) + " spooled final rows into " +
                   ledger->url());
   }
-  std::vector<BudgetRule> rules = budget_rules(settings.loaded.policy);
-  if (!rules.empty() && ledger->caller_is_owner()) ledger->apply_budgets(rules, false);
+  // Under a locked policy only the locked policy's own budgets, never a user layer's.
+  const Policy& owner_policy =
+      settings.loaded.locked_policy ? *settings.loaded.locked_policy : settings.loaded.policy;
+  std::vector<BudgetRule> rules = budget_rules(owner_policy);
+  if (!rules.empty() && ledger->is_personal()) ledger->apply_budgets(rules, false);
   return ledger;
 }
 

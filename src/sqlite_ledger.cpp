@@ -903,6 +903,18 @@ bool SqliteLedger::caller_is_owner() {
   return caller == 0 || caller == file_status.st_uid;
 }
 
+bool SqliteLedger::is_personal() {
+  struct stat file_status {
+  }, dir_status{};
+  std::string directory = std::filesystem::path(impl_->path).parent_path().string();
+  if (stat(impl_->path.c_str(), &file_status) != 0 || stat(directory.c_str(), &dir_status) != 0) {
+    return false;
+  }
+  uid_t caller = impl_->sqlite_options.effective_uid.value_or(geteuid());
+  bool others_may_write = (file_status.st_mode | dir_status.st_mode) & (S_IWGRP | S_IWOTH);
+  return file_status.st_uid == caller && !others_may_write;
+}
+
 void SqliteLedger::apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) {
   if (!caller_is_owner()) {
     struct stat file_status {};

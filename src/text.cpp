@@ -23,4 +23,20 @@ std::vector<std::string> split(std::string_view text, char separator) {
   return parts;
 }
 
+std::string redact_password(std::string url) {
+  std::size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  std::size_t at = url.find('@', scheme + 3);
+  std::size_t colon = url.find(':', scheme + 3);
+  if (at != std::string::npos && colon != std::string::npos && colon < at) {
+    url.replace(colon + 1, at - colon - 1, "***");
+  }
+  for (std::size_t key = url.find("password="); key != std::string::npos;
+       key = url.find("password=", key + 1)) {
+    std::size_t start = key + 9, end = url.find('&', start);
+    url.replace(start, (end == std::string::npos ? url.size() : end) - start, "***");
+  }
+  return url;
+}
+
 }  // namespace spendcap

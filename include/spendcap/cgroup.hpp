@@ -25,7 +25,7 @@ class Cgroup {
   const std::string& path() const { return path_; }
   std::string procs_file() const { return path_ + "/cgroup.procs"; }
 
-  // The pids in it (zombies may be listed until reaped).
+  // The pids in it and in its child cgroups (zombies may be listed until reaped).
   std::vector<pid_t> procs() const;
   // SIGKILLs every process in it (cgroup.kill, Linux 5.14+). False where the kernel lacks it.
   bool kill() const;

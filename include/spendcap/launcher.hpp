@@ -11,8 +11,9 @@
 // The launcher is Boost's default one with the fork made a clone3 into the cgroup (launcher.cpp
 // says why). Then detach(): the guard is the one reaper, so the process object's wait()/running()
 // are never called. Every fd spendcap inherited stays open in the job (make's jobserver, Slurm's
-// PMI_FD, 3>); spendcap's own fds are all O_CLOEXEC. When exec fails the child _exits 127 (not
-// found) or 126.
+// PMI_FD, 3>); spendcap's own fds are all O_CLOEXEC. A script without a #! line runs with /bin/sh,
+// as with execvp. When exec fails the child _exits 127 (not found) or 126; 125 if the guard died
+// before the child could arm PDEATHSIG.
 #pragma once
 
 #include <signal.h>

@@ -144,12 +144,17 @@ class Ledger {
  public:
   virtual ~Ledger() = default;
 
-  // "sqlite:/var/lib/spendcap/ledger.db": where it is, for messages and the spool.
+  // "sqlite:/var/lib/spendcap/ledger.db": where it is, for messages and the spool; never holds a
+  // password (redact_password).
   virtual std::string url() const = 0;
 
   // --- budgets (owned by the ledger's owner) ---
   // Whether the caller owns the ledger (may change budgets): the owner of the SQLite file, or root.
   virtual bool caller_is_owner() = 0;
+  // A ledger only the caller writes (their own file, in a directory nobody else may write): there,
+  // loading the caller's policy applies its budgets. A shared ledger changes budgets only through
+  // `spendcap budgets apply`, so that one user's ./spendcap.json cannot rewrite everyone's.
+  virtual bool is_personal() = 0;
   // Sets the budgets; `remove_others` also deletes budgets not in `rules` (`budgets apply`).
   // Throws Error when the caller is not the owner. A new amount binds new grants only.
   virtual void apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) = 0;

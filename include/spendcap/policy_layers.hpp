@@ -44,6 +44,7 @@ struct LoadedPolicy {
   std::vector<std::string> sources;  // the layers, in order ("/etc/spendcap/policy.json (locked)")
   bool locked = false;               // a locked system policy is in force
   std::string locked_source;         // its path, for messages
+  std::optional<Policy> locked_policy;  // the locked policy alone, without the layers above it
 };
 
 // Finds and layers the policy files, then `flags` (source "command line"). Throws PolicyError for

@@ -113,6 +113,7 @@ class SqliteLedger final : public Ledger {
 
   std::string url() const override;
   bool caller_is_owner() override;
+  bool is_personal() override;
   void apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) override;
   std::vector<BudgetRule> budget_rules() override;
   std::vector<BudgetView> budgets() override;

@@ -13,4 +13,8 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
 // The non-empty parts of `text` between `separator`s: "a,,b" -> {"a", "b"}.
 std::vector<std::string> split(std::string_view text, char separator);
 
+// `url` with any password replaced by "***" ("postgresql://app:***@db/spendcap", also
+// "?password=***"): ledger URLs may carry one, and messages go to terminals and CI logs.
+std::string redact_password(std::string url);
+
 }  // namespace spendcap

@@ -1,12 +1,14 @@
 """Shared budgets through the ledger (issue 3, tests 3 to 7): concurrent runs, sequential runs, job
 keys, stop orders, lost runs and their reconciliation, warn mode."""
 import os
+import shutil
 import signal
 import subprocess
 import time
 import unittest
 
-from spendcap_testlib import FIXTURES, LedgerTest, alive, processes_with_marker, wait_until
+from spendcap_testlib import (FIXTURES, SPENDCAP, LedgerTest, alive, processes_with_marker,
+                              wait_until)
 
 MICROS = 1_000_000
 
@@ -150,6 +152,37 @@ class StopOrderTest(LedgerTest):
         self.assertEqual(after.returncode, 0, after.stderr)
 
 
+class StopOrderPermissionTest(LedgerTest):
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv"), "needs root and setpriv")
+    def test_only_the_owner_or_the_placer_clears_a_stop_order(self):
+        # A ledger every user may write, owned by root, as on a shared runner without PostgreSQL.
+        shared = self.path("shared")
+        os.mkdir(shared)
+        for directory in (self.tmp, shared):
+            os.chmod(directory, 0o777)
+        ledger = os.path.join(shared, "ledger.db")
+        placed = self.run_spendcap(["stop", "--team", "vision", "--ledger", ledger])
+        self.assertEqual(placed.returncode, 0, placed.stderr)
+        for name in os.listdir(shared):
+            os.chmod(os.path.join(shared, name), 0o666)
+        spool = self.path("nobody-spool")
+        os.mkdir(spool)
+        os.chmod(spool, 0o777)
+        as_nobody = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SPENDCAP, "stop",
+             "--clear", "--team", "vision", "--ledger", ledger],
+            env=self.spendcap_env({"SPENDCAP_SPOOL_DIR": spool, "HOME": self.tmp}), cwd=self.tmp,
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(as_nobody.returncode, 125, as_nobody.stderr)
+        self.assertIn("placed by root@", as_nobody.stderr)
+        orders = self.run_spendcap(["run", "--team", "vision", "--rate", "1", "--budget", "1",
+                                    "--ledger", ledger, "--", "true"])
+        self.assertEqual(orders.returncode, 120, "the order still stands")
+        cleared = self.run_spendcap(["stop", "--clear", "--team", "vision", "--ledger", ledger])
+        self.assertEqual(cleared.returncode, 0, cleared.stderr)
+        self.assertIn("cleared 1 stop order", cleared.stdout)
+
+
 class LostRunTest(LedgerTest):
     """Test 6: a wrapper SIGKILLed mid-run is lost, holds its ceiling, and is reconciled."""
 
@@ -209,9 +242,6 @@ class WarnModeTest(LedgerTest):
         self.assertLess(row["would_stop_at"], row["finished_at"])
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class LedgerUnreachableTest(LedgerTest):
     """A ledger that stops answering mid-run: the run goes on within its granted ceiling, then stops
@@ -267,3 +297,7 @@ class ThresholdTest(LedgerTest):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stderr.count("50% of the team:w budget (day) spent"), 1,
                          result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -88,6 +88,7 @@ class PolicyCheckTest(LedgerTest):
 class LockedPolicyTest(LedgerTest):
     LOCKED = {
         "locked": True,
+        "ledger": "LEDGER",
         "rates": {"gpu": {"a100-80gb": {"on_demand": 4.0}}},
         "defaults": {"gpu": "a100-80gb", "gpus": 2, "grace": "60s", "kill_after": "10s"},
         "budgets": {"team": {"vision": {"amount": 100, "period": "month", "max_run": 10}}},
@@ -100,8 +101,9 @@ class LockedPolicyTest(LedgerTest):
         os.makedirs(self.path("etc-work"))
         os.chmod(self.tmp, 0o755)
         self.policy_file = os.path.join(self.upper, "spendcap", "policy.json")
+        locked = dict(self.LOCKED, ledger="sqlite:" + self.ledger_file())
         with open(self.policy_file, "w") as f:
-            json.dump(self.LOCKED, f)
+            json.dump(locked, f)
         os.chmod(self.policy_file, 0o644)
         os.chmod(os.path.join(self.upper, "spendcap"), 0o755)
 
@@ -145,6 +147,28 @@ class LockedPolicyTest(LedgerTest):
         result = self.run_locked(["run", "--team", "vision"] + self.job(),
                                  extra_env={"SPENDCAP_POLICY": env_file})
         self.assert_refused(result, "$SPENDCAP_POLICY", "/defaults/grace")
+
+    def test_every_run_is_charged_to_a_locked_budget(self):
+        for flags in ([], ["--team", "made-up"], ["--experiment", "x"]):
+            with self.subTest(flags=flags):
+                result = self.run_locked(["run", "--budget", "100000"] + flags + self.job())
+                self.assert_refused(result, "charges every run to one of its budgets",
+                                    "--team vision")
+
+    def test_the_environment_cannot_choose_the_ledger(self):
+        result = self.run_locked(["run", "--team", "vision", "--status-file",
+                                  self.path("s.json")] + self.job(),
+                                 extra_env={"XDG_DATA_HOME": self.path("elsewhere")})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.path("elsewhere"), "spendcap")))
+        self.assertEqual(len(self.runs()), 1, "recorded in the locked policy's ledger")
+
+    def test_user_policy_budgets_are_not_applied_to_a_locked_ledger(self):
+        self.write_policy({"budgets": {"team": {"vision": {"amount": 1, "period": "month"}}}})
+        result = self.run_locked(["run", "--team", "vision"] + self.job())
+        self.assertEqual(result.returncode, 0, result.stderr)
+        budgets = self.spendcap_json(["budgets", "--ledger", self.ledger_file()])
+        self.assertNotIn(1.0, [b["budget"] for b in budgets if b["scope"] == "team:vision"])
 
     def test_test_switches_are_refused(self):
         result = self.run_locked(["run", "--team", "vision"] + self.job(),

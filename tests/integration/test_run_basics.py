@@ -119,5 +119,17 @@ class ErrorCodesTest(SpendcapTest):
         self.assertEqual(self.read_json("s.json")["status"], "refused")
 
 
+
+class ScriptWithoutShebangTest(SpendcapTest):
+    def test_runs_with_bin_sh_as_execvp_does(self):
+        script = self.path("no-shebang")
+        with open(script, "w") as f:
+            f.write('echo "ran by sh: $1"\n')
+        os.chmod(script, 0o755)
+        result = self.run_spendcap(UNDER_BUDGET + ["--", script, "arg"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "ran by sh: arg\n")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -862,3 +862,41 @@ TEST_CASE("policy: a locked policy that names no ledger refuses any ledger from 
   CHECK(spendcap::loosening_violations(same, {{"ledger", "sqlite:/var/lib/spendcap/ledger.db"}})
             .empty());
 }
+
+namespace spendcap {
+
+TEST_CASE("policy layers: a locked policy names its ledger and its GPU count") {
+  testing::TempDir dir("spendcap-policy-test", 0755);
+  PolicySearch search;
+  search.system_path = dir.file("policy.json");
+  search.cwd_path = dir.file("none.json");
+  auto write_locked = [&](const json& document) {
+    std::ofstream(search.system_path) << document.dump();
+    REQUIRE(chmod(search.system_path.c_str(), 0644) == 0);
+  };
+  auto errors_of = [&]() -> std::string {
+    try {
+      load_policy(search, PolicyLayer{"command line", json::object()});
+    } catch (const PolicyError& error) {
+      return all_lines(error.errors());
+    }
+    return "";
+  };
+  json locked = {{"locked", true},
+                 {"rates", {{"gpu", {{"a100-80gb", {{"on_demand", 4.1}}}}}}},
+                 {"defaults", {{"gpu", "a100-80gb"}}}};
+  write_locked(locked);
+  std::string errors = errors_of();
+  CHECK(errors.find("/ledger: a locked policy must name its ledger") != std::string::npos);
+  CHECK(errors.find("/defaults/gpus: a locked policy that sets defaults.gpu") != std::string::npos);
+  locked["ledger"] = "sqlite:/var/lib/spendcap/ledger.db";
+  locked["defaults"]["gpus"] = 8;
+  write_locked(locked);
+  CHECK(errors_of() == "");
+  // An unlocked system policy needs neither: the user's environment is theirs to decide.
+  write_locked({{"rates", {{"gpu", {{"a100-80gb", {{"on_demand", 4.1}}}}}}},
+                {"defaults", {{"gpu", "a100-80gb"}}}});
+  CHECK(errors_of() == "");
+}
+
+}  // namespace spendcap

@@ -210,6 +210,39 @@ TEST_CASE("the run's cgroup holds a double-forked daemon, and cgroup.kill ends i
   ::close(ready[1]);
 }
 
+TEST_CASE("the run's cgroup counts processes in its child cgroups as members") {
+  std::string why;
+  auto cgroup = Cgroup::create("spendcap-unit-nested-" + std::to_string(::getpid()), &why);
+  if (!cgroup) {
+    MESSAGE("no writable cgroup v2 here (" << why << "): the cgroup path is not tested");
+    return;
+  }
+  std::string inner = cgroup->path() + "/inner";
+  REQUIRE(::mkdir(inner.c_str(), 0755) == 0);
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t child = fork_child([&] {
+    FILE* f = std::fopen((inner + "/cgroup.procs").c_str(), "w");
+    std::fputs("0", f);
+    std::fclose(f);
+    (void)!::write(ready[1], "x", 1);
+  });
+  Forked forked{{child}};
+  char byte;
+  REQUIRE(read_exactly(ready[0], &byte, 1));
+  auto procs = cgroup->procs();
+  CHECK(std::find(procs.begin(), procs.end(), child) != procs.end());
+  LiveProcessTree tree(::getpid(), &*cgroup);
+  CHECK(tree.members().size() == 1);
+  CHECK(tree.kill_all() == 1);  // cgroup.kill reaches child cgroups too
+  CHECK(eventually([&] { return !is_alive(child); }));
+  ::waitpid(child, nullptr, 0);
+  ::rmdir(inner.c_str());
+  cgroup->remove();
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
 TEST_CASE("resolve_executable searches PATH like execvp and reports 126/127") {
   CHECK(resolve_executable("sh", "/nonexistent:/bin:/usr/bin").find("/sh") != std::string::npos);
   CHECK(resolve_executable("/bin/sh", "") == "/bin/sh");

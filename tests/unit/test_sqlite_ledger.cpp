@@ -277,6 +277,20 @@ TEST_CASE("SqliteLedger: only the file's owner (or root) changes budgets") {
   CHECK(SqliteLedger(path, {}).caller_is_owner() == (geteuid() == 0 || geteuid() == 65534));
 }
 
+TEST_CASE("SqliteLedger: personal means the caller's own file in a directory only they write") {
+  TempDir dir;  // 0700
+  std::string path = dir.file("ledger.db");
+  { SqliteLedger create(path, {}); }
+  uid_t me = geteuid();
+  CHECK(SqliteLedger(path, {}).is_personal());
+  CHECK_FALSE(SqliteLedger(path, {}, {seconds(10), me + 1}).is_personal());  // someone else
+  REQUIRE(chmod(dir.path().c_str(), 0770) == 0);  // a shared directory (group spendcap)
+  CHECK_FALSE(SqliteLedger(path, {}).is_personal());
+  REQUIRE(chmod(dir.path().c_str(), 0700) == 0);
+  REQUIRE(chmod(path.c_str(), 0666) == 0);  // a file anyone may write
+  CHECK_FALSE(SqliteLedger(path, {}).is_personal());
+}
+
 TEST_CASE("SqliteLedger: a write lock held past the timeout is an error naming the file") {
   TempDir dir;
   std::string path = dir.file("ledger.db");
