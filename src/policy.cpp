@@ -119,23 +119,32 @@ constexpr SignalNameEntry kSignalNames[] = {
 };
 }  // namespace
 
+// "none", a number written plainly ("10", not "010"), or a name in upper or lower case with or
+// without "SIG" ("SIGUSR1", "usr1", "SIGRTMIN+2"), never mixed case or "RTMIN2abc".
 std::optional<int> parse_signal(std::string_view text) {
   if (text == "none" || text == "0") return 0;
-  if (!text.empty() && std::all_of(text.begin(), text.end(), ::isdigit)) {
+  if (text.empty()) return std::nullopt;
+  if (std::all_of(text.begin(), text.end(), ::isdigit)) {
+    if (text.size() > 2 || text[0] == '0') return std::nullopt;
     int number = std::atoi(std::string(text).c_str());
-    if (number > 0 && number < NSIG) return number;
-    return std::nullopt;
+    return number > 0 && number < NSIG ? std::optional<int>(number) : std::nullopt;
   }
-  std::string upper;
-  for (char c : text) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::string upper, lower;
+  for (char c : text) {
+    upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (text != upper && text != lower) return std::nullopt;
   std::string_view name = upper;
   if (name.substr(0, 3) == "SIG") name.remove_prefix(3);
   for (const auto& entry : kSignalNames) {
     if (name == entry.name) return entry.number;
   }
-  if (name.substr(0, 5) == "RTMIN") {
-    int offset = name.size() > 5 ? std::atoi(std::string(name.substr(5)).c_str()) : 0;
-    if (SIGRTMIN + offset <= SIGRTMAX && offset >= 0) return SIGRTMIN + offset;
+  if (name == "RTMIN") return SIGRTMIN;
+  if (name.substr(0, 6) == "RTMIN+" && name.size() > 6 && name.size() <= 8 &&
+      std::all_of(name.begin() + 6, name.end(), ::isdigit)) {
+    int offset = std::atoi(std::string(name.substr(6)).c_str());
+    if (SIGRTMIN + offset <= SIGRTMAX) return SIGRTMIN + offset;
   }
   return std::nullopt;
 }
@@ -310,6 +319,19 @@ const auto duration = [](Reader& r, const json& v, const Pointer& at) {
 const auto positive_duration = [](Reader& r, const json& v, const Pointer& at) {
   return read_duration(r, v, at, true);
 };
+// A duration within [low, high]: where a value outside would break something (see uses).
+auto duration_between(Nanos low, Nanos high) {
+  return [low, high](Reader& reader, const json& value,
+                     const Pointer& at) -> std::optional<Nanos> {
+    auto duration = read_duration(reader, value, at, false);
+    if (duration && (*duration < low || *duration > high)) {
+      reader.fail(at, "must be between " + format_duration(low) + " and " + format_duration(high) +
+                          got(value));
+      return std::nullopt;
+    }
+    return duration;
+  };
+}
 
 // JSON Schema counts 8.0 as an integer, and so does this, so that the schema and the validator
 // agree.
@@ -444,34 +466,15 @@ std::optional<Billing> parse_billing(std::string_view text) {
   return std::nullopt;
 }
 
-std::string upper_case(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return text;
-}
-std::string lower_case(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
-// The spellings a policy file may use: what parse_signal accepts, written the way the schema can
-// describe it: "none", a number, or the name in upper or lower case with or without "SIG"
-// ("SIGUSR1", "usr1", "SIGRTMIN+2"); not mixed case, not parse_signal's looser "RTMIN2".
-std::optional<int> policy_signal(const std::string& text) {
-  std::optional<int> number = parse_signal(text);
-  if (!number || text == "none") return number;
-  if (std::isdigit(static_cast<unsigned char>(text[0]))) {
-    return text == std::to_string(*number) ? number : std::nullopt;  // "10", not "010"
-  }
-  if (text != upper_case(text) && text != lower_case(text)) return std::nullopt;
-  std::string name = upper_case(text);
-  if (!name.starts_with("SIG")) name = "SIG" + name;
-  if (name == signal_name(*number) || (*number == SIGRTMIN && name == "SIGRTMIN")) return number;
-  return std::nullopt;
-}
 const auto signal_spelling = [](Reader& reader, const json& value,
                                 const Pointer& at) -> std::optional<int> {
   if (value.is_string()) {
-    if (auto number = policy_signal(value.get<std::string>())) return number;
+    auto number = parse_signal(value.get<std::string>());
+    if (number && (*number == SIGKILL || *number == SIGSTOP)) {
+      reader.fail(at, "cannot be caught, so no job could checkpoint on it" + got(value));
+      return std::nullopt;
+    }
+    if (number) return number;
   }
   reader.fail(
       at, "not a signal name (write it like \"SIGUSR1\", \"USR2\", \"SIGRTMIN+1\" or \"none\")" +
@@ -684,8 +687,12 @@ const Schema<Defaults>& defaults_schema() {
       field("grace_on_signal", &Defaults::grace_on_signal, duration),
       field("kill_after_on_signal", &Defaults::kill_after_on_signal, duration),
       field("interval", &Defaults::interval, positive_duration),
-      field("sync", &Defaults::sync, positive_duration),
-      field("claim_horizon", &Defaults::claim_horizon, positive_duration),
+      // Every heartbeat is a write transaction on a ledger other runs share: not more than one a
+      // second per run. An hour bounds how long a lost run goes unnoticed.
+      field("sync", &Defaults::sync, duration_between(std::chrono::seconds(1), std::chrono::hours(1))),
+      // A claim longer than a day would hold other runs' budget for nothing.
+      field("claim_horizon", &Defaults::claim_horizon,
+            duration_between(std::chrono::seconds(1), std::chrono::hours(24))),
       field("checkpoint_signal", &Defaults::checkpoint_signal, signal_spelling),
       field("warn_at", &Defaults::warn_at, warn_at),
       field("gpu", &Defaults::gpu, text),

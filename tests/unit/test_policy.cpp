@@ -899,4 +899,20 @@ TEST_CASE("policy layers: a locked policy names its ledger and its GPU count") {
   CHECK(errors_of() == "");
 }
 
+TEST_CASE("policy: signals are spelled one way in files and on the command line") {
+  CHECK(parse_signal("SIGUSR1") == SIGUSR1);
+  CHECK(parse_signal("usr2") == SIGUSR2);
+  CHECK(parse_signal("10") == 10);
+  CHECK(parse_signal("none") == 0);
+  CHECK(parse_signal("SIGRTMIN+2") == SIGRTMIN + 2);
+  for (const char* bad : {"SigUsr1", "010", "RTMIN2", "SIGRTMIN+2abc", "SIGFOO", "", "999"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_signal(bad).has_value());
+  }
+  // SIGKILL and SIGSTOP can never be caught: a checkpoint signal must be one a job can handle.
+  auto errors = validate_policy({{"defaults", {{"checkpoint_signal", "SIGKILL"}}}});
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].find("/defaults/checkpoint_signal: cannot be caught") == 0);
+}
+
 }  // namespace spendcap
