@@ -9,11 +9,16 @@ namespace spendcap {
 // Shared with the worker, which may outlive the AsyncLedger once abandoned.
 struct AsyncLedger::Shared {
   std::shared_ptr<Ledger> ledger;
-  Post post;
+  Post post;  // cleared (under mutex) when the AsyncLedger goes: the event loop may be gone too
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
+
+  void deliver(std::function<void()> done) {
+    std::lock_guard lock(mutex);
+    if (post) post(std::move(done));
+  }
 };
 
 AsyncLedger::AsyncLedger(std::shared_ptr<Ledger> ledger, Post post)
@@ -29,6 +34,9 @@ AsyncLedger::~AsyncLedger() {
   }
   shared_->wake.notify_all();
   if (worker_.joinable()) worker_.join();
+  // An abandoned worker may finish later: it must not post to an event loop that is gone.
+  std::lock_guard lock(shared_->mutex);
+  shared_->post = nullptr;
 }
 
 void AsyncLedger::start_worker() {
@@ -68,7 +76,7 @@ void AsyncLedger::call(std::function<void(Ledger&)> work,
     std::lock_guard lock(shared_->mutex);
     shared_->queue.push_back([shared = shared_, work = std::move(work), done = std::move(done)] {
       std::string error = run_catching(work, *shared->ledger);
-      shared->post([done, error] { done(error); });
+      shared->deliver([done, error] { done(error); });
     });
   }
   shared_->wake.notify_one();

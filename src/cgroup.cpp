@@ -101,6 +101,23 @@ std::vector<pid_t> Cgroup::procs() const {
   return pids;
 }
 
+bool Cgroup::holds(pid_t pid) const {
+  // The directory's name holds the run id: unique, so matching it in the "0::" path is enough.
+  std::string name = "/" + path_.substr(path_.rfind('/') + 1);
+  std::ifstream file("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(file, line)) {
+    if (line.rfind("0::", 0) != 0) continue;
+    size_t at = line.find(name);
+    while (at != std::string::npos) {
+      size_t end = at + name.size();
+      if (end == line.size() || line[end] == '/') return true;
+      at = line.find(name, at + 1);
+    }
+  }
+  return false;
+}
+
 bool Cgroup::kill() const {
   return write_file(path_ + "/cgroup.kill", "1");
 }

@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
   budgets->add_flag("--json", json, "print JSON");
   CLI::App* apply = budgets->add_subcommand("apply", "set the ledger's budgets from a policy");
   apply->add_option("policy_file", apply_file, "the policy")->required();
+  apply->fallthrough();  // `budgets apply --ledger X FILE` as well as `budgets --ledger X apply
+                         // FILE`
 
   CLI::App* ps = app.add_subcommand("ps", "running and lost runs");
   add_ledger_options(*ps, choice);

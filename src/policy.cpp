@@ -321,8 +321,7 @@ const auto positive_duration = [](Reader& r, const json& v, const Pointer& at) {
 };
 // A duration within [low, high]: where a value outside would break something (see uses).
 auto duration_between(Nanos low, Nanos high) {
-  return [low, high](Reader& reader, const json& value,
-                     const Pointer& at) -> std::optional<Nanos> {
+  return [low, high](Reader& reader, const json& value, const Pointer& at) -> std::optional<Nanos> {
     auto duration = read_duration(reader, value, at, false);
     if (duration && (*duration < low || *duration > high)) {
       reader.fail(at, "must be between " + format_duration(low) + " and " + format_duration(high) +
@@ -689,7 +688,8 @@ const Schema<Defaults>& defaults_schema() {
       field("interval", &Defaults::interval, positive_duration),
       // Every heartbeat is a write transaction on a ledger other runs share: not more than one a
       // second per run. An hour bounds how long a lost run goes unnoticed.
-      field("sync", &Defaults::sync, duration_between(std::chrono::seconds(1), std::chrono::hours(1))),
+      field("sync", &Defaults::sync,
+            duration_between(std::chrono::seconds(1), std::chrono::hours(1))),
       // A claim longer than a day would hold other runs' budget for nothing.
       field("claim_horizon", &Defaults::claim_horizon,
             duration_between(std::chrono::seconds(1), std::chrono::hours(24))),

@@ -162,6 +162,8 @@ std::vector<ProcStat> live_descendants(pid_t root) {
       for (pid_t child : children) {
         auto stat = read_proc_stat(child);
         if (!stat || !stat->alive()) continue;  // gone, or a zombie: it has no children left
+        // Reaped and its pid reused between the two reads: someone else's process now.
+        if (stat->ppid != parent) continue;
         found.push_back(*stat);
         frontier.push_back(child);
       }
@@ -199,7 +201,10 @@ std::vector<ProcStat> LiveProcessTree::cgroup_members() const {
   std::vector<ProcStat> found;
   if (!cgroup_) return found;
   for (pid_t pid : cgroup_->procs()) {
-    if (auto stat = read_proc_stat(pid); stat && stat->alive()) found.push_back(*stat);
+    auto stat = read_proc_stat(pid);
+    // Re-checked after the stat read: a pid reaped and reused in between is no longer in the run's
+    // cgroup, and its start time must not be taken for a member's.
+    if (stat && stat->alive() && cgroup_->holds(pid)) found.push_back(*stat);
   }
   return found;
 }

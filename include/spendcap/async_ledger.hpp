@@ -22,7 +22,9 @@ class AsyncLedger {
   using Post = std::function<void(std::function<void()>)>;
 
   AsyncLedger(std::shared_ptr<Ledger> ledger, Post post);
-  ~AsyncLedger();  // waits for the queue, unless abandon() was called
+  // Waits for the queued calls, unless call_and_wait() timed out and abandoned the worker; either
+  // way no result is delivered afterwards.
+  ~AsyncLedger();
 
   // Runs `work` on the worker; then `done(error)` on the event loop ("" when it succeeded).
   void call(std::function<void(Ledger&)> work, std::function<void(const std::string&)> done);

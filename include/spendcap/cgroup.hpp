@@ -27,6 +27,8 @@ class Cgroup {
 
   // The pids in it and in its child cgroups (zombies may be listed until reaped).
   std::vector<pid_t> procs() const;
+  // Whether `pid` is in it or in one of its child cgroups now (/proc/PID/cgroup).
+  bool holds(pid_t pid) const;
   // SIGKILLs every process in it (cgroup.kill, Linux 5.14+). False where the kernel lacks it.
   bool kill() const;
   // Removes the (empty) directory; best effort, never throws.

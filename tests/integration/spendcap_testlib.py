@@ -177,13 +177,20 @@ class LedgerTest(SpendcapTest):
         return os.path.join(self.tmp, "data", "spendcap", "ledger.db")
 
     def runs(self, where="1=1", params=()):
-        """Rows of the ledger's runs table, as dicts (read-only: the test checks, spendcap writes)."""
+        """Rows of the ledger's runs table, as dicts (read-only: the test checks, spendcap writes).
+        Empty while the ledger does not exist yet or has no tables yet (spendcap is creating it)."""
         import sqlite3
+        if not os.path.exists(self.ledger_file()):
+            return []
         connection = sqlite3.connect("file:%s?mode=ro" % self.ledger_file(), uri=True, timeout=30)
         connection.row_factory = sqlite3.Row
         try:
             return [dict(row) for row in connection.execute(
                 "SELECT * FROM runs WHERE %s ORDER BY started_at" % where, params)]
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                return []
+            raise
         finally:
             connection.close()
 

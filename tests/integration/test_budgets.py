@@ -193,7 +193,8 @@ class LostRunTest(LedgerTest):
         process = self.start_spendcap(["run", "--team", "lost", "--rate", "36"] + self.tree_args())
         self.wait_for_file("ready")
         # Let a heartbeat report some spend, then kill the wrapper outright.
-        wait_until(lambda: self.runs()[0]["spend_micros"] > 0, 10, what="a heartbeat with spend")
+        wait_until(lambda: self.runs() and self.runs()[0]["spend_micros"] > 0, 10,
+                   what="a heartbeat with spend")
         process.kill()
         process.communicate(timeout=10)
         self.assert_tree_gone(timeout=2)
@@ -254,8 +255,8 @@ class LedgerUnreachableTest(LedgerTest):
                            "budgets": {"team": {"far": {"amount": 100, "period": "day"}}}})
         process = self.start_spendcap(["run", "--team", "far", "--rate", "36", "--status-file",
                                        self.path("s.json")] + sleeper(120))
-        wait_until(lambda: os.path.exists(self.ledger_file()) and self.runs()
-                   and self.runs()[0]["spend_micros"] > 0, 20, what="a first heartbeat")
+        wait_until(lambda: self.runs() and self.runs()[0]["spend_micros"] > 0, 20,
+                   what="a first heartbeat")
         # Another process takes the ledger's write lock and keeps it: the ledger "is down".
         blocker = sqlite3.connect(self.ledger_file(), timeout=30, isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")

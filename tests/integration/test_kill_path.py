@@ -30,6 +30,12 @@ class HostileTreeTest(SpendcapTest):
         self.assertEqual(result.returncode, 124, result.stderr)
         self.assertEqual(status["reason"], "budget:run")
         self.assertEqual(status["tree_tracking"], expected_tracking)
+        with open(self.path("ready.cgroup")) as f:
+            job_cgroup = f.read()
+        # The job really was in the run's own cgroup (and not in one without it): the label above
+        # is not just a label.
+        in_run_cgroup = job_cgroup.endswith("/spendcap-" + status["run_id"])
+        self.assertEqual(in_run_cgroup, expected_tracking == "cgroup", job_cgroup)
         self.assertTrue(os.path.exists(self.path("checkpoint")), "the main process checkpointed")
         self.assertEqual(status["checkpoint_signalled"], 1, "only the main process catches it")
         self.assertLessEqual(status["spend"], 0.06)
