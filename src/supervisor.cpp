@@ -372,8 +372,11 @@ class Supervisor::Impl {
     reporter_.line("sent " + signal_name(plan_.checkpoint_signal) + " to " +
                    std::to_string(signalled) + (signalled == 1 ? " process" : " processes") +
                    "; grace " + format_duration(deadlines_.term_at - at));
-    watch_checkpoint_done();
+    // The grace step first: if the job already wrote its checkpoint, watching finds the file and
+    // terminates at once, which re-arms the step timer for the kill; armed the other way round,
+    // the grace step would replace the kill and SIGKILL would never come (a race under load).
     arm_step(deadlines_.term_at, [this] { terminate(); });
+    watch_checkpoint_done();
   }
 
   // The moment spend would reach the ceiling: no process may outlive it.

@@ -102,6 +102,27 @@ class CatchersTest(SpendcapTest):
         self.assertIn("grace skipped", result.stderr)
 
 
+class CheckpointAlreadyDoneTest(SpendcapTest):
+    def test_kill_still_follows_when_the_checkpoint_file_exists_before_the_trip(self):
+        # The job marks its checkpoint done before the trip, catches SIGUSR1 and ignores SIGTERM.
+        # The grace ends at once, and SIGKILL must still come after kill-after. (A race under load
+        # once let the grace step replace the kill step: the job then lived on, unkilled.)
+        job = ("import os, signal, time\n"
+               "open(os.environ['SPENDCAP_CHECKPOINT_DONE'], 'w').close()\n"
+               "signal.signal(signal.SIGUSR1, lambda *a: None)\n"
+               "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+               "open(%r, 'w').close()\n"
+               "while True: time.sleep(1)\n") % self.path("ready")
+        result = self.run_spendcap(["run", "--rate", "36", "--budget", "0.36", "--grace", "30s",
+                                    "--kill-after", "1s", "--status-file", self.path("s.json"),
+                                    "--", "python3", "-c", job], timeout=60)
+        self.assertEqual(result.returncode, 124, result.stderr)
+        status = self.read_json("s.json")
+        self.assertEqual(status["checkpoint_signalled"], 1)
+        self.assertLess(status["trip_to_empty_seconds"], 10, "not the 30 s grace")
+        self.assertEqual(processes_with_marker(self.marker), [])
+
+
 class SupervisorKilledTest(SpendcapTest):
     """Test 6: SIGKILL to spendcap; the guard ends the tree within 2 s."""
 
