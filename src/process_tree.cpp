@@ -188,6 +188,12 @@ std::vector<ProcStat> live_descendants(pid_t root) {
 
 bool signal_process(const ProcStat& member, int signal) {
   int pidfd = pidfd_open(member.pid);
+  if (pidfd < 0 && errno == ENOSYS) {
+    // Kernels before 5.3, and some sandboxes, have no pidfds: check the start time, then kill().
+    // The window between the two is a few microseconds instead of none.
+    auto now = read_proc_stat(member.pid);
+    return now && now->start_time == member.start_time && ::kill(member.pid, signal) == 0;
+  }
   if (pidfd < 0) return false;  // ESRCH: gone (and reaped) since it was read
   // The pid may have been reaped and reused between the read and pidfd_open: the start time tells.
   bool same = false;
