@@ -90,24 +90,6 @@ std::optional<Scope> requested_scope(const StopRequest& request) {
   return scopes.front();
 }
 
-bool in_scope(const RunView& run, const Scope& scope) {
-  switch (scope.kind) {
-    case ScopeKind::team:
-      return run.team == scope.name;
-    case ScopeKind::experiment:
-      return run.experiment == scope.name;
-    case ScopeKind::project:
-      return run.project == scope.name;
-    case ScopeKind::user:
-      return run.user == scope.name;
-    case ScopeKind::run:
-      return run.id == scope.name;
-    case ScopeKind::job:
-      return run.job_key == scope.name;
-  }
-  return false;
-}
-
 }  // namespace
 
 int policy_check_command(const std::vector<std::string>& files) {

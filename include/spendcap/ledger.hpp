@@ -136,6 +136,26 @@ struct BudgetView {
   Money remaining() const { return rule.amount - spent - held; }
 };
 
+// Whether a run (a RunStart or a RunView: anything with the scope fields) belongs to `scope`.
+template <typename Run>
+bool in_scope(const Run& run, const Scope& scope) {
+  switch (scope.kind) {
+    case ScopeKind::team:
+      return run.team == scope.name;
+    case ScopeKind::experiment:
+      return run.experiment == scope.name;
+    case ScopeKind::project:
+      return run.project == scope.name;
+    case ScopeKind::user:
+      return run.user == scope.name;
+    case ScopeKind::job:
+      return run.job_key == scope.name;
+    case ScopeKind::run:
+      return run.id == scope.name;
+  }
+  return false;
+}
+
 // A heartbeat older than this means the wrapper is lost: three missed beats, and never less than
 // the sync interval plus 2 s so that a short --sync does not turn a slow disk into lost runs.
 Nanos stale_after(Nanos sync);

@@ -623,24 +623,6 @@ std::int64_t period_key(Period period, double started_at) {
   return 0;
 }
 
-bool in_scope(const RunStart& run, const Scope& scope) {
-  switch (scope.kind) {
-    case ScopeKind::team:
-      return run.team == scope.name;
-    case ScopeKind::experiment:
-      return run.experiment == scope.name;
-    case ScopeKind::project:
-      return run.project == scope.name;
-    case ScopeKind::user:
-      return run.user == scope.name;
-    case ScopeKind::job:
-      return run.job_key == scope.name;
-    case ScopeKind::run:
-      return run.id == scope.name;
-  }
-  return false;
-}
-
 std::vector<BudgetRule> to_budget_rules(const std::vector<Rule>& rules) {
   std::vector<BudgetRule> result;
   for (const Rule& rule : rules) {
