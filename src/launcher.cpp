@@ -82,8 +82,8 @@ struct ExecSetup {
 
 // clone3(CLONE_INTO_CGROUP): the child is born in the run's cgroup. Moving a process there
 // afterwards (writing cgroup.procs) takes the cgroup threadgroup lock for writing, which waits for
-// an RCU grace period: 20 ms per launch measured here, ten times spendcap's whole overhead budget.
-// Returns -1 with errno ENOSYS/EINVAL/E2BIG on kernels without it (before 5.7).
+// an RCU grace period: 11 to 20 ms per launch measured here, several times spendcap's whole
+// overhead budget. Returns -1 with errno ENOSYS/EINVAL/E2BIG on kernels without it (before 5.7).
 pid_t clone_into_cgroup(int cgroup_dir_fd) {
   clone_args args{};
   args.flags = CLONE_INTO_CGROUP;
