@@ -475,6 +475,51 @@ int refuse(const RunRequest& request, const RunSettings& settings, const std::st
   return refused.exit_code;
 }
 
+// What the guard launches: the command, its environment, the fds and signals spendcap inherited.
+LaunchSpec make_launch_spec(const RunRequest& request, const std::string& executable,
+                            const RunSettings& settings, const Environment& env,
+                            const Inherited& inherited, const std::string& run_id,
+                            const Admission& admission, const RunDir& run_dir,
+                            const std::string& cgroup_dir) {
+  JobIdentity identity{run_id,
+                       settings.team,
+                       settings.experiment,
+                       settings.project,
+                       admission.run_budget ? to_decimal(*admission.run_budget) : "",
+                       signal_name(settings.checkpoint_signal),
+                       run_dir.checkpoint_done()};
+  LaunchSpec spec;
+  spec.executable = executable;
+  spec.argv = request.command;
+  spec.env = job_environment(env, identity, secret_variables(settings.loaded.policy));
+  spec.inherited = inherited;
+  spec.cgroup_dir = cgroup_dir;
+  spec.take_terminal = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  return spec;
+}
+
+SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
+                         const Admission& admission, const RunDir& run_dir, bool gave_terminal) {
+  SupervisorPlan plan;
+  plan.run_id = run_id;
+  plan.label = run_label(settings);
+  plan.currency = settings.loaded.policy.currency;
+  plan.rate_per_hour = settings.rate_per_hour;
+  plan.run_budget = admission.run_budget;
+  plan.grant = admission.grant;
+  plan.on_trip = settings.on_trip;
+  plan.on_signal = settings.on_signal;
+  plan.checkpoint_signal = settings.checkpoint_signal;
+  plan.mode = settings.mode;
+  plan.warn_at = settings.warn_at;
+  plan.sync = settings.sync;
+  plan.claim_horizon = settings.claim_horizon;
+  plan.interval = settings.interval;
+  plan.checkpoint_done_path = run_dir.checkpoint_done();
+  plan.gave_terminal = gave_terminal;
+  return plan;
+}
+
 // Records the final row, or spools it on this host when the ledger does not take it in time.
 void record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
                   const Reporter& reporter) {
@@ -521,6 +566,7 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
     }
     reporter.error("test-only switches in effect: " + env.at("SPENDCAP_TEST_SWITCHES"));
   }
+  // 127 and 126 before anything is written to the ledger.
   auto path = env.find("PATH");
   std::string executable =
       resolve_executable(request.command.front(), path == env.end() ? "" : path->second);
@@ -544,20 +590,8 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
     std::string why_not;
     cgroup = Cgroup::create("spendcap-" + run_id, &why_not);
   }
-  JobIdentity identity{run_id,
-                       settings.team,
-                       settings.experiment,
-                       settings.project,
-                       admission.run_budget ? to_decimal(*admission.run_budget) : "",
-                       signal_name(settings.checkpoint_signal),
-                       run_dir.checkpoint_done()};
-  LaunchSpec spec;
-  spec.executable = executable;
-  spec.argv = request.command;
-  spec.env = job_environment(env, identity, secret_variables(settings.loaded.policy));
-  spec.inherited = inherited;
-  spec.cgroup_dir = cgroup ? cgroup->path() : "";
-  spec.take_terminal = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  LaunchSpec spec = make_launch_spec(request, executable, settings, env, inherited, run_id,
+                                     admission, run_dir, cgroup ? cgroup->path() : "");
 
   // Orphans of the tree re-parent to the guard; should the guard die, to spendcap.
   if (!switches.no_subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -569,23 +603,7 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   admitted.launched();  // from here the supervisor's outcome is the run's final row
   reporter.write_in_background();
 
-  SupervisorPlan plan;
-  plan.run_id = run_id;
-  plan.label = run_label(settings);
-  plan.currency = settings.loaded.policy.currency;
-  plan.rate_per_hour = settings.rate_per_hour;
-  plan.run_budget = admission.run_budget;
-  plan.grant = admission.grant;
-  plan.on_trip = settings.on_trip;
-  plan.on_signal = settings.on_signal;
-  plan.checkpoint_signal = settings.checkpoint_signal;
-  plan.mode = settings.mode;
-  plan.warn_at = settings.warn_at;
-  plan.sync = settings.sync;
-  plan.claim_horizon = settings.claim_horizon;
-  plan.interval = settings.interval;
-  plan.checkpoint_done_path = run_dir.checkpoint_done();
-  plan.gave_terminal = spec.take_terminal;
+  SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
   plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
   };
