@@ -67,6 +67,14 @@ struct Forked {
   }
 };
 
+// A cgroup of the test's own, or nullopt (and a note) where no cgroup v2 hierarchy is writable.
+std::optional<Cgroup> test_cgroup(const std::string& prefix) {
+  std::string why;
+  auto cgroup = Cgroup::create(prefix + std::to_string(::getpid()), &why);
+  if (!cgroup) MESSAGE("no writable cgroup v2 here (" << why << "): the cgroup path is not tested");
+  return cgroup;
+}
+
 }  // namespace
 
 TEST_CASE("read_proc_stat parses this process, and a zombie is not alive") {
@@ -172,12 +180,8 @@ TEST_CASE("LiveProcessTree signals only catchers, then everything, then kills") 
 }
 
 TEST_CASE("the run's cgroup holds a double-forked daemon, and cgroup.kill ends it") {
-  std::string why;
-  auto cgroup = Cgroup::create("spendcap-unit-" + std::to_string(::getpid()), &why);
-  if (!cgroup) {
-    MESSAGE("no writable cgroup v2 here (" << why << "): the cgroup path is not tested");
-    return;
-  }
+  auto cgroup = test_cgroup("spendcap-unit-");
+  if (!cgroup) return;
   int ready[2];
   REQUIRE(::pipe(ready) == 0);
   std::string procs = cgroup->procs_file();
@@ -211,12 +215,8 @@ TEST_CASE("the run's cgroup holds a double-forked daemon, and cgroup.kill ends i
 }
 
 TEST_CASE("the run's cgroup counts processes in its child cgroups as members") {
-  std::string why;
-  auto cgroup = Cgroup::create("spendcap-unit-nested-" + std::to_string(::getpid()), &why);
-  if (!cgroup) {
-    MESSAGE("no writable cgroup v2 here (" << why << "): the cgroup path is not tested");
-    return;
-  }
+  auto cgroup = test_cgroup("spendcap-unit-nested-");
+  if (!cgroup) return;
   std::string inner = cgroup->path() + "/inner";
   REQUIRE(::mkdir(inner.c_str(), 0755) == 0);
   int ready[2];
