@@ -7,11 +7,11 @@
 #include <cerrno>
 #include <iostream>
 
-#include "spendcap/admin_commands.hpp"
-#include "spendcap/error.hpp"
-#include "spendcap/exit_code.hpp"
-#include "spendcap/launcher.hpp"
-#include "spendcap/run_command.hpp"
+#include "spendcap/base/error.hpp"
+#include "spendcap/base/exit_code.hpp"
+#include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/run.hpp"
+#include "spendcap/process/launcher.hpp"
 
 namespace {
 

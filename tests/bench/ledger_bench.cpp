@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "spendcap/error.hpp"
-#include "spendcap/sqlite_ledger.hpp"
+#include "spendcap/base/error.hpp"
+#include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 
 namespace {
 

@@ -1,0 +1,66 @@
+// `spendcap run`: resolves the settings (policy layers, then flags, which under a locked policy may
+// only tighten), finds the command, asks the ledger for admission, starts the guard, supervises the
+// run, records its final row (or spools it) and exits with the outcome's status. The steps read in
+// order in run_command(); each is a function here.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spendcap/policy/layers.hpp"
+#include "spendcap/process/launcher.hpp"
+#include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/run_env.hpp"
+
+namespace spendcap {
+
+// The flags of `spendcap run`, as typed (validated in resolve_run_settings, so every error names
+// the flag and its value).
+struct RunRequest {
+  std::string team, experiment, project, job_key;
+  std::vector<std::string> tags;  // KEY=VALUE
+  std::optional<std::string> rate, budget;
+  std::optional<std::string> gpu, gpus, instance, instances, pricing, mode;
+  std::optional<std::string> checkpoint_signal, grace, kill_after, interval, sync, claim_horizon;
+  std::optional<std::string> status_file, policy, ledger;
+  bool quiet = false;
+  bool title = false;
+  std::vector<std::string> command;
+};
+
+// Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
+// separated). Refused under a locked policy: they would let a job escape its tree or its budget.
+struct TestSwitches {
+  bool no_cgroup = false;     // follow the tree by parentage only (the fallback)
+  bool no_subreaper = false;  // neither the guard nor spendcap is a subreaper
+  bool no_ceilings = false;   // grants ignore other runs: shared budgets overshoot
+  bool any() const { return no_cgroup || no_subreaper || no_ceilings; }
+  static TestSwitches from(const Environment& env);
+};
+
+// Everything a run needs, resolved and validated.
+struct RunSettings {
+  LoadedPolicy loaded;
+  Money rate_per_hour;
+  std::string rate_source;      // "--rate" or "2 x a100-80gb on_demand"
+  std::optional<Money> budget;  // --budget
+  ShutdownTimes on_trip, on_signal;
+  int checkpoint_signal = 0;
+  Mode mode = Mode::enforce;
+  Nanos interval{}, sync{}, claim_horizon{};
+  std::vector<double> warn_at;
+  std::string ledger_url;
+  std::map<std::string, std::string> tags;
+  std::string team, experiment, project, job_key, user, host;
+};
+
+RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
+                                 const PolicySearch& search);
+
+// Runs the command under spendcap. Returns the exit status; when a signal to spendcap stopped the
+// run, re-raises it instead of returning.
+int run_command(const RunRequest& request, const Inherited& inherited);
+
+}  // namespace spendcap

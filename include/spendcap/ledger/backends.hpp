@@ -1,0 +1,19 @@
+// Opening a ledger by url: the one place that knows every backend, so that the rules (ledger/)
+// never depend on a storage engine and a command links only what it opens.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "spendcap/ledger/ledger.hpp"
+
+namespace spendcap {
+
+// The default ledger: $XDG_DATA_HOME/spendcap/ledger.db (~/.local/share/spendcap/ledger.db).
+std::string default_ledger_url();
+
+// Opens (creating when needed) the ledger at `url`: "sqlite:/path", "/path" or a relative path, or
+// "postgresql://..." (not built yet: Error with a hint). Throws Error naming the url.
+std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions options = {});
+
+}  // namespace spendcap

@@ -1,0 +1,222 @@
+// The ledger: every run, the budgets, the stop orders. Budget amounts live here, so every wrapper
+// that shares a ledger enforces the same numbers. One rule holds, for every scope and period:
+//
+//     spend of finished runs + ceilings of unfinished (running and lost) runs <= budget
+//
+// A running run never spends past its ceiling (the supervisor trips before it would). Ceilings rise
+// only in one serialised transaction over all of the run's scopes (SQLite: BEGIN IMMEDIATE; the
+// scopes' budget rows are the lock), and only finalisation releases them. A run belongs to the
+// period in which it started (the ledger's clock). A run whose heartbeat is stale is lost: it keeps
+// its ceiling, and once it could no longer be spending (last heartbeat + (ceiling - spend) / rate +
+// its shutdown time) it is reconciled and charged exactly its ceiling, until its real final row
+// (spooled on its host) replaces that charge.
+//
+// A Ledger is used by one thread at a time (AsyncLedger gives the supervisor a worker thread).
+// Errors (unreachable, locked too long, corrupt) are thrown as spendcap::Error.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spendcap/base/money.hpp"
+#include "spendcap/policy/policy.hpp"
+
+namespace spendcap {
+
+struct Scope {
+  ScopeKind kind = ScopeKind::run;
+  std::string name;
+  auto operator<=>(const Scope&) const = default;
+};
+std::string to_string(const Scope& scope);  // "team:vision"
+
+// A budget as the ledger holds it (applied from the owner's policy).
+struct BudgetRule {
+  Scope scope;  // team, experiment, project or user
+  Money amount;
+  Period period = Period::month;
+  std::optional<Money> max_run;
+};
+
+// Everything about a run that is known when it starts.
+struct RunStart {
+  std::string id;       // UUID v4
+  std::string job_key;  // "" when none
+  std::string team, experiment, project, user, host;
+  std::map<std::string, std::string> tags;
+  std::vector<std::string> command;
+  std::string fingerprint;  // of team + experiment + command, for the crash-loop guard (later)
+  int pid = 0;              // the wrapper's pid
+  Mode mode = Mode::enforce;
+  Money rate_per_hour;  // the allocated (maximum) burn rate
+  Money reserve;        // rate x (grace + kill-after + 1 s of reaping slack)
+  // --budget: the run's own cap, or with a job key the cap of the job across its runs.
+  std::optional<Money> budget;
+  Nanos shutdown{};  // grace + kill-after + reaping slack: how long it may spend after a trip
+  Nanos sync{};      // its heartbeat interval: a heartbeat older than stale_after(sync) is lost
+  Money want;        // the first ceiling asked for: rate x claim horizon + reserve
+};
+
+// How much of a budget a scope has used in the period of the run, for warnings and views.
+struct ScopeUse {
+  Scope scope;
+  Period period = Period::total;
+  Money amount;  // the budget
+  Money spent;   // finished runs' spend + unfinished runs' last reported spend
+  Money held;    // ceilings of unfinished runs
+};
+
+struct StopOrder {
+  std::int64_t id = 0;
+  Scope scope;  // team, experiment, user or run
+  std::string reason, placed_by;
+  double placed_at = 0;  // unix seconds, the ledger's clock
+};
+
+struct Grant {
+  Money ceiling;  // what the run holds now; never lower than before
+  // What enforce mode would hold. Equal to ceiling in enforce mode; a warn-mode run holds what it
+  // asks for (it is not stopped) and learns from `allowed` when it would have been.
+  Money allowed;
+  std::optional<Scope> binding;   // the scope that limited `allowed` (none: granted in full)
+  std::vector<ScopeUse> scopes;   // every budgeted scope of the run
+  std::optional<StopOrder> stop;  // an active stop order on one of the run's scopes
+};
+
+struct Admission {
+  bool admitted = false;
+  Grant grant;
+  std::optional<Money> run_budget;  // in effect: --budget lowered to the smallest max_run
+  std::optional<Scope> lowered_by;  // the scope whose max_run lowered --budget
+  std::string refusal;              // why not admitted, for the message and the ledger row
+  std::optional<Scope> refused_by;
+};
+
+enum class RunStatus { running, succeeded, failed, killed, refused, lost };
+std::string to_string(RunStatus status);
+std::optional<RunStatus> parse_run_status(std::string_view text);
+
+struct RunFinal {
+  std::string id;
+  RunStatus status = RunStatus::succeeded;
+  std::string reason;  // "exited", "budget:team:vision", "stop-order", "signal:SIGTERM", ...
+  std::optional<int> exit_code;
+  Money spend;
+  double elapsed_seconds = 0;  // launch until the tree was empty
+};
+
+struct RunView {
+  std::string id, job_key, team, experiment, project, user, host;
+  std::map<std::string, std::string> tags;
+  int pid = 0;
+  Mode mode = Mode::enforce;
+  RunStatus status =
+      RunStatus::running;   // `lost` also for an unfinished run with a stale heartbeat
+  bool reconciled = false;  // charged its ceiling without a final row
+  std::string reason;
+  std::optional<int> exit_code;
+  Money spend, ceiling, rate_per_hour;
+  std::optional<Money> budget;
+  double started_at = 0, heartbeat_at = 0;  // unix seconds, the ledger's clock
+  std::optional<double> finished_at;
+  std::optional<double> would_stop_at;  // warn mode: when it would have been stopped, and why
+  std::string would_stop_reason;
+};
+
+struct BudgetView {
+  BudgetRule rule;
+  double period_start = 0;  // unix seconds; 0 for "total"
+  Money spent;              // finished runs
+  Money live;               // unfinished runs' last reported spend
+  Money held;               // unfinished runs' ceilings
+  Money remaining() const { return rule.amount - spent - held; }
+};
+
+// Whether a run (a RunStart or a RunView: anything with the scope fields) belongs to `scope`.
+template <typename Run>
+bool in_scope(const Run& run, const Scope& scope) {
+  switch (scope.kind) {
+    case ScopeKind::team:
+      return run.team == scope.name;
+    case ScopeKind::experiment:
+      return run.experiment == scope.name;
+    case ScopeKind::project:
+      return run.project == scope.name;
+    case ScopeKind::user:
+      return run.user == scope.name;
+    case ScopeKind::job:
+      return run.job_key == scope.name;
+    case ScopeKind::run:
+      return run.id == scope.name;
+  }
+  return false;
+}
+
+// A heartbeat older than this means the wrapper is lost: three missed beats, and never less than
+// the sync interval plus 2 s so that a short --sync does not turn a slow disk into lost runs.
+Nanos stale_after(Nanos sync);
+
+class Ledger {
+ public:
+  virtual ~Ledger() = default;
+
+  // "sqlite:/var/lib/spendcap/ledger.db": where it is, for messages and the spool; never holds a
+  // password (redact_password).
+  virtual std::string url() const = 0;
+
+  // --- budgets (owned by the ledger's owner) ---
+  // Whether the caller owns the ledger (may change budgets): the owner of the SQLite file, or root.
+  virtual bool caller_is_owner() = 0;
+  // A ledger only the caller writes (their own file, in a directory nobody else may write): there,
+  // loading the caller's policy applies its budgets. A shared ledger changes budgets only through
+  // `spendcap budgets apply`, so that one user's ./spendcap.json cannot rewrite everyone's.
+  virtual bool is_personal() = 0;
+  // Sets the budgets; `remove_others` also deletes budgets not in `rules` (`budgets apply`).
+  // Throws Error when the caller is not the owner. A new amount binds new grants only.
+  virtual void apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) = 0;
+  virtual std::vector<BudgetRule> budget_rules() = 0;
+  // Each budget in its current period.
+  virtual std::vector<BudgetView> budgets() = 0;
+
+  // --- runs ---
+  // Records the run and asks for its first ceiling (`run.want`), in one transaction. Refused (and
+  // recorded as refused) when a stop order covers one of its scopes, or when the grant could not
+  // cover its reserve. Throws Error when the run has no budget at all (no --budget and no budgeted
+  // scope): a run is never unbounded by accident.
+  virtual Admission begin_run(const RunStart& run) = 0;
+  // Reports the spend so far and asks to raise the ceiling to `want` (never lowers it).
+  virtual Grant heartbeat(const std::string& run_id, Money spend, Money want) = 0;
+  // Warn mode: the run would have been stopped now, for `reason`.
+  virtual void record_would_stop(const std::string& run_id, const std::string& reason) = 0;
+  // Finalises the run and releases its ceiling. Idempotent: a run already final is left as it is
+  // and false is returned, except a reconciled lost run, whose charge this replaces.
+  virtual bool finish_run(const RunFinal& final) = 0;
+  // Unfinished runs (running, and lost ones not yet reconciled), oldest first.
+  virtual std::vector<RunView> active_runs() = 0;
+  virtual std::optional<RunView> find_run(const std::string& run_id) = 0;
+  // Charges every lost run whose reconciliation time has passed its ceiling. Every transaction
+  // above does this first; returns how many it reconciled.
+  virtual int reconcile_lost_runs() = 0;
+
+  // --- stop orders ---
+  virtual StopOrder place_stop_order(const Scope& scope, const std::string& reason,
+                                     const std::string& placed_by) = 0;
+  // Clears the active orders on `scope`; returns how many.
+  virtual int clear_stop_orders(const Scope& scope) = 0;
+  virtual std::vector<StopOrder> active_stop_orders() = 0;
+};
+
+struct LedgerOptions {
+  // The ledger's clock in unix seconds (tests move it). SQLite's ledger is on one host, so the
+  // host's clock is the ledger's clock.
+  std::function<double()> wall_clock;
+  // Test-only (the negative control of the concurrency test): grants ignore every other run, so
+  // concurrent runs overshoot shared budgets. Never set outside tests.
+  bool ignore_other_runs = false;
+};
+
+}  // namespace spendcap

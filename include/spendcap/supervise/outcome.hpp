@@ -1,0 +1,49 @@
+// The outcome of one `spendcap run`: what --status-file receives (JSON) and what the last line and
+// the ledger's final row say. `stopped_by_spendcap` and `reason` make a budget stop distinguishable
+// from a command that itself exited 124.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "spendcap/base/money.hpp"
+#include "spendcap/ledger/ledger.hpp"
+
+namespace spendcap {
+
+struct RunOutcome {
+  std::string run_id;
+  RunStatus status = RunStatus::succeeded;  // succeeded, failed, killed, refused
+  std::string reason = "exited";  // "exited", "budget:run", "stop-order", "signal:SIGTERM", ...
+  bool stopped_by_spendcap = false;
+  int exit_code = 0;        // spendcap's own exit status
+  int spendcap_signal = 0;  // the signal to spendcap that stopped the run
+  // Not in the JSON: the signal spendcap dies by at the end (spendcap_signal, or the SIGINT or
+  // SIGQUIT of a Ctrl-C that ended the job on the terminal: the calling shell must see it).
+  int reraise_signal = 0;
+  std::optional<int> command_exit_code;  // the main process's exit code, when it exited
+  std::optional<int> command_signal;     // the signal that ended the main process
+  std::string currency = "USD";
+  Money spend;
+  Money ceiling;
+  std::optional<Money> budget;  // the run's own budget, when it has one
+  Money rate_per_hour;
+  double elapsed_seconds = 0;  // launch until the tree was empty
+  // The kill path, when it ran.
+  std::optional<double> tripped_after_seconds;  // since launch
+  int checkpoint_signalled = 0;                 // processes that got the checkpoint signal
+  bool grace_skipped = false;                   // nobody catches the checkpoint signal
+  std::optional<double> trip_to_empty_seconds;  // the trip until the last process was reaped
+  std::string message;                          // refusals and failures: why
+  std::string tree_tracking;  // "cgroup" (the run's own cgroup) or "parentage" (the fallback)
+};
+
+nlohmann::json to_json(const RunOutcome& outcome);
+
+// Writes `outcome` to `path` atomically (a temporary file in the same directory, then rename).
+// Throws Error naming the path.
+void write_status_file(const std::string& path, const RunOutcome& outcome);
+
+}  // namespace spendcap

@@ -1,0 +1,108 @@
+#include "spendcap/base/money.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "spendcap/base/error.hpp"
+
+namespace spendcap {
+
+namespace {
+constexpr __int128 kNanosPerHour = static_cast<__int128>(3600) * 1'000'000'000;
+}  // namespace
+
+std::optional<Money> parse_money(std::string_view text) {
+  if (!text.empty() && text.front() == '$') text.remove_prefix(1);
+  if (text.empty()) return std::nullopt;
+  __int128 whole = 0, fraction = 0;
+  int fraction_digits = 0;
+  bool seen_dot = false, seen_digit = false;
+  for (char c : text) {
+    if (c == '.' && !seen_dot) {
+      seen_dot = true;
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    seen_digit = true;
+    if (seen_dot) {
+      if (++fraction_digits > 6) return std::nullopt;
+      fraction = fraction * 10 + (c - '0');
+    } else {
+      whole = whole * 10 + (c - '0');
+      if (whole > kMaxMoney.micros) return std::nullopt;
+    }
+  }
+  if (!seen_digit) return std::nullopt;
+  while (fraction_digits++ < 6) fraction *= 10;
+  __int128 micros = whole * 1'000'000 + fraction;
+  if (micros > kMaxMoney.micros) return std::nullopt;
+  return Money{static_cast<std::int64_t>(micros)};
+}
+
+Money parse_money_or_throw(std::string_view text, std::string_view what) {
+  if (auto parsed = parse_money(text)) return *parsed;
+  throw Error(std::string(what) + " " + std::string(text),
+              "not an amount of money (a non-negative decimal, at most 6 decimal places)",
+              "write it like 50 or 0.25");
+}
+
+std::optional<Money> money_from_number(double value) {
+  if (!std::isfinite(value) || value < 0 || value * 1e6 > static_cast<double>(kMaxMoney.micros)) {
+    return std::nullopt;
+  }
+  return Money{static_cast<std::int64_t>(std::llround(value * 1e6))};
+}
+
+std::string format_money(Money amount, std::string_view currency) {
+  char buffer[64];
+  double units = amount.units();
+  int decimals = std::fabs(units) < 1.0 ? 4 : 2;
+  if (currency == "USD") {
+    std::snprintf(buffer, sizeof buffer, "%s$%.*f", units < 0 ? "-" : "", decimals,
+                  std::fabs(units));
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.*f %.*s", decimals, units,
+                  static_cast<int>(currency.size()), currency.data());
+  }
+  return buffer;
+}
+
+double money_to_json(Money amount) {
+  return static_cast<double>(amount.micros) / 1e6;
+}
+
+std::string to_decimal(Money amount) {
+  char buffer[48];
+  std::int64_t micros = amount.micros < 0 ? -amount.micros : amount.micros;
+  std::snprintf(buffer, sizeof buffer, "%s%lld.%06lld", amount.micros < 0 ? "-" : "",
+                static_cast<long long>(micros / 1'000'000),
+                static_cast<long long>(micros % 1'000'000));
+  std::string text = buffer;
+  while (text.back() == '0') text.pop_back();
+  if (text.back() == '.') text.pop_back();
+  return text;
+}
+
+Money cost_of(Money rate_per_hour, Nanos elapsed) {
+  if (elapsed.count() <= 0) return Money{};
+  __int128 product = static_cast<__int128>(rate_per_hour.micros) * elapsed.count();
+  return Money{static_cast<std::int64_t>(product / kNanosPerHour)};
+}
+
+Money cost_of_rounded_up(Money rate_per_hour, Nanos elapsed) {
+  if (elapsed.count() <= 0) return Money{};
+  __int128 product = static_cast<__int128>(rate_per_hour.micros) * elapsed.count();
+  return Money{static_cast<std::int64_t>((product + kNanosPerHour - 1) / kNanosPerHour)};
+}
+
+Nanos time_to_cost(Money rate_per_hour, Money amount) {
+  if (amount.micros <= 0) return Nanos(0);
+  if (rate_per_hour.micros <= 0) return Nanos::max();
+  __int128 numerator = static_cast<__int128>(amount.micros) * kNanosPerHour;
+  __int128 ns = (numerator + rate_per_hour.micros - 1) / rate_per_hour.micros;
+  if (ns > Nanos::max().count()) return Nanos::max();
+  return Nanos(static_cast<std::int64_t>(ns));
+}
+
+}  // namespace spendcap

@@ -1,0 +1,257 @@
+#include "spendcap/cli/admin.hpp"
+
+#include <sys/time.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "spendcap/ledger/backends.hpp"
+#include "spendcap/ledger/spool.hpp"
+#include "spendcap/policy/layers.hpp"
+#include "spendcap/supervise/run_env.hpp"
+
+namespace spendcap {
+
+namespace {
+
+std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency) {
+  std::string url;
+  if (choice.ledger) {
+    url = *choice.ledger;
+  } else {
+    LoadedPolicy loaded = load_policy(PolicySearch::from_environment(choice.policy),
+                                      PolicyLayer{"command line", nlohmann::json::object()});
+    url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
+    if (currency) *currency = loaded.policy.currency;
+  }
+  std::unique_ptr<Ledger> ledger = open_ledger(url);
+  replay_spool(*ledger);
+  return ledger;
+}
+
+double wall_now() {
+  timeval tv{};
+  ::gettimeofday(&tv, nullptr);
+  return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6;
+}
+
+std::string utc_date(double unix_seconds) {
+  if (unix_seconds <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &tm);
+  return text;
+}
+
+std::string age(double seconds) {
+  if (seconds < 0) seconds = 0;
+  return format_duration(std::chrono::seconds(static_cast<std::int64_t>(seconds)));
+}
+
+// Prints rows as left-aligned columns.
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+}
+
+std::string percent_used(const BudgetView& view) {
+  if (view.rule.amount.micros <= 0) return "-";
+  char text[16];
+  std::snprintf(text, sizeof text, "%.1f%%",
+                100.0 * static_cast<double>((view.spent + view.held).micros) /
+                    static_cast<double>(view.rule.amount.micros));
+  return text;
+}
+
+std::optional<Scope> requested_scope(const StopRequest& request) {
+  std::vector<Scope> scopes;
+  if (request.team) scopes.push_back({ScopeKind::team, *request.team});
+  if (request.experiment) scopes.push_back({ScopeKind::experiment, *request.experiment});
+  if (request.project) scopes.push_back({ScopeKind::project, *request.project});
+  if (request.user) scopes.push_back({ScopeKind::user, *request.user});
+  if (request.run) scopes.push_back({ScopeKind::run, *request.run});
+  if (scopes.size() != 1) return std::nullopt;
+  return scopes.front();
+}
+
+}  // namespace
+
+int policy_check_command(const std::vector<std::string>& files) {
+  int status = 0;
+  for (const std::string& file : files) {
+    try {
+      Policy policy = parse_policy(read_policy_file(file), file);
+      size_t budgets = 0;
+      for (const auto& [kind, named] : policy.budgets) budgets += named.size();
+      std::cout << file << ": ok (" << policy.gpu_rates.size() << " GPU types, "
+                << policy.instance_rates.size() << " instance types, " << budgets << " budgets"
+                << (policy.locked ? ", locked" : "") << ")\n";
+    } catch (const Error& error) {
+      std::cerr << "spendcap: " << format_error(error) << "\n";
+      for (const std::string& detail : error.details) std::cerr << "  " << detail << "\n";
+      status = to_int(ExitCode::internal);
+    }
+  }
+  return status;
+}
+
+int budgets_command(const LedgerChoice& choice, bool json) {
+  std::string currency = "USD";
+  auto ledger = open_chosen_ledger(choice, &currency);
+  std::vector<BudgetView> views = ledger->budgets();
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const BudgetView& view : views) {
+      out.push_back(
+          {{"scope", to_string(view.rule.scope)},
+           {"period", to_string(view.rule.period)},
+           {"period_start", view.period_start},
+           {"budget", money_to_json(view.rule.amount)},
+           {"max_run", view.rule.max_run ? nlohmann::json(money_to_json(*view.rule.max_run))
+                                         : nlohmann::json(nullptr)},
+           {"spent", money_to_json(view.spent)},
+           {"running", money_to_json(view.live)},
+           {"held", money_to_json(view.held)},
+           {"remaining", money_to_json(view.remaining())}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (views.empty()) {
+    std::cout << "no budgets in " << ledger->url()
+              << " (define them in the policy; the ledger's owner applies them with `spendcap "
+                 "budgets apply POLICY`)\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"SCOPE", "PERIOD", "SINCE", "BUDGET", "SPENT", "RUNNING", "HELD", "REMAINING", "USED"}};
+  for (const BudgetView& view : views) {
+    rows.push_back({to_string(view.rule.scope), to_string(view.rule.period),
+                    utc_date(view.period_start), format_money(view.rule.amount, currency),
+                    format_money(view.spent, currency), format_money(view.live, currency),
+                    format_money(view.held, currency), format_money(view.remaining(), currency),
+                    percent_used(view)});
+  }
+  print_table(rows);
+  return 0;
+}
+
+int budgets_apply_command(const LedgerChoice& choice, const std::string& policy_file) {
+  Policy policy = parse_policy(read_policy_file(policy_file), policy_file);
+  LedgerChoice target = choice;
+  if (!target.ledger && policy.ledger) target.ledger = policy.ledger;
+  auto ledger = open_chosen_ledger(target, nullptr);
+  std::vector<BudgetRule> rules;
+  for (const auto& [kind, named] : policy.budgets) {
+    for (const auto& [name, spec] : named) {
+      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run});
+    }
+  }
+  ledger->apply_budgets(rules, true);
+  std::cout << "applied " << rules.size() << " budgets from " << policy_file << " to "
+            << ledger->url() << "\n";
+  return 0;
+}
+
+int ps_command(const LedgerChoice& choice, bool json) {
+  std::string currency = "USD";
+  auto ledger = open_chosen_ledger(choice, &currency);
+  std::vector<RunView> runs = ledger->active_runs();
+  double now = wall_now();
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const RunView& run : runs) {
+      out.push_back({{"id", run.id},
+                     {"host", run.host},
+                     {"pid", run.pid},
+                     {"team", run.team},
+                     {"experiment", run.experiment},
+                     {"project", run.project},
+                     {"user", run.user},
+                     {"job_key", run.job_key},
+                     {"status", to_string(run.status)},
+                     {"mode", to_string(run.mode)},
+                     {"spend", money_to_json(run.spend)},
+                     {"ceiling", money_to_json(run.ceiling)},
+                     {"rate_per_hour", money_to_json(run.rate_per_hour)},
+                     {"started_at", run.started_at},
+                     {"heartbeat_at", run.heartbeat_at},
+                     {"age_seconds", now - run.started_at}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (runs.empty()) {
+    std::cout << "no running or lost runs in " << ledger->url() << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"RUN", "HOST", "PID", "TEAM", "EXPERIMENT", "STATUS", "SPEND", "CEILING", "BURN/H", "AGE"}};
+  for (const RunView& run : runs) {
+    std::string status = to_string(run.status);
+    if (run.status == RunStatus::lost) status += " (silent " + age(now - run.heartbeat_at) + ")";
+    rows.push_back({run.id.substr(0, 8), run.host, std::to_string(run.pid), run.team,
+                    run.experiment, status, format_money(run.spend, currency),
+                    format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
+                    age(now - run.started_at)});
+  }
+  print_table(rows);
+  return 0;
+}
+
+int stop_command(const LedgerChoice& choice, const StopRequest& request) {
+  auto scope = requested_scope(request);
+  if (!scope) {
+    throw Error("stop", "give exactly one of --team, --experiment, --project, --user, --run",
+                "e.g. spendcap stop --team vision --reason 'budget review'");
+  }
+  auto ledger = open_chosen_ledger(choice, nullptr);
+  std::string flag = "--" + to_string(scope->kind) + " " + scope->name;
+  if (request.clear) {
+    // A stop order is the owner's kill switch: only the ledger's owner, or whoever placed the
+    // order, may lift it.
+    if (!ledger->caller_is_owner()) {
+      std::string me = user_name() + "@";
+      for (const StopOrder& order : ledger->active_stop_orders()) {
+        if (order.scope == *scope && order.placed_by.rfind(me, 0) != 0) {
+          throw Error("stop --clear " + flag,
+                      "the order was placed by " + order.placed_by + ", not by " + user_name(),
+                      "ask them, or the ledger's owner, to clear it");
+        }
+      }
+    }
+    int cleared = ledger->clear_stop_orders(*scope);
+    std::cout << "cleared " << cleared << " stop order" << (cleared == 1 ? "" : "s") << " on "
+              << to_string(*scope) << "\n";
+    return 0;
+  }
+  ledger->place_stop_order(*scope, request.reason, user_name() + "@" + host_name());
+  int affected = 0;
+  for (const RunView& run : ledger->active_runs()) affected += in_scope(run, *scope);
+  std::cout << "stop order placed on " << to_string(*scope) << ": " << affected
+            << " running wrapper" << (affected == 1 ? "" : "s")
+            << " in scope stop within one sync interval";
+  if (scope->kind != ScopeKind::run) {
+    std::cout << "; new runs are refused until `spendcap stop --clear " << flag << "`";
+  }
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace spendcap

@@ -1,0 +1,634 @@
+#include "spendcap/cli/run.hpp"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "spendcap/base/text.hpp"
+#include "spendcap/ledger/backends.hpp"
+#include "spendcap/ledger/spool.hpp"
+#include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/tree_guard.hpp"
+#include "spendcap/supervise/outcome.hpp"
+#include "spendcap/supervise/reporter.hpp"
+#include "spendcap/supervise/supervisor.hpp"
+
+namespace spendcap {
+
+namespace {
+
+// How long the final row may take before it is spooled instead: the job is already over, and a
+// scheduler's SIGKILL may be on its way (see grace_on_signal).
+constexpr auto kFinalRowTimeout = std::chrono::seconds(5);
+
+int parse_count(const std::string& text, const std::string& flag) {
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < 0 || value > 100000) {
+    throw Error(flag + " " + text, "not a count", "give a whole number like 8");
+  }
+  return static_cast<int>(value);
+}
+
+// The flags that are policy settings, as a policy fragment: the locked-policy rules then check
+// files and flags alike. Values are validated here first so that errors name the flag.
+nlohmann::json flags_layer(const RunRequest& request) {
+  nlohmann::json layer = nlohmann::json::object();
+  auto duration = [&](const std::optional<std::string>& value, const char* flag, const char* key) {
+    if (!value) return;
+    parse_duration_or_throw(*value, flag);
+    layer["defaults"][key] = *value;
+  };
+  duration(request.grace, "--grace", "grace");
+  duration(request.kill_after, "--kill-after", "kill_after");
+  duration(request.interval, "--interval", "interval");
+  duration(request.sync, "--sync", "sync");
+  duration(request.claim_horizon, "--claim-horizon", "claim_horizon");
+  if (request.checkpoint_signal) {
+    auto signal = parse_signal(*request.checkpoint_signal);
+    if (!signal || *signal == SIGKILL || *signal == SIGSTOP) {
+      throw Error("--checkpoint-signal " + *request.checkpoint_signal, "not a signal it can send",
+                  "give a name like SIGUSR1 or USR2, or none");
+    }
+    layer["defaults"]["checkpoint_signal"] = signal_name(*signal);
+  }
+  if (request.pricing) {
+    auto pricing = parse_pricing(*request.pricing);
+    if (!pricing) {
+      throw Error("--pricing " + *request.pricing, "unknown pricing",
+                  "give on-demand, spot or reserved");
+    }
+    layer["defaults"]["pricing"] = to_string(*pricing);
+  }
+  if (request.mode) {
+    if (!parse_mode(*request.mode)) {
+      throw Error("--mode " + *request.mode, "unknown mode", "give enforce or warn");
+    }
+    layer["mode"] = *request.mode;
+  }
+  if (request.gpu) layer["defaults"]["gpu"] = *request.gpu;
+  if (request.gpus) layer["defaults"]["gpus"] = parse_count(*request.gpus, "--gpus");
+  if (request.instance) layer["defaults"]["instance"] = *request.instance;
+  if (request.instances) {
+    layer["defaults"]["instances"] = parse_count(*request.instances, "--instances");
+  }
+  if (request.ledger) layer["ledger"] = *request.ledger;
+  return layer;
+}
+
+// The policy paths the flags set, so that a refusal names the flag the user typed.
+constexpr std::pair<const char*, const char*> kFlagPaths[] = {
+    {"/defaults/grace", "--grace"},
+    {"/defaults/kill_after", "--kill-after"},
+    {"/defaults/interval", "--interval"},
+    {"/defaults/sync", "--sync"},
+    {"/defaults/claim_horizon", "--claim-horizon"},
+    {"/defaults/checkpoint_signal", "--checkpoint-signal"},
+    {"/defaults/pricing", "--pricing"},
+    {"/defaults/gpus", "--gpus"},
+    {"/defaults/gpu", "--gpu"},
+    {"/defaults/instances", "--instances"},
+    {"/defaults/instance", "--instance"},
+    {"/mode", "--mode"},
+    {"/ledger", "--ledger"},
+};
+
+std::string with_flag_names(std::string text) {
+  for (const auto& [path, flag] : kFlagPaths) {
+    std::string from = std::string(path) + ":";
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+      text.replace(at, from.size(), std::string(flag) + ":");
+    }
+  }
+  return text;
+}
+
+// load_policy, with a refusal of the flags layer naming the flags ("--grace: 120s is longer than
+// the locked 60s") instead of policy paths.
+LoadedPolicy load_policy_naming_flags(const PolicySearch& search, nlohmann::json flags) {
+  try {
+    return load_policy(search, PolicyLayer{"command line", flags});
+  } catch (const PolicyError& error) {
+    // A merged document that is invalid because of a flag (an unknown --gpu type): name the flag.
+    if (error.subject().find("command line") == std::string::npos) throw;
+    std::vector<std::string> errors;
+    for (const std::string& line : error.errors()) {
+      std::string path = line.substr(0, line.find(':'));
+      bool from_flag =
+          path.size() > 1 && path[0] == '/' && flags.contains(nlohmann::json::json_pointer(path));
+      errors.push_back(from_flag ? with_flag_names(line) : line);
+    }
+    throw PolicyError(error.subject(), errors);
+  } catch (const Error& error) {
+    if (error.subject() != "command line") throw;
+    Error renamed("command line", with_flag_names(error.why()), error.hint(), error.code());
+    for (const std::string& detail : error.details) {
+      renamed.details.push_back(with_flag_names(detail));
+    }
+    throw renamed;
+  }
+}
+
+std::string known_types(const std::map<std::string, PriceSheet>& rates) {
+  std::vector<std::string> names;
+  for (const auto& [name, sheet] : rates) names.push_back(name);
+  return names.empty() ? "none" : join(names, ", ");
+}
+
+Money price_of(const std::map<std::string, PriceSheet>& rates, const std::string& type,
+               Pricing pricing, const char* flag, const char* kind) {
+  auto it = rates.find(type);
+  if (it == rates.end()) {
+    throw Error(std::string(flag) + " " + type,
+                std::string("no rate for this ") + kind + " type in the policy",
+                "known types: " + known_types(rates));
+  }
+  auto price = it->second.price(pricing);
+  if (!price) {
+    throw Error(std::string(flag) + " " + type,
+                "the policy has no " + to_string(pricing) + " price for it",
+                "choose another --pricing");
+  }
+  return *price;
+}
+
+// burn rate = instances x (gpus x GPU rate + instance rate) at the chosen pricing.
+void resolve_rate(const RunRequest& request, const Environment& env, RunSettings& settings) {
+  const Policy& policy = settings.loaded.policy;
+  if (request.rate) {
+    if (settings.loaded.locked) {
+      throw Error("--rate " + *request.rate,
+                  "the locked policy " + settings.loaded.locked_source + " sets the rates",
+                  "give --gpu / --instance types it prices instead");
+    }
+    settings.rate_per_hour = parse_money_or_throw(*request.rate, "--rate");
+    settings.rate_source = "--rate";
+    if (settings.rate_per_hour.micros == 0) {
+      throw Error("--rate " + *request.rate, "a run needs a burn rate above 0",
+                  "give what the job costs per hour");
+    }
+    return;
+  }
+  const Defaults& d = policy.defaults;
+  if (!d.gpu && !d.instance) {
+    throw Error("run", "no burn rate",
+                "give --rate USD_PER_HOUR, or --gpu TYPE / --instance TYPE priced by the policy");
+  }
+  int instances = d.instances.value_or(1);
+  Money per_instance;
+  std::string source;
+  if (d.gpu) {
+    int gpus = d.gpus ? *d.gpus : gpus_from_environment(env).value_or(1);
+    Money gpu_price = price_of(policy.gpu_rates, *d.gpu, d.pricing, "--gpu", "GPU");
+    per_instance += Money{gpu_price.micros * gpus};
+    source = std::to_string(gpus) + " x " + *d.gpu;
+    settings.tags["gpu"] = *d.gpu;
+    settings.tags["gpus"] = std::to_string(gpus);
+  }
+  if (d.instance) {
+    per_instance +=
+        price_of(policy.instance_rates, *d.instance, d.pricing, "--instance", "instance");
+    source += (source.empty() ? "" : " + ") + *d.instance;
+    settings.tags["instance"] = *d.instance;
+  }
+  settings.rate_per_hour = Money{per_instance.micros * instances};
+  if (instances != 1) source = std::to_string(instances) + " x (" + source + ")";
+  settings.rate_source = source + " " + to_string(d.pricing);
+  if (settings.rate_per_hour.micros == 0) {
+    throw Error("burn rate", "is 0 for " + settings.rate_source,
+                "check --gpus, --instances and the policy's prices");
+  }
+}
+
+// Under a locked policy that defines budgets, every run is charged to one of them: otherwise a run
+// without --team (or with a made-up team) would answer only to its own --budget.
+void require_a_locked_budget(const RunSettings& settings) {
+  if (!settings.loaded.locked_policy) return;
+  const auto& budgets = settings.loaded.locked_policy->budgets;
+  if (budgets.empty()) return;
+  std::vector<std::string> choices;
+  for (const auto& [kind, named] : budgets) {
+    const std::string* name = kind == ScopeKind::team         ? &settings.team
+                              : kind == ScopeKind::experiment ? &settings.experiment
+                              : kind == ScopeKind::project    ? &settings.project
+                              : kind == ScopeKind::user       ? &settings.user
+                                                              : nullptr;
+    if (name && named.count(*name)) return;
+    std::vector<std::string> names;
+    for (const auto& [budget_name, spec] : named) names.push_back(budget_name);
+    choices.push_back("--" + to_string(kind) + " " + join(names, "|"));
+  }
+  throw Error("run",
+              "the locked policy " + settings.loaded.locked_source +
+                  " charges every run to one of its budgets, and this run matches none",
+              "give " + join(choices, " or "));
+}
+
+}  // namespace
+
+TestSwitches TestSwitches::from(const Environment& env) {
+  TestSwitches switches;
+  auto it = env.find("SPENDCAP_TEST_SWITCHES");
+  if (it == env.end()) return switches;
+  for (const std::string& name : split(it->second, ',')) {
+    if (name == "no-cgroup") {
+      switches.no_cgroup = true;
+    } else if (name == "no-subreaper") {
+      switches.no_subreaper = true;
+    } else if (name == "no-ceilings") {
+      switches.no_ceilings = true;
+    } else {
+      throw Error("SPENDCAP_TEST_SWITCHES " + it->second, "unknown switch " + name,
+                  "known: no-cgroup, no-subreaper, no-ceilings");
+    }
+  }
+  return switches;
+}
+
+RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
+                                 const PolicySearch& search) {
+  if (request.command.empty()) {
+    throw Error("run", "no command given", "put the command after --, e.g. -- python3 train.py");
+  }
+  RunSettings settings;
+  settings.loaded = load_policy_naming_flags(search, flags_layer(request));
+  const Policy& policy = settings.loaded.policy;
+
+  if (request.budget) settings.budget = parse_money_or_throw(*request.budget, "--budget");
+  for (const std::string& tag : request.tags) {
+    size_t eq = tag.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error("--tag " + tag, "not KEY=VALUE", "write it like --tag lr=3e-4");
+    }
+    settings.tags[tag.substr(0, eq)] = tag.substr(eq + 1);
+  }
+  for (const auto& [key, value] : scheduler_tags(env)) settings.tags.try_emplace(key, value);
+  resolve_rate(request, env, settings);
+
+  const Defaults& d = policy.defaults;
+  settings.on_trip = ShutdownTimes{d.grace, d.kill_after};
+  // A signal to spendcap gets the shorter of the two: schedulers SIGKILL soon after SIGTERM.
+  settings.on_signal = ShutdownTimes{std::min(d.grace, d.grace_on_signal),
+                                     std::min(d.kill_after, d.kill_after_on_signal)};
+  settings.checkpoint_signal = d.checkpoint_signal;
+  settings.mode = policy.mode;
+  settings.interval = d.interval;
+  settings.sync = d.sync;
+  settings.claim_horizon = d.claim_horizon;
+  settings.warn_at = d.warn_at;
+  settings.ledger_url = policy.ledger ? *policy.ledger : default_ledger_url();
+  settings.team = request.team;
+  settings.experiment = request.experiment;
+  settings.project = request.project;
+  settings.job_key = request.job_key;
+  settings.user = user_name();
+  settings.host = host_name();
+  require_a_locked_budget(settings);
+  return settings;
+}
+
+namespace {
+
+std::vector<BudgetRule> budget_rules(const Policy& policy) {
+  std::vector<BudgetRule> rules;
+  for (const auto& [kind, budgets] : policy.budgets) {
+    for (const auto& [name, spec] : budgets) {
+      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run});
+    }
+  }
+  return rules;
+}
+
+// Opens the ledger, replays what earlier runs on this host spooled, and, on a personal ledger (the
+// caller's own file), applies the policy's budgets: loading the owner's policy applies it.
+std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestSwitches& switches,
+                                        const Reporter& reporter) {
+  LedgerOptions options;
+  options.ignore_other_runs = switches.no_ceilings;
+  std::shared_ptr<Ledger> ledger = open_ledger(settings.ledger_url, options);
+  if (int replayed = replay_spool(*ledger)) {
+    reporter.line("replayed " + std::to_string(replayed) + " spooled final rows into " +
+                  ledger->url());
+  }
+  // Under a locked policy only the locked policy's own budgets, never a user layer's.
+  const Policy& owner_policy =
+      settings.loaded.locked_policy ? *settings.loaded.locked_policy : settings.loaded.policy;
+  std::vector<BudgetRule> rules = budget_rules(owner_policy);
+  if (!rules.empty() && ledger->is_personal()) ledger->apply_budgets(rules, false);
+  return ledger;
+}
+
+RunStart make_run_start(const RunSettings& settings, const std::vector<std::string>& command,
+                        const std::string& run_id) {
+  RunStart run;
+  run.id = run_id;
+  run.job_key = settings.job_key;
+  run.team = settings.team;
+  run.experiment = settings.experiment;
+  run.project = settings.project;
+  run.user = settings.user;
+  run.host = settings.host;
+  run.tags = settings.tags;
+  run.command = command;
+  run.fingerprint = command_fingerprint(settings.team, settings.experiment, command);
+  run.pid = ::getpid();
+  run.mode = settings.mode;
+  run.rate_per_hour = settings.rate_per_hour;
+  run.reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
+  run.budget = settings.budget;
+  run.shutdown = settings.on_trip.total();
+  run.sync = settings.sync;
+  Nanos horizon = std::max(settings.claim_horizon, 2 * settings.sync);
+  run.want = cost_of_rounded_up(settings.rate_per_hour, horizon) + run.reserve;
+  return run;
+}
+
+// The run's private directory: $SPENDCAP_CHECKPOINT_DONE lives in it. Made before admission, so
+// that failing to make it costs nothing in the ledger; removed at the end (by the guard when
+// spendcap is killed).
+class RunDir {
+ public:
+  RunDir(const Environment& env, const std::string& run_id) {
+    auto tmp = env.find("TMPDIR");
+    std::string base = tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp";
+    std::string pattern = base + "/spendcap-" + run_id.substr(0, 8) + "-XXXXXX";
+    if (!::mkdtemp(pattern.data())) {
+      throw Error(base, "cannot create the run directory: " + errno_text(errno),
+                  "set TMPDIR to a writable directory");
+    }
+    path_ = pattern;
+  }
+  ~RunDir() { remove(); }
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string checkpoint_done() const { return path_ + "/checkpoint-done"; }
+  void remove() noexcept {
+    ::unlink(checkpoint_done().c_str());
+    ::rmdir(path_.c_str());
+  }
+
+ private:
+  std::string path_;
+};
+
+// A run the ledger admitted holds a ceiling until its final row. If spendcap fails before the
+// command is launched, the row is finished here (failed, nothing spent) instead of waiting to be
+// reconciled and charged its whole ceiling.
+class AdmittedRun {
+ public:
+  AdmittedRun(Ledger& ledger, std::string run_id) : ledger_(ledger), run_id_(std::move(run_id)) {}
+  ~AdmittedRun() {
+    if (launched_) return;
+    try {
+      ledger_.finish_run(
+          RunFinal{run_id_, RunStatus::failed, "not launched", std::nullopt, Money{}, 0});
+    } catch (...) {
+      // Still held: the lost-run reconciliation charges it. Nothing else can be done here.
+    }
+  }
+  AdmittedRun(const AdmittedRun&) = delete;
+  AdmittedRun& operator=(const AdmittedRun&) = delete;
+  void launched() { launched_ = true; }
+
+ private:
+  Ledger& ledger_;
+  std::string run_id_;
+  bool launched_ = false;
+};
+
+std::vector<std::string> secret_variables(const Policy& policy) {
+  std::vector<std::string> names;
+  for (const Webhook& hook : policy.webhooks) {
+    names.push_back(hook.url_env);  // a Slack webhook URL is itself a secret
+    if (hook.secret_env) names.push_back(*hook.secret_env);
+  }
+  return names;
+}
+
+std::string run_label(const RunSettings& settings) {
+  std::string label;
+  auto add = [&label](const char* name, const std::string& value) {
+    if (!value.empty()) label += (label.empty() ? "" : ", ") + std::string(name) + " " + value;
+  };
+  add("team", settings.team);
+  add("experiment", settings.experiment);
+  add("project", settings.project);
+  add("job", settings.job_key);
+  return label;
+}
+
+std::string summary_line(const RunOutcome& outcome) {
+  std::string line = "run " + outcome.run_id.substr(0, 8) + " " + to_string(outcome.status);
+  if (outcome.stopped_by_spendcap) line += " (" + outcome.reason + ")";
+  char elapsed[32];
+  std::snprintf(elapsed, sizeof elapsed, "%.2fs", outcome.elapsed_seconds);
+  line +=
+      " after " + std::string(elapsed) + ": spent " + format_money(outcome.spend, outcome.currency);
+  if (outcome.budget) line += " of " + format_money(*outcome.budget, outcome.currency);
+  line += "; exit " + std::to_string(outcome.exit_code);
+  return line;
+}
+
+void write_status(const RunRequest& request, const RunOutcome& outcome, const Reporter& reporter) {
+  if (!request.status_file) return;
+  try {
+    write_status_file(*request.status_file, outcome);
+  } catch (const Error& error) {
+    reporter.error(format_error(error));
+  }
+}
+
+[[noreturn]] void reraise(int signal) {
+  ::signal(signal, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signal);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  ::raise(signal);
+  // Still here: the signal's default is to ignore it (as PID 1 in a container). Exit as a shell
+  // would report it.
+  ::_exit(128 + signal);
+}
+
+// Refused at admission (120): says why, and writes the status file.
+int refuse(const RunRequest& request, const RunSettings& settings, const std::string& run_id,
+           const Admission& admission, const Reporter& reporter) {
+  reporter.error("refused: " + admission.refusal);
+  RunOutcome refused;
+  refused.run_id = run_id;
+  refused.status = RunStatus::refused;
+  refused.reason = "refused";
+  refused.exit_code = to_int(ExitCode::refused);
+  refused.currency = settings.loaded.policy.currency;
+  refused.rate_per_hour = settings.rate_per_hour;
+  refused.budget = admission.run_budget;
+  refused.message = admission.refusal;
+  write_status(request, refused, reporter);
+  if (int signal = take_pending_stop_signal()) reraise(signal);
+  return refused.exit_code;
+}
+
+// What the guard launches: the command, its environment, the fds and signals spendcap inherited.
+LaunchSpec make_launch_spec(const RunRequest& request, const std::string& executable,
+                            const RunSettings& settings, const Environment& env,
+                            const Inherited& inherited, const std::string& run_id,
+                            const Admission& admission, const RunDir& run_dir,
+                            const std::string& cgroup_dir) {
+  JobIdentity identity{run_id,
+                       settings.team,
+                       settings.experiment,
+                       settings.project,
+                       admission.run_budget ? to_decimal(*admission.run_budget) : "",
+                       signal_name(settings.checkpoint_signal),
+                       run_dir.checkpoint_done()};
+  LaunchSpec spec;
+  spec.executable = executable;
+  spec.argv = request.command;
+  spec.env = job_environment(env, identity, secret_variables(settings.loaded.policy));
+  spec.inherited = inherited;
+  spec.cgroup_dir = cgroup_dir;
+  spec.take_terminal = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  return spec;
+}
+
+SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
+                         const Admission& admission, const RunDir& run_dir, bool gave_terminal) {
+  SupervisorPlan plan;
+  plan.run_id = run_id;
+  plan.label = run_label(settings);
+  plan.currency = settings.loaded.policy.currency;
+  plan.rate_per_hour = settings.rate_per_hour;
+  plan.run_budget = admission.run_budget;
+  plan.grant = admission.grant;
+  plan.on_trip = settings.on_trip;
+  plan.on_signal = settings.on_signal;
+  plan.checkpoint_signal = settings.checkpoint_signal;
+  plan.mode = settings.mode;
+  plan.warn_at = settings.warn_at;
+  plan.sync = settings.sync;
+  plan.claim_horizon = settings.claim_horizon;
+  plan.interval = settings.interval;
+  plan.checkpoint_done_path = run_dir.checkpoint_done();
+  plan.gave_terminal = gave_terminal;
+  return plan;
+}
+
+// Records the final row, or spools it on this host when the ledger does not take it in time.
+void record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
+                  const Reporter& reporter) {
+  RunFinal final;
+  final.id = outcome.run_id;
+  final.status = outcome.status;
+  final.reason = outcome.reason;
+  if (outcome.command_exit_code) {
+    final.exit_code = *outcome.command_exit_code;
+  } else if (outcome.command_signal) {
+    final.exit_code = 128 + *outcome.command_signal;
+  }
+  final.spend = outcome.spend;
+  final.elapsed_seconds = outcome.elapsed_seconds;
+  std::string error = supervisor.record_final(final, kFinalRowTimeout);
+  if (error.empty()) return;
+  try {
+    std::string path = spool_final(ledger_url, final);
+    reporter.error("ledger: " + error + "; the final row is spooled in " + path +
+                   " and replayed by the next spendcap command");
+  } catch (const Error& spool_error) {
+    reporter.error("ledger: " + error +
+                   "; spooling the final row failed too: " + format_error(spool_error));
+  }
+}
+
+}  // namespace
+
+int run_command(const RunRequest& request, const Inherited& inherited) {
+  // No stop signal may kill spendcap half-way (a run admitted but never launched): they stay
+  // blocked until the supervisor's event loop handles them. The command gets the caller's mask.
+  block_stop_signals(true);
+  for (int signal : kIgnoredBySupervisor) ::signal(signal, SIG_IGN);
+  Reporter reporter(request.quiet, request.title);
+  Environment env = current_environment();
+  TestSwitches switches = TestSwitches::from(env);
+  RunSettings settings =
+      resolve_run_settings(request, env, PolicySearch::from_environment(request.policy));
+  if (switches.any()) {
+    if (settings.loaded.locked) {
+      throw Error("SPENDCAP_TEST_SWITCHES",
+                  "test-only switches are refused under the locked policy " +
+                      settings.loaded.locked_source);
+    }
+    reporter.error("test-only switches in effect: " + env.at("SPENDCAP_TEST_SWITCHES"));
+  }
+  // 127 and 126 before anything is written to the ledger.
+  auto path = env.find("PATH");
+  std::string executable =
+      resolve_executable(request.command.front(), path == env.end() ? "" : path->second);
+  std::string run_id = new_run_id();
+  RunDir run_dir(env, run_id);
+
+  std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
+  Admission admission = ledger->begin_run(make_run_start(settings, request.command, run_id));
+  if (!admission.admitted) return refuse(request, settings, run_id, admission, reporter);
+  AdmittedRun admitted(*ledger, run_id);
+  if (admission.lowered_by && settings.budget) {
+    reporter.line("--budget " + format_money(*settings.budget, settings.loaded.policy.currency) +
+                  " lowered to " +
+                  format_money(*admission.run_budget, settings.loaded.policy.currency) +
+                  ", the max_run of " + to_string(*admission.lowered_by));
+  }
+
+  // Everything the guard needs is decided before it is forked.
+  std::optional<Cgroup> cgroup;
+  if (!switches.no_cgroup) {
+    std::string why_not;
+    cgroup = Cgroup::create("spendcap-" + run_id, &why_not);
+  }
+  LaunchSpec spec = make_launch_spec(request, executable, settings, env, inherited, run_id,
+                                     admission, run_dir, cgroup ? cgroup->path() : "");
+
+  // Orphans of the tree re-parent to the guard; should the guard die, to spendcap.
+  if (!switches.no_subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  GuardOptions guard_options;
+  guard_options.subreaper = !switches.no_subreaper;
+  guard_options.run_dir = run_dir.path();
+  const Cgroup* cgroup_ptr = cgroup ? &*cgroup : nullptr;
+  GuardHandle guard = start_guard(spec, cgroup_ptr, guard_options);
+  admitted.launched();  // from here the supervisor's outcome is the run's final row
+  reporter.write_in_background();
+
+  SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
+  plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
+    return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
+  };
+  Supervisor supervisor(std::move(plan), guard, reporter, ledger);
+  RunOutcome outcome = supervisor.run();
+  outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
+  // A stop signal that came after the tree was empty: the job is done, spendcap still dies by it.
+  if (!outcome.reraise_signal) {
+    if (int signal = take_pending_stop_signal()) {
+      outcome.spendcap_signal = outcome.reraise_signal = signal;
+      outcome.exit_code = 128 + signal;
+    }
+  }
+
+  record_final(supervisor, ledger->url(), outcome, reporter);
+  write_status(request, outcome, reporter);
+  run_dir.remove();
+  if (cgroup) cgroup->remove();
+  reporter.line(summary_line(outcome));
+  int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
+  if (signal) {
+    reporter.flush();
+    reraise(signal);
+  }
+  return outcome.exit_code;
+}
+
+}  // namespace spendcap

@@ -1,0 +1,45 @@
+// Opening a ledger by url: the one place that knows every backend.
+#include "spendcap/ledger/backends.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "spendcap/base/error.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+
+namespace spendcap {
+
+std::string default_ledger_url() {
+  std::string data_home;
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && xdg[0] == '/') {
+    data_home = xdg;  // the XDG spec: a relative $XDG_DATA_HOME is invalid and ignored
+  } else {
+    const char* home = std::getenv("HOME");
+    if (!home || !*home) {
+      const passwd* entry = getpwuid(geteuid());
+      home = entry ? entry->pw_dir : "/";
+    }
+    data_home = std::string(home) + "/.local/share";
+  }
+  return "sqlite:" + data_home + "/spendcap/ledger.db";
+}
+
+std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions options) {
+  if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {
+    throw Error("ledger " + redact_password(url), "the PostgreSQL ledger is not built yet",
+                "use a sqlite: ledger on this host for now");
+  }
+  std::optional<std::string> path = sqlite_path_of_url(url);
+  if (!path) {
+    throw Error("ledger " + redact_password(url), "unknown kind of ledger",
+                "use sqlite:/path/ledger.db, a path, or postgresql://...");
+  }
+  if (path->empty())
+    throw Error("ledger " + redact_password(url), "no file named", "write sqlite:/path/ledger.db");
+  return std::make_unique<SqliteLedger>(*path, std::move(options));
+}
+
+}  // namespace spendcap

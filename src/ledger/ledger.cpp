@@ -1,0 +1,55 @@
+// The backend-independent names of the ledger: scopes, statuses, staleness.
+#include "spendcap/ledger/ledger.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "spendcap/base/error.hpp"
+
+namespace spendcap {
+
+std::string to_string(const Scope& scope) {
+  return to_string(scope.kind) + ":" + scope.name;
+}
+
+namespace {
+constexpr RunStatus kRunStatuses[] = {RunStatus::running, RunStatus::succeeded, RunStatus::failed,
+                                      RunStatus::killed,  RunStatus::refused,   RunStatus::lost};
+}  // namespace
+
+std::string to_string(RunStatus status) {
+  switch (status) {
+    case RunStatus::running:
+      return "running";
+    case RunStatus::succeeded:
+      return "succeeded";
+    case RunStatus::failed:
+      return "failed";
+    case RunStatus::killed:
+      return "killed";
+    case RunStatus::refused:
+      return "refused";
+    case RunStatus::lost:
+      return "lost";
+  }
+  return "?";
+}
+
+std::optional<RunStatus> parse_run_status(std::string_view text) {
+  for (RunStatus status : kRunStatuses) {
+    if (text == to_string(status)) return status;
+  }
+  return std::nullopt;
+}
+
+Nanos stale_after(Nanos sync) {
+  return std::max(3 * sync, sync + Nanos(std::chrono::seconds(2)));
+}
+
+}  // namespace spendcap

@@ -1,0 +1,514 @@
+#include "spendcap/policy/layers.hpp"
+#include "spendcap/base/text.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+namespace spendcap {
+
+namespace {
+
+using json = nlohmann::json;
+using Pointer = json::json_pointer;
+using Path = std::vector<std::string>;  // the keys of a JSON path, unescaped
+
+std::string path_text(const Path& path) {
+  Pointer pointer;
+  for (const std::string& key : path) pointer /= key;
+  std::string text = pointer.to_string();
+  return text.empty() ? "/" : text;
+}
+
+// ---- merging ----
+
+// Lays `upper` over `base`: objects merge key by key; webhooks are appended (a layer adds
+// notifications, it cannot silence the ones below it); any other value is replaced.
+void overlay(json& base, const json& upper, bool at_root = true) {
+  if (!base.is_object() || !upper.is_object()) {
+    base = upper;
+    return;
+  }
+  for (const auto& item : upper.items()) {
+    json& slot = base[item.key()];
+    if (at_root && item.key() == "webhooks" && slot.is_array() && item.value().is_array()) {
+      slot.insert(slot.end(), item.value().begin(), item.value().end());
+    } else if (slot.is_object() && item.value().is_object()) {
+      overlay(slot, item.value(), false);
+    } else {
+      slot = item.value();
+    }
+  }
+}
+
+bool is_empty_layer(const json& document) {
+  return document.is_null() || (document.is_object() && document.empty());
+}
+
+// ---- what a locked policy means where it says nothing ----
+
+// "60s" rather than format_duration's "1m": the way the defaults are documented.
+std::string duration_text(Nanos duration) {
+  if (duration % std::chrono::seconds(1) == Nanos(0)) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(duration).count()) + "s";
+  }
+  return format_duration(duration);
+}
+
+// The duration defaults; a layer may only shorten them (a shorter grace stops a run sooner, a
+// shorter sync or claim horizon keeps the ledger closer to the truth).
+struct DefaultDuration {
+  const char* key;
+  Nanos Defaults::*member;
+};
+constexpr DefaultDuration kDefaultDurations[] = {
+    {"grace", &Defaults::grace},
+    {"kill_after", &Defaults::kill_after},
+    {"grace_on_signal", &Defaults::grace_on_signal},
+    {"kill_after_on_signal", &Defaults::kill_after_on_signal},
+    {"interval", &Defaults::interval},
+    {"sync", &Defaults::sync},
+    {"claim_horizon", &Defaults::claim_horizon},
+};
+
+// The built-in values that a locked policy enforces without writing them down: a locked policy that
+// does not mention the mode is in enforce mode, and a layer must not switch it to warn.
+json implied_by_defaults() {
+  const Policy policy;
+  const Defaults& defaults = policy.defaults;
+  json section = {{"pricing", to_string(defaults.pricing)},
+                  {"billing", to_string(defaults.billing)},
+                  {"checkpoint_signal", signal_name(defaults.checkpoint_signal)}};
+  for (const DefaultDuration& entry : kDefaultDurations) {
+    section[entry.key] = duration_text(defaults.*entry.member);
+  }
+  return {{"currency", policy.currency}, {"mode", to_string(policy.mode)}, {"defaults", section}};
+}
+
+// A guard's defaults apply only where the locked policy turns the guard on; one it leaves off, a
+// layer may add with any values.
+json guard_defaults() {
+  const CrashLoopGuard crash_loop;
+  const RespawnLoopGuard respawn_loop;
+  const IdleGpuGuard idle_gpu;
+  const StallGuard stall;
+  const BurnRateGuard burn_rate;
+  return {
+      {"crash_loop",
+       {{"max_failures", crash_loop.max_failures}, {"window", duration_text(crash_loop.window)}}},
+      {"respawn_loop",
+       {{"max_restarts", respawn_loop.max_restarts},
+        {"window", duration_text(respawn_loop.window)}}},
+      {"idle_gpu",
+       {{"below_percent", idle_gpu.below_percent}, {"for", duration_text(idle_gpu.for_duration)}}},
+      {"stall", {{"after", duration_text(stall.after)}}},
+      {"burn_rate", {{"factor", burn_rate.factor}}},
+  };
+}
+
+// The locked document with the defaults it implies filled in, so that every rule compares
+// against the value actually in force.
+json effective_locked(const json& locked) {
+  json effective = implied_by_defaults();
+  overlay(effective, locked);
+  if (!effective.is_object()) return effective;
+  if (auto guards = effective.find("guards"); guards != effective.end() && guards->is_object()) {
+    const json defaults = guard_defaults();
+    for (auto& item : guards->items()) {
+      auto guard_default = defaults.find(item.key());
+      if (guard_default == defaults.end() || !item.value().is_object()) continue;
+      json filled = *guard_default;
+      overlay(filled, item.value());
+      item.value() = filled;
+    }
+  }
+  if (auto budgets = effective.find("budgets");
+      budgets != effective.end() && budgets->is_object()) {
+    const std::string default_period = to_string(BudgetSpec{}.period);
+    for (auto& kind : budgets->items()) {
+      if (!kind.value().is_object()) continue;
+      for (auto& entry : kind.value().items()) {
+        if (entry.value().is_object() && !entry.value().contains("period")) {
+          entry.value()["period"] = default_period;
+        }
+      }
+    }
+  }
+  return effective;
+}
+
+// ---- the tightening rules ----
+
+enum class Check {
+  any,           // a layer may set anything
+  ignore,        // a layer's value is dropped (/locked: only the system file locks)
+  same,          // must equal the locked value, if the locked policy has one
+  same_present,  // must equal a locked value; values the locked policy lacks are refused too
+  at_most,       // may only go down
+  at_least,      // may only go up
+  enforce_kept,  // enforce may not become warn
+  signal_kept,   // a checkpoint signal may change, but not to none
+};
+enum class Scale { none, duration, number };
+
+struct Rule {
+  std::string pattern;  // a JSON path; "*" stands for one key, a final "**" for the rest
+  Check check;
+  Scale scale = Scale::none;
+  // at_most / at_least: the word for a violation ("longer"); same: why it must stay.
+  std::string note = {};
+};
+
+// By JSON path; the first matching rule decides. A value no rule names must equal the locked one
+// where the locked policy has it, and is free where it does not: budget entries and guards that
+// the locked policy lacks only add limits. Objects without a rule are compared key by key.
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> table = [] {
+    std::vector<Rule> built = {
+        {"/$schema", Check::any},
+        {"/description", Check::any},
+        {"/locked", Check::ignore},
+        {"/currency", Check::same, Scale::none, "spend is counted in the locked currency"},
+        {"/ledger", Check::same_present, Scale::none,
+         "every run here is recorded in the locked ledger"},
+        {"/mode", Check::enforce_kept},
+        {"/rates/**", Check::same_present, Scale::none, "rates cannot be changed"},
+        {"/defaults/pricing", Check::same},
+        {"/defaults/billing", Check::same},
+        {"/defaults/checkpoint_signal", Check::signal_kept},
+        {"/defaults/warn_at", Check::any},
+        {"/defaults/gpu", Check::same, Scale::none, "the runner's hardware is fixed"},
+        {"/defaults/instance", Check::same, Scale::none, "the runner's hardware is fixed"},
+        {"/defaults/gpus", Check::at_least, Scale::number, "fewer"},
+        {"/defaults/instances", Check::at_least, Scale::number, "fewer"},
+        {"/budgets/*/*/amount", Check::at_most, Scale::number, "more"},
+        {"/budgets/*/*/max_run", Check::at_most, Scale::number, "more"},
+        {"/budgets/*/*/expected_per_hour", Check::at_most, Scale::number, "more"},
+        {"/budgets/*/*/period", Check::same},
+        {"/budgets/*/*/metric", Check::any},
+        {"/budgets/*/*/baseline_metric", Check::any},
+        {"/budgets/*/*/metric_goal", Check::any},
+        {"/guards/crash_loop/max_failures", Check::at_most, Scale::number, "more"},
+        {"/guards/crash_loop/window", Check::at_least, Scale::duration, "shorter"},
+        {"/guards/respawn_loop/max_restarts", Check::at_most, Scale::number, "more"},
+        {"/guards/respawn_loop/window", Check::at_least, Scale::duration, "shorter"},
+        {"/guards/idle_gpu/below_percent", Check::at_least, Scale::number, "lower"},
+        {"/guards/idle_gpu/for", Check::at_most, Scale::duration, "longer"},
+        {"/guards/stall/after", Check::at_most, Scale::duration, "longer"},
+        {"/guards/burn_rate/factor", Check::at_most, Scale::number, "higher"},
+        {"/energy/**", Check::same, Scale::none, "energy figures are the runner's"},
+        {"/webhooks", Check::any},  // appended by the merge, never replaced
+        {"/metrics_dir", Check::any},
+    };
+    for (const DefaultDuration& entry : kDefaultDurations) {
+      built.push_back(
+          {std::string("/defaults/") + entry.key, Check::at_most, Scale::duration, "longer"});
+    }
+    return built;
+  }();
+  return table;
+}
+
+bool matches(std::string_view pattern, const Path& path) {
+  std::size_t i = 0;
+  while (!pattern.empty()) {
+    pattern.remove_prefix(1);  // the '/'
+    std::string_view segment = pattern.substr(0, pattern.find('/'));
+    pattern.remove_prefix(segment.size());
+    if (segment == "**") return true;
+    if (i >= path.size() || (segment != "*" && segment != path[i])) return false;
+    ++i;
+  }
+  return i == path.size();
+}
+
+const Rule* find_rule(const Path& path) {
+  for (const Rule& rule : rules()) {
+    if (matches(rule.pattern, path)) return &rule;
+  }
+  return nullptr;
+}
+
+// Values as the messages show them: 120s, warn, 4.1.
+std::string value_text(const json& value) {
+  return value.is_string() ? redact_password(value.get<std::string>())
+                           : value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Durations compare as durations ("2m" > "90s"), money and counts as numbers.
+std::optional<double> scaled(const json& value, Scale scale) {
+  if (scale == Scale::duration) {
+    if (!value.is_string()) return std::nullopt;
+    auto parsed = parse_duration(value.get<std::string>());
+    if (!parsed) return std::nullopt;
+    return static_cast<double>(parsed->count());
+  }
+  if (!value.is_number()) return std::nullopt;
+  return value.get<double>();
+}
+
+// The violation of `rule` by `upper`, or nullopt; `locked` is null where the locked policy has no
+// value. A value that cannot be read is a violation: the check fails closed.
+std::optional<std::string> violation(const Rule& rule, const json* locked, const json& upper) {
+  std::string got = value_text(upper);
+  std::string note = rule.note.empty() ? "" : " (" + rule.note + ")";
+  switch (rule.check) {
+    case Check::any:
+    case Check::ignore:
+      return std::nullopt;
+    case Check::same_present:
+      if (!locked) return got + " is not in the locked policy" + note;
+      [[fallthrough]];
+    case Check::same:
+      if (!locked || *locked == upper) return std::nullopt;
+      return got + " differs from the locked " + value_text(*locked) + note;
+    case Check::at_most:
+    case Check::at_least: {
+      if (!locked) return std::nullopt;
+      std::optional<double> mine = scaled(upper, rule.scale), theirs = scaled(*locked, rule.scale);
+      if (!mine || !theirs)
+        return got + " cannot be compared with the locked " + value_text(*locked);
+      bool loosens = rule.check == Check::at_most ? *mine > *theirs : *mine < *theirs;
+      if (!loosens) return std::nullopt;
+      return got + " is " + rule.note + " than the locked " + value_text(*locked);
+    }
+    case Check::enforce_kept:
+      if (!locked || *locked != to_string(Mode::enforce) || upper == to_string(Mode::enforce)) {
+        return std::nullopt;
+      }
+      return got + " would loosen the locked enforce mode";
+    case Check::signal_kept: {
+      if (!locked || !locked->is_string()) return std::nullopt;
+      std::optional<int> theirs = parse_signal(locked->get<std::string>());
+      if (!theirs || *theirs == 0) return std::nullopt;
+      std::optional<int> mine =
+          upper.is_string() ? parse_signal(upper.get<std::string>()) : std::nullopt;
+      if (mine && *mine != 0) return std::nullopt;
+      return got + " would turn off the locked checkpoint signal " + signal_name(*theirs);
+    }
+  }
+  return std::nullopt;
+}
+
+const json* find_value(const json& document, const Path& path) {
+  const json* node = &document;
+  for (const std::string& key : path) {
+    if (!node->is_object()) return nullptr;
+    auto child = node->find(key);
+    if (child == node->end()) return nullptr;
+    node = &*child;
+  }
+  return node;
+}
+
+void collect_violations(const json& locked, const json& upper, Path& path,
+                        std::vector<std::string>& out) {
+  static const Rule kSameWhereSet{"", Check::same};
+  const Rule* rule = find_rule(path);
+  bool spans_subtree = !rule || rule->pattern.ends_with("/**");
+  if (upper.is_object() && spans_subtree) {
+    for (const auto& item : upper.items()) {
+      path.push_back(item.key());
+      collect_violations(locked, item.value(), path, out);
+      path.pop_back();
+    }
+    return;
+  }
+  if (auto message = violation(rule ? *rule : kSameWhereSet, find_value(locked, path), upper)) {
+    out.push_back(path_text(path) + ": " + *message);
+  }
+}
+
+// ---- finding the files ----
+
+// False when nothing is at `path`; an error when we cannot tell (a locked policy must not be
+// skipped because its directory could not be searched).
+bool exists(const std::string& path) {
+  struct stat status;
+  if (::stat(path.c_str(), &status) == 0) return true;
+  if (errno == ENOENT || errno == ENOTDIR) return false;
+  throw Error(path, errno_text(errno));
+}
+
+std::string parent_directory(const std::string& path) {
+  std::string parent = std::filesystem::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+// The system policy document when it is locked, checked; nullopt when there is none or it is not
+// locked (then it is only the last place the search looks).
+std::optional<json> read_locked_system_policy(const std::string& path) {
+  if (!exists(path)) return std::nullopt;
+  json document = read_policy_file(path);
+  // Anything but a missing or false "locked" counts as locked here, so that a mistyped lock
+  // ("locked": "true") fails closed as an invalid locked policy instead of opening the runner.
+  if (document.is_object()) {
+    auto lock = document.find("locked");
+    if (lock == document.end() || *lock == false) return std::nullopt;
+  }
+  if (auto unsafe = unsafe_permissions(path)) {
+    throw Error(path, "refusing a locked policy that others can change: " + *unsafe,
+                "a locked policy is only as safe as its file");
+  }
+  Policy policy = parse_policy(document, path);  // throws PolicyError
+  // What a locked policy leaves unsaid the caller's environment would decide: which ledger
+  // ($XDG_DATA_HOME) and how many GPUs (CUDA_VISIBLE_DEVICES, which a job can change itself).
+  std::vector<std::string> errors;
+  if (!policy.ledger) {
+    errors.push_back(
+        "/ledger: a locked policy must name its ledger (else each user's "
+        "$XDG_DATA_HOME would choose one)");
+  }
+  if (policy.defaults.gpu && !policy.defaults.gpus) {
+    errors.push_back(
+        "/defaults/gpus: a locked policy that sets defaults.gpu must set the GPU "
+        "count too (else CUDA_VISIBLE_DEVICES would decide it)");
+  }
+  if (!errors.empty()) throw PolicyError(path, std::move(errors));
+  return document;
+}
+
+// The first policy file of the search order, as a layer; nullopt when there is none.
+std::optional<PolicyLayer> find_user_policy(const PolicySearch& search, bool system_is_locked) {
+  struct Candidate {
+    std::optional<std::string> path;
+    std::string source;
+    const char* missing_hint;  // set where a missing file is an error, not a skip
+  };
+  auto labelled = [](const std::optional<std::string>& path, const std::string& prefix) {
+    return path ? prefix + *path : std::string();
+  };
+  std::string cwd_source = search.cwd_path.starts_with("/") || search.cwd_path.starts_with("./")
+                               ? search.cwd_path
+                               : "./" + search.cwd_path;
+  const Candidate candidates[] = {
+      {search.flag_path, labelled(search.flag_path, ""), "check the --policy path"},
+      {search.env_path, labelled(search.env_path, "$SPENDCAP_POLICY="),
+       "unset SPENDCAP_POLICY or point it at a policy file"},
+      {search.cwd_path, cwd_source, nullptr},
+      {search.xdg_path, labelled(search.xdg_path, ""), nullptr},
+      {system_is_locked ? std::nullopt : std::optional(search.system_path), search.system_path,
+       nullptr},
+  };
+  for (const Candidate& candidate : candidates) {
+    if (!candidate.path || candidate.path->empty()) continue;
+    if (exists(*candidate.path)) {
+      return PolicyLayer{candidate.source, read_policy_file(*candidate.path)};
+    }
+    if (candidate.missing_hint) {
+      throw Error(candidate.source, "no such policy file", candidate.missing_hint);
+    }
+  }
+  return std::nullopt;
+}
+
+void refuse_loosening(const json& locked, const PolicyLayer& layer,
+                      const std::string& locked_path) {
+  std::vector<std::string> violations = loosening_violations(locked, layer.document);
+  if (violations.empty()) return;
+  std::string why = "would loosen the locked policy: " + violations.front();
+  if (violations.size() > 1) why += " (and " + std::to_string(violations.size() - 1) + " more)";
+  Error error(layer.source, why,
+              "the locked policy " + locked_path + " is set by the runner's owner");
+  error.details = std::move(violations);
+  throw error;
+}
+
+}  // namespace
+
+PolicySearch PolicySearch::from_environment(std::optional<std::string> flag_path) {
+  PolicySearch search;
+  search.flag_path = std::move(flag_path);
+  auto variable = [](const char* name) -> std::optional<std::string> {
+    const char* value = std::getenv(name);
+    if (!value || !*value) return std::nullopt;
+    return std::string(value);
+  };
+  search.env_path = variable("SPENDCAP_POLICY");
+  // The XDG spec says a relative XDG_CONFIG_HOME is invalid and must be ignored.
+  if (auto xdg = variable("XDG_CONFIG_HOME"); xdg && xdg->starts_with("/")) {
+    search.xdg_path = *xdg + "/spendcap/policy.json";
+  } else if (auto home = variable("HOME")) {
+    search.xdg_path = *home + "/.config/spendcap/policy.json";
+  }
+  // system_path is deliberately not read from the environment: a variable that moved it would let
+  // any user step out from under a locked policy.
+  return search;
+}
+
+LoadedPolicy load_policy(const PolicySearch& search, const PolicyLayer& flags) {
+  LoadedPolicy loaded;
+  std::optional<json> locked = read_locked_system_policy(search.system_path);
+  json merged = json::object();
+  if (locked) {
+    loaded.locked = true;
+    loaded.locked_policy = parse_policy(*locked, search.system_path);
+    loaded.locked_source = search.system_path;
+    loaded.sources.push_back(search.system_path + " (locked)");
+    merged = *locked;
+  }
+
+  std::vector<PolicyLayer> layers;
+  if (auto user = find_user_policy(search, loaded.locked)) layers.push_back(std::move(*user));
+  if (!is_empty_layer(flags.document)) {
+    layers.push_back({flags.source.empty() ? "command line" : flags.source, flags.document});
+  }
+  for (const PolicyLayer& layer : layers) {
+    if (auto errors = validate_policy_layer(layer.document); !errors.empty()) {
+      throw PolicyError(layer.source, std::move(errors));
+    }
+    if (locked) refuse_loosening(*locked, layer, search.system_path);
+    overlay(merged, layer.document);
+    loaded.sources.push_back(layer.source);
+  }
+  if (locked) merged["locked"] = true;
+
+  // Each layer was valid alone; the merge can still be wrong together (a defaults.gpu that names
+  // no rate, a budget entry without an amount).
+  std::string source = loaded.sources.empty() ? "built-in defaults" : join(loaded.sources, " + ");
+  loaded.policy = parse_policy(merged, source);
+  loaded.document = std::move(merged);
+  return loaded;
+}
+
+std::vector<std::string> loosening_violations(const nlohmann::json& locked,
+                                              const nlohmann::json& upper) {
+  if (upper.is_null()) return {};
+  if (!upper.is_object()) return {"/: must be an object"};
+  std::vector<std::string> violations;
+  Path path;
+  collect_violations(effective_locked(locked), upper, path, violations);
+  return violations;
+}
+
+std::optional<std::string> unsafe_permissions(const std::string& path) {
+  // Whoever can write the file, the directory that holds its name, or (through a symlink) the
+  // directory that holds the file it points to, can replace the policy.
+  std::vector<std::string> checked = {path, parent_directory(path)};
+  if (char* resolved = ::realpath(path.c_str(), nullptr)) {
+    std::string target_directory = parent_directory(resolved);
+    std::free(resolved);
+    if (target_directory != checked.back()) checked.push_back(target_directory);
+  }
+  for (const std::string& name : checked) {
+    struct stat status;
+    if (::stat(name.c_str(), &status) != 0) {
+      return name + ": cannot check its permissions: " + errno_text(errno);
+    }
+    mode_t writable = status.st_mode & (S_IWGRP | S_IWOTH);
+    if (!writable) continue;
+    const char* who = writable == (S_IWGRP | S_IWOTH) ? "its group and others"
+                      : (writable & S_IWGRP)          ? "its group"
+                                                      : "others";
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(status.st_mode & 07777));
+    return name + " is writable by " + who + " (mode " + mode + "); run `chmod go-w " + name + "`";
+  }
+  return std::nullopt;
+}
+
+}  // namespace spendcap

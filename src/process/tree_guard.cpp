@@ -1,0 +1,178 @@
+#include "spendcap/process/tree_guard.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+
+#include "spendcap/base/error.hpp"
+#include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/process_tree.hpp"
+
+namespace spendcap {
+
+namespace {
+
+int count_threads() {
+  int threads = 0;
+  if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (dirent* entry = ::readdir(dir)) threads += entry->d_name[0] != '.';
+    ::closedir(dir);
+  }
+  return threads;
+}
+
+// Closes every fd but `keep` (sorted): the guard must not hold the supervisor's ledger connection,
+// sockets or pipes, whose other ends would otherwise never see EOF.
+void close_all_but(std::vector<int> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned int next = 0;
+  for (int fd : keep) {
+    if (static_cast<unsigned int>(fd) > next) ::close_range(next, fd - 1, 0);
+    next = fd + 1;
+  }
+  ::close_range(next, UINT_MAX, 0);
+}
+
+void send(int fd, GuardEventKind kind, pid_t pid, int value, bool tree_empty) {
+  GuardEvent event{kind, pid, value, tree_empty ? 1 : 0, to_ns(now())};
+  while (::write(fd, &event, sizeof event) < 0 && errno == EINTR) {
+  }
+  // EPIPE: the supervisor is gone; the control pipe's EOF handles that.
+}
+
+// What the dead supervisor would have removed once the tree was empty.
+void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
+  if (!options.run_dir.empty()) {
+    ::unlink((options.run_dir + "/checkpoint-done").c_str());
+    ::rmdir(options.run_dir.c_str());
+  }
+  if (cgroup) cgroup->remove();
+}
+
+[[noreturn]] void guard_main(const LaunchSpec& spec, const Cgroup* cgroup,
+                             const GuardOptions& options, int control_fd, int events_fd) {
+  std::vector<int> keep = spec.inherited.fds;
+  keep.insert(keep.end(), {0, 1, 2, control_fd, events_fd});
+  close_all_but(keep);
+  if (options.subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  for (int signal : kGuardIgnoredSignals) ::signal(signal, SIG_IGN);
+
+  // SIGCHLD is blocked before the launch, so no exit is missed: it waits on the signalfd.
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+  int signal_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    // Without it the guard would never hear of an exit: refuse to launch rather than lose one.
+    send(events_fd, GuardEventKind::launch_failed, -1, errno, false);
+    send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
+    ::_exit(1);
+  }
+
+  Launched launched = launch_command(spec);
+  if (launched.pid <= 0) {
+    send(events_fd, GuardEventKind::launch_failed, -1,
+         launched.exec_errno ? launched.exec_errno : EAGAIN, false);
+    send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
+    ::_exit(0);
+  }
+  send(events_fd, GuardEventKind::launched, launched.pid, 0, false);
+  if (launched.exec_errno) {
+    send(events_fd, GuardEventKind::launch_failed, launched.pid, launched.exec_errno, false);
+  }
+
+  LiveProcessTree tree(::getpid(), cgroup);
+  bool orphaned = false;
+  TimePoint kill_at{};
+  while (true) {
+    // The one reaper: everything that dies in the tree is reaped here, orphans included.
+    int status = 0, main_status = 0;
+    bool main_reaped = false, empty = false;
+    while (true) {
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid > 0) {
+        if (pid == launched.pid) {
+          main_reaped = true;
+          main_status = status;
+        }
+        continue;
+      }
+      if (pid < 0 && errno == EINTR) continue;
+      empty = pid < 0 && errno == ECHILD;
+      break;
+    }
+    if (main_reaped) {
+      send(events_fd, GuardEventKind::main_exited, launched.pid, main_status, empty);
+    }
+    if (empty) {
+      send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
+      if (orphaned) remove_run_files(options, cgroup);
+      ::_exit(0);
+    }
+
+    int timeout_ms = -1;
+    if (orphaned) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - now()).count();
+      timeout_ms = static_cast<int>(std::max<long long>(0, left));
+    }
+    pollfd fds[2] = {{signal_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
+    int ready = ::poll(fds, orphaned ? 1 : 2, timeout_ms);
+    if (ready < 0 && errno != EINTR) ::_exit(1);
+    if (fds[0].revents) {
+      signalfd_siginfo info;
+      while (::read(signal_fd, &info, sizeof info) > 0) {
+      }
+    }
+    if (!orphaned && fds[1].revents) {
+      char byte;
+      ssize_t n = ::read(control_fd, &byte, 1);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+        // The supervisor is gone (SIGKILLed, crashed): nothing may outlive it.
+        orphaned = true;
+        tree.signal_all(SIGTERM);
+        tree.signal_all(SIGCONT);
+        kill_at = now() + options.orphan_kill_after;
+      }
+    }
+    if (orphaned && now() >= kill_at) {
+      tree.kill_all();
+      // Forks race with the walk: look again shortly until the reaper finds the tree empty.
+      kill_at = now() + std::chrono::milliseconds(20);
+    }
+  }
+}
+
+}  // namespace
+
+GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const GuardOptions& options) {
+  if (int threads = count_threads(); threads > 1) {
+    throw Error("guard", "spendcap already runs " + std::to_string(threads) + " threads",
+                "the guard must be forked before any thread starts (a bug in spendcap)");
+  }
+  int control[2], events[2];
+  if (::pipe2(control, O_CLOEXEC) != 0) throw Error("guard", "pipe: " + errno_text(errno));
+  if (::pipe2(events, O_CLOEXEC) != 0) throw Error("guard", "pipe: " + errno_text(errno));
+  pid_t pid = ::fork();
+  if (pid < 0) throw Error("guard", "fork: " + errno_text(errno), "the system is out of processes");
+  if (pid == 0) {
+    ::close(control[1]);
+    ::close(events[0]);
+    guard_main(spec, cgroup, options, control[0], events[1]);
+  }
+  ::close(control[0]);
+  ::close(events[1]);
+  ::fcntl(events[0], F_SETFL, O_NONBLOCK);
+  return GuardHandle{pid, events[0], control[1]};
+}
+
+}  // namespace spendcap

@@ -1,0 +1,62 @@
+#include "spendcap/supervise/outcome.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "spendcap/base/error.hpp"
+#include "spendcap/policy/policy.hpp"
+
+namespace spendcap {
+
+nlohmann::json to_json(const RunOutcome& outcome) {
+  nlohmann::json json = {
+      {"run_id", outcome.run_id},
+      {"status", to_string(outcome.status)},
+      {"reason", outcome.reason},
+      {"stopped_by_spendcap", outcome.stopped_by_spendcap},
+      {"exit_code", outcome.exit_code},
+      {"spendcap_signal", nullptr},
+      {"command_exit_code", nullptr},
+      {"command_signal", nullptr},
+      {"currency", outcome.currency},
+      {"spend", money_to_json(outcome.spend)},
+      {"ceiling", money_to_json(outcome.ceiling)},
+      {"budget", nullptr},
+      {"rate_per_hour", money_to_json(outcome.rate_per_hour)},
+      {"elapsed_seconds", outcome.elapsed_seconds},
+      {"tripped_after_seconds", nullptr},
+      {"checkpoint_signalled", outcome.checkpoint_signalled},
+      {"grace_skipped", outcome.grace_skipped},
+      {"trip_to_empty_seconds", nullptr},
+  };
+  if (outcome.command_exit_code) json["command_exit_code"] = *outcome.command_exit_code;
+  if (outcome.spendcap_signal) json["spendcap_signal"] = signal_name(outcome.spendcap_signal);
+  if (outcome.command_signal) json["command_signal"] = signal_name(*outcome.command_signal);
+  if (outcome.budget) json["budget"] = money_to_json(*outcome.budget);
+  if (outcome.tripped_after_seconds) json["tripped_after_seconds"] = *outcome.tripped_after_seconds;
+  if (outcome.trip_to_empty_seconds) json["trip_to_empty_seconds"] = *outcome.trip_to_empty_seconds;
+  if (!outcome.message.empty()) json["message"] = outcome.message;
+  if (!outcome.tree_tracking.empty()) json["tree_tracking"] = outcome.tree_tracking;
+  return json;
+}
+
+void write_status_file(const std::string& path, const RunOutcome& outcome) {
+  std::string text = to_json(outcome).dump(2) + "\n";
+  std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("--status-file " + path, errno_text(errno));
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  int err = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    if (ok) err = errno;
+    ::unlink(temporary.c_str());
+    throw Error("--status-file " + path, errno_text(err));
+  }
+}
+
+}  // namespace spendcap

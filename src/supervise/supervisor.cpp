@@ -1,0 +1,699 @@
+#include "spendcap/supervise/supervisor.hpp"
+
+#include <signal.h>
+#include <sys/inotify.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "spendcap/ledger/async_ledger.hpp"
+#include "spendcap/spend/meter.hpp"
+
+namespace asio = boost::asio;
+
+namespace spendcap {
+
+namespace {
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by " + signal_name(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+std::string percent(double fraction) {
+  return std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%";
+}
+
+// "budget:run", "budget:job:KEY", "budget:team:vision".
+std::string budget_reason(const Scope& scope) {
+  return scope.kind == ScopeKind::run ? "budget:run" : "budget:" + to_string(scope);
+}
+
+// How long after the kill the tree is looked at again: forks race with every walk.
+constexpr auto kKillRepeat = std::chrono::milliseconds(20);
+
+}  // namespace
+
+void block_stop_signals(bool block) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : kStopSignals) sigaddset(&set, signal);
+  ::sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+}
+
+int take_pending_stop_signal() {
+  sigset_t pending;
+  sigpending(&pending);
+  for (int signal : kStopSignals) {
+    if (sigismember(&pending, signal)) {
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, signal);
+      timespec zero{};
+      ::sigtimedwait(&one, nullptr, &zero);
+      return signal;
+    }
+  }
+  return 0;
+}
+
+class Supervisor::Impl {
+ public:
+  Impl(SupervisorPlan plan, GuardHandle guard, Reporter& reporter, std::shared_ptr<Ledger> ledger)
+      : plan_(std::move(plan)),
+        guard_(guard),
+        reporter_(reporter),
+        tree_(plan_.make_tree(guard.pid)),
+        events_(io_, guard.events_fd),
+        signals_(io_),
+        job_control_(io_, SIGTSTP, SIGCONT),
+        children_(io_, SIGCHLD),
+        trip_timer_(io_),
+        step_timer_(io_),
+        threshold_timer_(io_),
+        heartbeat_timer_(io_),
+        title_timer_(io_),
+        meter_(plan_.rate_per_hour),
+        reserve_(shutdown_reserve(plan_.rate_per_hour, plan_.on_trip)),
+        run_thresholds_(plan_.warn_at) {
+    for (int signal : kStopSignals) signals_.add(signal);
+    apply_grant(plan_.grant);
+    if (ledger) {
+      ledger_ = std::make_unique<AsyncLedger>(
+          std::move(ledger), [this](std::function<void()> done) { asio::post(io_, done); });
+    }
+    outcome_.run_id = plan_.run_id;
+    outcome_.currency = plan_.currency;
+    outcome_.rate_per_hour = plan_.rate_per_hour;
+    outcome_.budget = plan_.run_budget;
+  }
+
+  ~Impl() {
+    if (inotify_) inotify_->close();
+    if (guard_.control_fd >= 0) ::close(guard_.control_fd);
+  }
+
+  RunOutcome run() {
+    read_guard_events();
+    wait_for_signals();
+    pass_on_job_control();
+    reap_children();
+    // Stop signals that came while the run was being set up are delivered now.
+    block_stop_signals(false);
+    io_.run();
+    return outcome_;
+  }
+
+  std::string record_final(const RunFinal& final, Nanos timeout) {
+    if (!ledger_) return "no ledger";
+    return ledger_->call_and_wait([final](Ledger& ledger) { ledger.finish_run(final); }, timeout);
+  }
+
+ private:
+  enum class Phase { starting, running, grace, terminating, killing, draining, done };
+
+  // ---- the guard's reports ----
+
+  void read_guard_events() {
+    events_.async_read_some(asio::buffer(buffer_), [this](auto error, size_t bytes) {
+      pending_.append(buffer_.data(), bytes);
+      while (pending_.size() >= sizeof(GuardEvent)) {
+        GuardEvent event;
+        std::memcpy(&event, pending_.data(), sizeof event);
+        pending_.erase(0, sizeof event);
+        on_guard_event(event);
+      }
+      if (phase_ == Phase::done) return;
+      if (error) {
+        guard_lost();
+        return;
+      }
+      read_guard_events();
+    });
+  }
+
+  void on_guard_event(const GuardEvent& event) {
+    TimePoint at = from_ns(event.monotonic_ns);
+    switch (event.kind) {
+      case GuardEventKind::launched:
+        on_launched(at);
+        break;
+      case GuardEventKind::launch_failed:
+        reporter_.error(
+            (event.pid > 0 ? "cannot execute the command: " : "cannot start the command: ") +
+            errno_text(event.value));
+        if (event.pid <= 0) launch_failed_ = true;  // fork failed: no process, no exit status
+        break;
+      case GuardEventKind::main_exited:
+        on_main_exited(event.value, at, event.tree_empty != 0);
+        break;
+      case GuardEventKind::tree_empty:
+        on_tree_empty(at);
+        break;
+    }
+  }
+
+  void on_launched(TimePoint at) {
+    meter_.launched(at);
+    phase_ = Phase::running;
+    print_start_line();
+    arm_trip_timer();
+    arm_threshold_timer();
+    arm_heartbeat();
+    arm_title();
+    if (pending_signal_) on_signal(pending_signal_);
+  }
+
+  void on_main_exited(int status, TimePoint at, bool tree_empty) {
+    if (WIFEXITED(status)) outcome_.command_exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) outcome_.command_signal = WTERMSIG(status);
+    main_status_ = status;
+    main_exited_ = true;
+    if (tree_empty) return;  // tree_empty follows at once
+    switch (phase_) {
+      case Phase::running: {
+        // What the command left behind costs money too: SIGTERM now, SIGKILL after kill-after.
+        trip_timer_.cancel();
+        threshold_timer_.cancel();
+        deadlines_ = plan_kill(at, ShutdownTimes{Nanos(0), plan_.on_trip.kill_after}, empty_by());
+        kill_after_ = plan_.on_trip.kill_after;
+        reporter_.line("the command ended (" + describe_wait_status(status) +
+                       "); stopping the processes it left behind");
+        phase_ = Phase::draining;
+        send_term();
+        break;
+      }
+      case Phase::grace:
+        reporter_.line("the command ended during the grace (" + describe_wait_status(status) + ")");
+        terminate();
+        break;
+      default:
+        break;
+    }
+  }
+
+  void on_tree_empty(TimePoint at) {
+    meter_.tree_empty(at);
+    finish();
+  }
+
+  // The guard died before the tree was empty (someone SIGKILLed it). The command's PDEATHSIG
+  // killed the main process; every orphan now re-parents to spendcap (a subreaper): kill them
+  // and reap them here.
+  void guard_lost() {
+    if (phase_ == Phase::done || guard_lost_) return;
+    guard_lost_ = true;
+    reporter_.error("the guard process died; killing what is left of the tree");
+    tree_ = plan_.make_tree(::getpid());
+    if (!meter_.launched_at()) meter_.launched(now());
+    phase_ = Phase::killing;
+    kill();
+    reap_now();
+  }
+
+  // ---- signals to spendcap, and its children ----
+
+  void wait_for_signals() {
+    signals_.async_wait([this](auto error, int signal) {
+      if (error || phase_ == Phase::done) return;
+      on_signal(signal);
+      wait_for_signals();
+    });
+  }
+
+  void on_signal(int signal) {
+    if (!meter_.launched_at()) {
+      pending_signal_ = signal;  // the launch report is on its way
+      return;
+    }
+    if (!trip_) {
+      reporter_.line("got " + signal_name(signal) + ": stopping the job");
+      trip(Trip{TripKind::signal, "signal:" + signal_name(signal), signal}, now(), plan_.on_signal);
+      return;
+    }
+    // A second signal hurries the kill path along, one step per signal.
+    reporter_.line("got " + signal_name(signal) + " again: skipping ahead");
+    if (phase_ == Phase::grace) {
+      terminate();
+    } else if (phase_ == Phase::terminating || phase_ == Phase::draining) {
+      kill();
+    }
+  }
+
+  // Ctrl-Z on spendcap's group (no terminal given to the job) or `kill -TSTP spendcap` pauses the
+  // job instead of spendcap: the supervisor must keep its clock and its trip.
+  void pass_on_job_control() {
+    job_control_.async_wait([this](auto error, int signal) {
+      if (error || phase_ == Phase::done) return;
+      if (meter_.launched_at()) tree_->signal_all(signal);
+      pass_on_job_control();
+    });
+  }
+
+  void reap_children() {
+    children_.async_wait([this](auto error, int) {
+      if (error || phase_ == Phase::done) return;
+      reap_now();
+      reap_children();
+    });
+  }
+
+  // Reaps spendcap's own children: the guard at the end, orphans when spendcap is PID 1 (as tini
+  // does) or when the guard died.
+  void reap_now() {
+    while (true) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid > 0) {
+        if (pid == guard_.pid) guard_reaped_ = true;
+        continue;
+      }
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid < 0 && errno == ECHILD && guard_lost_ && phase_ != Phase::done) on_tree_empty(now());
+      return;
+    }
+  }
+
+  // ---- the trip ----
+
+  void arm_trip_timer() {
+    if (trip_ || phase_ != Phase::running || !meter_.launched_at()) return;
+    auto at = budget_trip_time(*meter_.launched_at(), plan_.rate_per_hour, allowed_, reserve_);
+    if (!at) {
+      trip_timer_.cancel();
+      return;
+    }
+    TimePoint planned = *at;
+    trip_timer_.expires_at(planned);
+    trip_timer_.async_wait([this, planned](auto error) {
+      if (!error) on_trip_timer(planned);
+    });
+  }
+
+  void on_trip_timer(TimePoint planned) {
+    if (trip_ || phase_ != Phase::running) return;
+    // A limiting scope means the budget is spent. Without one the grants were full, and only a
+    // ledger that did not answer in time lets a run reach its ceiling.
+    Trip trip = binding_ ? Trip{TripKind::budget, budget_reason(*binding_), 0}
+                         : Trip{TripKind::ledger_unreachable, "ledger-unreachable", 0};
+    if (plan_.mode == Mode::warn) {
+      would_stop(trip.reason);
+      return;
+    }
+    this->trip(trip, planned, plan_.on_trip);
+  }
+
+  void would_stop(const std::string& reason) {
+    if (would_stop_reported_) return;
+    would_stop_reported_ = true;
+    reporter_.line("warn mode: " + reason + " would stop the run now (" +
+                   format_money(meter_.spend_at(now()), plan_.currency) + " spent); it goes on");
+    if (ledger_) {
+      std::string id = plan_.run_id;
+      ledger_->call([id, reason](Ledger& ledger) { ledger.record_would_stop(id, reason); },
+                    [this](const std::string& error) {
+                      if (!error.empty()) reporter_.error("ledger: " + error);
+                    });
+    }
+  }
+
+  void trip(const Trip& trip, TimePoint at, const ShutdownTimes& times) {
+    if (trip_) return;
+    trip_ = trip;
+    trip_at_ = at;
+    trip_timer_.cancel();
+    threshold_timer_.cancel();
+    outcome_.tripped_after_seconds = to_seconds(at - *meter_.launched_at());
+    KillDeadlines deadlines = plan_kill(at, times, empty_by());
+    if (phase_ == Phase::draining) {
+      // Already terminating what the command left behind: only the deadline can get closer.
+      if (deadlines.kill_at < deadlines_.kill_at) {
+        deadlines_.kill_at = deadlines.kill_at;
+        arm_step(deadlines_.kill_at, [this] { kill(); });
+      }
+      return;
+    }
+    deadlines_ = deadlines;
+    kill_after_ = times.kill_after;
+    Money spend = meter_.spend_at(at);
+    std::string line = trip.reason + " tripped after " +
+                       format_duration(at - *meter_.launched_at()) + ": " +
+                       format_money(spend, plan_.currency) + " spent";
+    if (trip.kind == TripKind::budget || trip.kind == TripKind::ledger_unreachable) {
+      line += " + " + format_money(reserve_, plan_.currency) + " reserve reaches the ceiling " +
+              format_money(ceiling_, plan_.currency);
+    }
+    // Act first, then tell: the lines are queued for a writer thread, but the kill path never
+    // waits on anything it does not have to.
+    int signalled = 0;
+    if (plan_.checkpoint_signal != 0) signalled = tree_->signal_catchers(plan_.checkpoint_signal);
+    outcome_.checkpoint_signalled = signalled;
+    reporter_.line(line);
+    if (signalled == 0) {
+      outcome_.grace_skipped = true;
+      reporter_.line(plan_.checkpoint_signal == 0
+                         ? "no checkpoint signal: terminating now"
+                         : "no process catches " + signal_name(plan_.checkpoint_signal) +
+                               ": grace skipped, terminating now");
+      terminate();
+      return;
+    }
+    phase_ = Phase::grace;
+    reporter_.line("sent " + signal_name(plan_.checkpoint_signal) + " to " +
+                   std::to_string(signalled) + (signalled == 1 ? " process" : " processes") +
+                   "; grace " + format_duration(deadlines_.term_at - at));
+    // The grace step first: if the job already wrote its checkpoint, watching finds the file and
+    // terminates at once, which re-arms the step timer for the kill; armed the other way round,
+    // the grace step would replace the kill and SIGKILL would never come (a race under load).
+    arm_step(deadlines_.term_at, [this] { terminate(); });
+    watch_checkpoint_done();
+  }
+
+  // The moment spend would reach the ceiling: no process may outlive it.
+  std::optional<TimePoint> empty_by() const {
+    return ceiling_reached_time(*meter_.launched_at(), plan_.rate_per_hour, ceiling_);
+  }
+
+  void terminate() {
+    if (phase_ == Phase::terminating || phase_ == Phase::killing || phase_ == Phase::done) return;
+    // A grace that ended early (checkpoint done, main exited, a second signal) moves kill-after
+    // up with it.
+    deadlines_.kill_at = std::min(deadlines_.kill_at, now() + kill_after_);
+    phase_ = Phase::terminating;
+    if (inotify_) inotify_->close();
+    send_term();
+  }
+
+  void send_term() {
+    // SIGCONT after SIGTERM: a stopped process must run to act on it.
+    tree_->signal_all(SIGTERM);
+    tree_->signal_all(SIGCONT);
+    arm_step(deadlines_.kill_at, [this] { kill(); });
+  }
+
+  void kill() {
+    if (phase_ == Phase::done) return;
+    phase_ = Phase::killing;
+    tree_->kill_all();
+    arm_step(now() + kKillRepeat, [this] { kill(); });
+  }
+
+  void arm_step(TimePoint at, std::function<void()> step) {
+    step_timer_.expires_at(at);
+    step_timer_.async_wait([step = std::move(step)](auto error) {
+      if (!error) step();
+    });
+  }
+
+  // The grace ends early when the job says its checkpoint is written.
+  void watch_checkpoint_done() {
+    if (plan_.checkpoint_done_path.empty()) return;
+    std::string dir = plan_.checkpoint_done_path.substr(0, plan_.checkpoint_done_path.rfind('/'));
+    int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0) return;
+    // Watch first, then look: a file created in between is seen by one or the other.
+    ::inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
+    inotify_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+    if (checkpoint_done()) return;
+    read_inotify();
+  }
+
+  void read_inotify() {
+    inotify_->async_read_some(asio::buffer(inotify_buffer_), [this](auto error, size_t) {
+      if (error || phase_ != Phase::grace) return;
+      if (!checkpoint_done()) read_inotify();
+    });
+  }
+
+  bool checkpoint_done() {
+    if (::access(plan_.checkpoint_done_path.c_str(), F_OK) != 0) return false;
+    reporter_.line("the job wrote its checkpoint: terminating now");
+    terminate();
+    return true;
+  }
+
+  // ---- thresholds, heartbeats, title ----
+
+  void arm_threshold_timer() {
+    if (!plan_.run_budget || !meter_.launched_at() || trip_) return;
+    auto fraction = run_thresholds_.next();
+    if (!fraction) return;
+    Money at_spend = Money{static_cast<std::int64_t>(*fraction * plan_.run_budget->micros)};
+    auto at = ceiling_reached_time(*meter_.launched_at(), plan_.rate_per_hour, at_spend);
+    if (!at) return;
+    threshold_timer_.expires_at(*at);
+    threshold_timer_.async_wait([this](auto error) {
+      if (error || trip_ || phase_ != Phase::running) return;
+      Money spend = meter_.spend_at(now());
+      for (double crossed : run_thresholds_.crossed(spend, *plan_.run_budget)) {
+        reporter_.line(percent(crossed) +
+                       " of the run budget spent: " + format_money(spend, plan_.currency) + " of " +
+                       format_money(*plan_.run_budget, plan_.currency));
+      }
+      arm_threshold_timer();
+    });
+  }
+
+  void arm_heartbeat() {
+    if (!ledger_) return;
+    heartbeat_timer_.expires_after(plan_.sync);
+    heartbeat_timer_.async_wait([this](auto error) {
+      if (error || phase_ == Phase::done) return;
+      heartbeat();
+      arm_heartbeat();
+    });
+  }
+
+  void heartbeat() {
+    if (heartbeat_in_flight_) return;  // a slow ledger: the trip timer guards the ceiling
+    heartbeat_in_flight_ = true;
+    Money spend = meter_.spend_at(now());
+    // Ask for the burn until the claim horizon, but at least two heartbeats' worth, so that a full
+    // grant always outlasts the next heartbeat.
+    Nanos horizon = std::max(plan_.claim_horizon, 2 * plan_.sync);
+    Money want = spend + cost_of_rounded_up(plan_.rate_per_hour, horizon) + reserve_;
+    // Once tripped the run only shuts down, within the ceiling it holds: it asks for nothing more,
+    // leaving the rest of the budget to other runs.
+    if (trip_) want = ceiling_;
+    auto grant = std::make_shared<Grant>();
+    std::string id = plan_.run_id;
+    ledger_->call(
+        [id, spend, want, grant](Ledger& ledger) { *grant = ledger.heartbeat(id, spend, want); },
+        [this, grant](const std::string& error) {
+          heartbeat_in_flight_ = false;
+          on_heartbeat(error, *grant);
+        });
+  }
+
+  void on_heartbeat(const std::string& error, const Grant& grant) {
+    if (phase_ == Phase::done) return;
+    if (!error.empty()) {
+      if (!ledger_failing_) {
+        reporter_.error("ledger unreachable (" + error + "); the run goes on within its ceiling " +
+                        format_money(ceiling_, plan_.currency));
+      }
+      ledger_failing_ = true;
+      return;
+    }
+    if (ledger_failing_) reporter_.line("ledger reachable again");
+    ledger_failing_ = false;
+    apply_grant(grant);
+    for (const ScopeUse& use : grant.scopes) {
+      auto& tracker =
+          scope_thresholds_.try_emplace(to_string(use.scope), plan_.warn_at).first->second;
+      for (double crossed : tracker.crossed(use.spent, use.amount)) {
+        reporter_.line(percent(crossed) + " of the " + to_string(use.scope) + " budget (" +
+                       to_string(use.period) +
+                       ") spent: " + format_money(use.spent, plan_.currency) + " of " +
+                       format_money(use.amount, plan_.currency));
+      }
+    }
+    if (grant.stop && !trip_ && meter_.launched_at()) {
+      const StopOrder& order = *grant.stop;
+      reporter_.line("stop order on " + to_string(order.scope) + " by " + order.placed_by +
+                     (order.reason.empty() ? "" : " (" + order.reason + ")"));
+      trip(Trip{TripKind::stop_order, "stop-order", 0}, now(), plan_.on_trip);
+      return;
+    }
+    arm_trip_timer();
+  }
+
+  void apply_grant(const Grant& grant) {
+    ceiling_ = grant.ceiling;
+    allowed_ = grant.allowed;
+    binding_ = grant.binding;
+  }
+
+  void arm_title() {
+    if (phase_ == Phase::done || !reporter_.title_enabled()) return;
+    Money spend = meter_.spend_at(now());
+    std::string text = "spendcap " + format_money(spend, plan_.currency);
+    if (plan_.run_budget) text += " / " + format_money(*plan_.run_budget, plan_.currency);
+    reporter_.title(text);
+    title_timer_.expires_after(plan_.interval);
+    title_timer_.async_wait([this](auto error) {
+      if (!error) arm_title();
+    });
+  }
+
+  void print_start_line() {
+    std::string line = "run " + plan_.run_id.substr(0, 8) + " started" +
+                       (plan_.label.empty() ? "" : " (" + plan_.label + ")") + ": burn " +
+                       format_money(plan_.rate_per_hour, plan_.currency) + "/h";
+    if (plan_.run_budget) line += ", budget " + format_money(*plan_.run_budget, plan_.currency);
+    line += ", reserve " + format_money(reserve_, plan_.currency) + " (grace " +
+            format_duration(plan_.on_trip.grace) + " + kill-after " +
+            format_duration(plan_.on_trip.kill_after) + " + 1s)";
+    std::string trips = plan_.mode == Mode::warn ? "would trip" : "trips";
+    auto trip_in = [&](Money ceiling) {
+      auto at = budget_trip_time(*meter_.launched_at(), plan_.rate_per_hour, ceiling, reserve_);
+      Nanos in = *at - *meter_.launched_at();
+      return format_duration(in) + " at " +
+             format_money(cost_of(plan_.rate_per_hour, in), plan_.currency);
+    };
+    if (plan_.rate_per_hour.micros == 0) {
+      line += "; burn rate 0: it never trips";
+    } else if (binding_) {
+      // The budget that limits the grant is what stops the run, unless other runs release some.
+      line += "; " + trips + " in " + trip_in(allowed_) + " (" + budget_reason(*binding_) + ")";
+    } else if (plan_.run_budget) {
+      line += "; its budget " + trips + " in " + trip_in(*plan_.run_budget) + "; ceiling " +
+              format_money(ceiling_, plan_.currency) + " granted so far";
+    } else {
+      line += "; ceiling " + format_money(ceiling_, plan_.currency) +
+              " granted so far, raised at each heartbeat while the budgets allow";
+    }
+    if (plan_.mode == Mode::warn) line += " (warn mode: nothing is stopped)";
+    reporter_.line(line);
+  }
+
+  // ---- the end ----
+
+  void finish() {
+    if (phase_ == Phase::done) return;
+    phase_ = Phase::done;
+    // A stop signal from now on waits until the final row is written (run_command re-raises it).
+    block_stop_signals(true);
+    for (auto* timer :
+         {&trip_timer_, &step_timer_, &threshold_timer_, &heartbeat_timer_, &title_timer_}) {
+      timer->cancel();
+    }
+    signals_.cancel();
+    job_control_.cancel();
+    if (inotify_) inotify_->close();
+    // The guard exits right after reporting the tree empty.
+    if (!guard_reaped_ && !guard_lost_) {
+      while (::waitpid(guard_.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    children_.cancel();
+    if (plan_.gave_terminal) take_back_terminal();
+
+    TimePoint end = *meter_.ended_at();
+    outcome_.spend = meter_.spend_at(end);
+    outcome_.ceiling = ceiling_;
+    outcome_.elapsed_seconds = to_seconds(meter_.elapsed_at(end));
+    if (trip_) outcome_.trip_to_empty_seconds = to_seconds(end - trip_at_);
+    if (guard_lost_) {
+      outcome_.status = RunStatus::killed;
+      outcome_.reason = "guard-lost";
+      outcome_.stopped_by_spendcap = true;
+      outcome_.exit_code = to_int(ExitCode::internal);
+    } else if (trip_) {
+      outcome_.status = RunStatus::killed;
+      outcome_.reason = trip_->reason;
+      outcome_.stopped_by_spendcap = true;
+      outcome_.exit_code = to_int(exit_code_for(*trip_));
+      outcome_.spendcap_signal = trip_->signal;
+      outcome_.reraise_signal = trip_->signal;
+    } else if (launch_failed_ && !main_exited_) {
+      outcome_.status = RunStatus::failed;
+      outcome_.reason = "launch-failed";
+      outcome_.exit_code = to_int(ExitCode::internal);
+    } else {
+      outcome_.exit_code = command_exit_status(main_status_);
+      outcome_.status = outcome_.exit_code == 0 ? RunStatus::succeeded : RunStatus::failed;
+      outcome_.reason = "exited";
+      // Ctrl-C on the terminal went to the job alone: dying by the same signal tells the calling
+      // shell to stop its loop, as it would have without spendcap.
+      bool interrupted = WIFSIGNALED(main_status_) &&
+                         (WTERMSIG(main_status_) == SIGINT || WTERMSIG(main_status_) == SIGQUIT);
+      if (plan_.gave_terminal && interrupted) outcome_.reraise_signal = WTERMSIG(main_status_);
+    }
+    io_.stop();
+  }
+
+  // The command's group had the terminal: give it back to spendcap's group, or the caller (a
+  // script's next command) would be stopped by SIGTTIN.
+  void take_back_terminal() {
+    sighandler_t previous = ::signal(SIGTTOU, SIG_IGN);
+    ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
+    ::signal(SIGTTOU, previous);
+  }
+
+  SupervisorPlan plan_;
+  GuardHandle guard_;
+  Reporter& reporter_;
+  std::unique_ptr<ProcessTree> tree_;
+
+  asio::io_context io_;
+  asio::posix::stream_descriptor events_;
+  asio::signal_set signals_;
+  asio::signal_set job_control_;
+  asio::signal_set children_;
+  asio::steady_timer trip_timer_, step_timer_, threshold_timer_, heartbeat_timer_, title_timer_;
+  std::unique_ptr<asio::posix::stream_descriptor> inotify_;
+  std::array<char, 16 * sizeof(GuardEvent)> buffer_{};
+  std::array<char, 4096> inotify_buffer_{};
+  std::string pending_;
+
+  std::unique_ptr<AsyncLedger> ledger_;
+  Meter meter_;
+  Money reserve_;
+  Money ceiling_, allowed_;
+  std::optional<Scope> binding_;
+  bool heartbeat_in_flight_ = false;
+  bool ledger_failing_ = false;
+  bool would_stop_reported_ = false;
+  ThresholdTracker run_thresholds_;
+  std::map<std::string, ThresholdTracker> scope_thresholds_;
+
+  Phase phase_ = Phase::starting;
+  std::optional<Trip> trip_;
+  TimePoint trip_at_{};
+  KillDeadlines deadlines_{};
+  Nanos kill_after_{};  // of the kill path under way
+  int pending_signal_ = 0;
+  bool main_exited_ = false;
+  int main_status_ = 0;
+  bool guard_reaped_ = false;
+  bool guard_lost_ = false;
+  bool launch_failed_ = false;
+  RunOutcome outcome_;
+};
+
+Supervisor::Supervisor(SupervisorPlan plan, GuardHandle guard, Reporter& reporter,
+                       std::shared_ptr<Ledger> ledger)
+    : impl_(std::make_unique<Impl>(std::move(plan), guard, reporter, std::move(ledger))) {}
+
+Supervisor::~Supervisor() = default;
+
+RunOutcome Supervisor::run() {
+  return impl_->run();
+}
+
+std::string Supervisor::record_final(const RunFinal& final, Nanos timeout) {
+  return impl_->record_final(final, timeout);
+}
+
+}  // namespace spendcap

@@ -1,0 +1,86 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "spendcap/base/duration.hpp"
+#include "spendcap/base/error.hpp"
+#include "spendcap/base/money.hpp"
+
+using namespace spendcap;
+using namespace std::chrono;
+
+TEST_CASE("durations parse as users write them") {
+  CHECK(parse_duration("90s") == seconds(90));
+  CHECK(parse_duration("5m") == minutes(5));
+  CHECK(parse_duration("1h30m") == minutes(90));
+  CHECK(parse_duration("250ms") == milliseconds(250));
+  CHECK(parse_duration("1.5s") == milliseconds(1500));
+  CHECK(parse_duration("2d") == hours(48));
+  CHECK(parse_duration("0") == seconds(0));
+  CHECK(parse_duration("60") == seconds(60));  // a bare number is seconds, as with timeout(1)
+}
+
+TEST_CASE("bad durations are refused") {
+  for (const char* bad :
+       {"", "-1s", "5x", "s", "1h30", "nan", "inf", "1e3s", "1..5s", "5 s", "999999999h"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_duration(bad).has_value());
+  }
+  CHECK_THROWS_WITH_AS(parse_duration_or_throw("5x", "--grace"),
+                       doctest::Contains("--grace 5x: not a duration"), Error);
+}
+
+TEST_CASE("durations print compactly") {
+  CHECK(format_duration(seconds(7)) == "7s");
+  CHECK(format_duration(milliseconds(250)) == "250ms");
+  CHECK(format_duration(milliseconds(1250)) == "1.25s");
+  CHECK(format_duration(minutes(90)) == "1h30m");
+  CHECK(format_duration(seconds(3661)) == "1h1m1s");
+}
+
+TEST_CASE("money parses exactly into micro-units") {
+  CHECK(parse_money("0.10")->micros == 100000);
+  CHECK(parse_money("50")->micros == 50000000);
+  CHECK(parse_money("$1.5")->micros == 1500000);
+  CHECK(parse_money("0.000001")->micros == 1);
+  for (const char* bad : {"", "-1", "abc", "nan", "NaN", "inf", "1e3", "0.0000001", "1.2.3", ".",
+                          "99999999999999999999"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_money(bad).has_value());
+  }
+  CHECK_FALSE(money_from_number(-0.01).has_value());
+  CHECK_FALSE(money_from_number(std::nan("")).has_value());
+  CHECK(money_from_number(4.10)->micros == 4100000);
+}
+
+TEST_CASE("money prints with sensible precision") {
+  CHECK(format_money(Money{70000}) == "$0.0700");
+  CHECK(format_money(Money{36000000}) == "$36.00");
+  CHECK(format_money(Money{1500000}, "EUR") == "1.50 EUR");
+  CHECK(to_decimal(Money{100000}) == "0.1");
+  CHECK(to_decimal(Money{36000000}) == "36");
+  CHECK(to_decimal(Money{125}) == "0.000125");
+}
+
+TEST_CASE("cost is rate times time, in 128-bit arithmetic") {
+  Money rate{36000000};  // 36/h = 0.01/s
+  CHECK(cost_of(rate, seconds(7)).micros == 70000);
+  CHECK(cost_of(rate, milliseconds(1)).micros == 10);
+  // A year at a million dollars an hour does not overflow.
+  CHECK(cost_of(Money{1'000'000'000'000LL}, hours(24 * 365)).micros ==
+        1'000'000'000'000LL * 24 * 365);
+  // Rounding up is for reserves: never too small.
+  CHECK(cost_of_rounded_up(Money{1}, seconds(1)).micros == 1);
+  CHECK(cost_of(Money{1}, seconds(1)).micros == 0);
+}
+
+TEST_CASE("time_to_cost inverts cost_of") {
+  Money rate{36000000};
+  CHECK(time_to_cost(rate, Money{70000}) == seconds(7));
+  CHECK(time_to_cost(Money{0}, Money{1}) == Nanos::max());
+  for (std::int64_t micros : {1LL, 7LL, 99999LL, 123456789LL}) {
+    Nanos t = time_to_cost(Money{3333333}, Money{micros});
+    CHECK(cost_of(Money{3333333}, t).micros >= micros);
+    CHECK(cost_of(Money{3333333}, t - Nanos(1)).micros < micros);
+  }
+}

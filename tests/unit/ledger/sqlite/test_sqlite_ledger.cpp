@@ -1,0 +1,398 @@
+// What is particular to the SQLite ledger (files, permissions, locking, schema, aggregates), the
+// budget arithmetic every backend shares, and the spool. The ledger's contract itself is tested by
+// the conformance suite (test_ledger_conformance.cpp).
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "ledger/ledger_conformance.hpp"
+#include "spendcap/base/error.hpp"
+#include "spendcap/ledger/backends.hpp"
+#include "spendcap/ledger/spool.hpp"
+#include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+
+namespace spendcap::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// A plain SQLite connection, to do to the file what spendcap would not.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  void exec(const std::string& sql) {
+    char* message = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message);
+    INFO(sql << ": " << (message ? message : ""));
+    sqlite3_free(message);
+    REQUIRE(rc == SQLITE_OK);
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+mode_t mode_of(const std::string& path) {
+  struct stat status {};
+  REQUIRE(stat(path.c_str(), &status) == 0);
+  return status.st_mode & 07777;
+}
+
+LedgerOptions clock_options(TestClock& clock) {
+  LedgerOptions options;
+  options.wall_clock = [&clock] { return clock.now(); };
+  return options;
+}
+
+bool exists(const std::string& path) {
+  return access(path.c_str(), F_OK) == 0;
+}
+
+}  // namespace
+
+// ---- the budget arithmetic ----
+
+TEST_CASE("Ledger math: the days of a period") {
+  CHECK(utc_day(0) == 0);
+  CHECK(utc_day(86399.9) == 0);
+  CHECK(utc_day(-0.5) == -1);
+  std::int64_t wednesday = utc_day(unix_time(2024, 1, 31, 12));
+  CHECK(period_days(Period::day, wednesday).first_day == wednesday);
+  CHECK(period_days(Period::day, wednesday).last_day == wednesday);
+  DayRange week = period_days(Period::week, wednesday);
+  CHECK(week.first_day == utc_day(unix_time(2024, 1, 29)));  // Monday
+  CHECK(week.last_day == utc_day(unix_time(2024, 2, 4)));    // Sunday
+  CHECK(period_days(Period::week, utc_day(unix_time(2024, 2, 4))).first_day == week.first_day);
+  CHECK(period_days(Period::week, utc_day(unix_time(2024, 2, 5))).first_day == week.last_day + 1);
+  CHECK(period_days(Period::week, -1).first_day == -3);  // 1969-12-29 was a Monday
+  DayRange leap = period_days(Period::month, utc_day(unix_time(2024, 2, 10)));
+  CHECK(leap.first_day == utc_day(unix_time(2024, 2, 1)));
+  CHECK(leap.last_day == utc_day(unix_time(2024, 2, 29)));
+  DayRange december = period_days(Period::month, utc_day(unix_time(2023, 12, 31, 23)));
+  CHECK(december.first_day == utc_day(unix_time(2023, 12, 1)));
+  CHECK(december.last_day == utc_day(unix_time(2023, 12, 31)));
+  DayRange total = period_days(Period::total, wednesday);
+  CHECK(total.first_day < -1'000'000);
+  CHECK(total.last_day > 1'000'000'000);
+}
+
+TEST_CASE("Ledger math: the grant decision") {
+  const Scope team{ScopeKind::team, "vision"}, run{ScopeKind::run, "r1"};
+  Money none{};
+  SUBCASE("granted in full") {
+    GrantDecision d = decide_grant(none, none, usd(1), Mode::enforce, {{team, usd(5)}});
+    CHECK(d.ceiling == usd(1));
+    CHECK(d.allowed == usd(1));
+    CHECK_FALSE(d.binding);
+  }
+  SUBCASE("the smallest headroom binds") {
+    GrantDecision d =
+        decide_grant(none, none, usd(3), Mode::enforce, {{team, usd(2)}, {run, usd(1.5)}});
+    CHECK(d.ceiling == usd(1.5));
+    CHECK(d.binding == run);
+  }
+  SUBCASE("a ceiling never falls, even below a negative headroom") {
+    GrantDecision d =
+        decide_grant(usd(2), usd(2), usd(3), Mode::enforce, {{team, Money{-1'000'000}}});
+    CHECK(d.ceiling == usd(2));
+    CHECK(d.allowed == usd(2));
+    CHECK(d.binding == team);
+    CHECK(decide_grant(none, none, usd(1), Mode::enforce, {{team, Money{-1'000'000}}}).allowed ==
+          none);
+  }
+  SUBCASE("asking for less than it holds is not bound") {
+    CHECK_FALSE(decide_grant(usd(2), usd(2), usd(1), Mode::enforce, {{team, usd(0.5)}}).binding);
+  }
+  SUBCASE("warn mode holds what it asks; allowed keeps its own track") {
+    GrantDecision d = decide_grant(usd(2), usd(1), usd(3), Mode::warn, {{team, usd(0.5)}});
+    CHECK(d.ceiling == usd(3));
+    CHECK(d.allowed == usd(1));
+    CHECK(d.binding == team);
+  }
+}
+
+TEST_CASE("Ledger math: run budgets, staleness and reconciliation times") {
+  const Scope team{ScopeKind::team, "vision"}, experiment{ScopeKind::experiment, "sweep"};
+  std::vector<BudgetRule> rules = {{team, usd(100), Period::month, usd(5)},
+                                   {experiment, usd(100), Period::month, usd(4)}};
+  RunBudget lowered = effective_run_budget(usd(8), rules);
+  CHECK(lowered.amount == usd(4));
+  CHECK(lowered.lowered_by == experiment);
+  CHECK_FALSE(effective_run_budget(usd(3), rules).lowered_by);
+  CHECK(effective_run_budget(std::nullopt, rules).amount == usd(4));
+  CHECK_FALSE(effective_run_budget(std::nullopt, {}).amount);
+
+  CHECK(stale_after(seconds(5)) == seconds(15));
+  CHECK(stale_after(milliseconds(500)) == milliseconds(2500));
+  CHECK_FALSE(is_stale(100, seconds(5), 115));
+  CHECK(is_stale(100, seconds(5), 115.001));
+
+  // $0.36 left at $3.60/h: 360 s, + 10 s of shutdown.
+  CHECK(reconcile_at(1000, usd(1), usd(0.64), usd(3.6), seconds(10), seconds(5)) == 1370);
+  // Nothing left to spend: still not before it is stale.
+  CHECK(reconcile_at(1000, usd(1), usd(1), usd(3.6), Nanos{}, seconds(5)) == 1015);
+  CHECK(reconcile_at(1000, usd(1), Money{}, Money{}, seconds(10), seconds(5)) == 1025);
+}
+
+// ---- the SQLite file ----
+
+TEST_CASE("SqliteLedger: recognises network filesystems") {
+  CHECK(network_filesystem_name(0x6969) == "NFS");
+  CHECK(network_filesystem_name(0x0BD00BD0) == "Lustre");
+  CHECK(network_filesystem_name(0xFF534D42L) == "CIFS");
+  CHECK(network_filesystem_name(static_cast<long>(static_cast<std::int32_t>(0xFF534D42))) ==
+        "CIFS");  // f_type arrives sign-extended where it is a 32-bit int
+  CHECK(network_filesystem_name(0xFE534D42L) == "SMB2");
+  CHECK(network_filesystem_name(0x517B) == "SMB");
+  CHECK(network_filesystem_name(0x47504653) == "GPFS");
+  CHECK(network_filesystem_name(0x00C36400) == "Ceph");
+  CHECK(network_filesystem_name(0x5346414F) == "AFS");
+  CHECK(network_filesystem_name(0x01021997) == "9P");
+  CHECK(network_filesystem_name(0x19830326) == "BeeGFS");
+  CHECK_FALSE(network_filesystem_name(0xEF53));      // ext4
+  CHECK_FALSE(network_filesystem_name(0x58465342));  // XFS
+  CHECK_FALSE(network_filesystem_name(0x01021994));  // tmpfs
+  CHECK_FALSE(network_filesystem_name(0x794C7630));  // overlayfs
+}
+
+TEST_CASE("SqliteLedger: ledger urls") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  std::string canonical = std::filesystem::weakly_canonical(path).string();
+  CHECK(open_ledger("sqlite:" + path)->url() == "sqlite:" + canonical);
+  CHECK(open_ledger("sqlite://" + path)->url() == "sqlite:" + canonical);
+  CHECK(open_ledger(path)->url() == "sqlite:" + canonical);
+  {
+    std::filesystem::path previous = std::filesystem::current_path();
+    std::filesystem::current_path(dir.path());
+    std::string url = open_ledger("relative/ledger.db")->url();
+    std::filesystem::current_path(previous);
+    CHECK(url ==
+          "sqlite:" + std::filesystem::weakly_canonical(dir.file("relative/ledger.db")).string());
+  }
+  try {
+    open_ledger("postgresql://spendcap@db/spendcap");
+    FAIL("a PostgreSQL url opened");
+  } catch (const Error& error) {
+    CHECK(error.subject() == "ledger postgresql://spendcap@db/spendcap");
+    CHECK(error.why() == "the PostgreSQL ledger is not built yet");
+    CHECK(error.hint() == "use a sqlite: ledger on this host for now");
+  }
+  CHECK_THROWS_AS(open_ledger("postgres://db"), Error);
+  CHECK_THROWS_WITH_AS(open_ledger("mysql://db"), doctest::Contains("unknown kind of ledger"),
+                       Error);
+}
+
+TEST_CASE("SqliteLedger: the default ledger is in the XDG data directory") {
+  {
+    ScopedEnv xdg("XDG_DATA_HOME", "/srv/data");
+    CHECK(default_ledger_url() == "sqlite:/srv/data/spendcap/ledger.db");
+  }
+  ScopedEnv no_xdg("XDG_DATA_HOME", nullptr);
+  ScopedEnv home("HOME", "/home/alice");
+  CHECK(default_ledger_url() == "sqlite:/home/alice/.local/share/spendcap/ledger.db");
+  ScopedEnv relative_xdg("XDG_DATA_HOME", "relative");  // invalid by the XDG spec: ignored
+  CHECK(default_ledger_url() == "sqlite:/home/alice/.local/share/spendcap/ledger.db");
+}
+
+TEST_CASE("SqliteLedger: a private file in new directories, a group file in a shared directory") {
+  TempDir dir;
+  mode_t old_umask = umask(022);  // the group's write bit must survive a usual umask
+  {
+    std::string path = dir.file("a/b/ledger.db");
+    SqliteLedger ledger(path, {});
+    CHECK(mode_of(dir.file("a")) == 0700);
+    CHECK(mode_of(dir.file("a/b")) == 0700);
+    CHECK(mode_of(path) == 0600);
+  }
+  {
+    std::filesystem::create_directory(dir.file("shared"));
+    REQUIRE(chmod(dir.file("shared").c_str(), 02770) == 0);
+    std::string path = dir.file("shared/ledger.db");
+    SqliteLedger ledger(path, {});
+    ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(1), Period::month, std::nullopt}},
+                         true);
+    CHECK(mode_of(path) == 0660);
+    CHECK(mode_of(path + "-wal") == 0660);  // SQLite copies the database file's mode
+    CHECK(mode_of(path + "-shm") == 0660);
+  }
+  umask(old_umask);
+}
+
+TEST_CASE("SqliteLedger: the schema is versioned and migrated once") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  {
+    SqliteLedger ledger(path, {});
+    CHECK(ledger.schema_version() == 1);
+  }
+  {
+    SqliteLedger reopened(path, {});
+    CHECK(reopened.schema_version() == 1);
+  }
+  RawDb(path).exec("INSERT INTO schema_version (version) VALUES (99)");
+  CHECK_THROWS_WITH_AS(SqliteLedger(path, {}), doctest::Contains("is newer than this spendcap's"),
+                       Error);
+
+  std::string foreign = dir.file("foreign.db");
+  RawDb(foreign).exec("CREATE TABLE photos (id INTEGER)");
+  CHECK_THROWS_WITH_AS(SqliteLedger(foreign, {}), doctest::Contains("not a spendcap ledger"),
+                       Error);
+
+  std::string garbage = dir.file("garbage.db");
+  std::ofstream(garbage) << std::string(4096, 'x');
+  CHECK_THROWS_WITH_AS(SqliteLedger(garbage, {}),
+                       doctest::Contains(("ledger sqlite:" + garbage).c_str()), Error);
+}
+
+TEST_CASE("SqliteLedger: only the file's owner (or root) changes budgets") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  { SqliteLedger create(path, {}); }
+  REQUIRE(chown(path.c_str(), 65534, 65534) == 0);
+  std::vector<BudgetRule> rules = {{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}};
+
+  SqliteLedger as_someone_else(path, {}, {seconds(10), 1000});
+  CHECK_FALSE(as_someone_else.caller_is_owner());
+  try {
+    as_someone_else.apply_budgets(rules, true);
+    FAIL("a non-owner changed budgets");
+  } catch (const Error& error) {
+    CHECK(error.why() == "only nobody may change budgets in sqlite:" + as_someone_else.path());
+    CHECK(error.hint() == "ask them to run `spendcap budgets apply POLICY`");
+  }
+  CHECK(as_someone_else.budget_rules().empty());
+
+  SqliteLedger as_owner(path, {}, {seconds(10), 65534});
+  CHECK(as_owner.caller_is_owner());
+  as_owner.apply_budgets(rules, true);
+  CHECK(as_owner.budget_rules().size() == 1);
+  CHECK(SqliteLedger(path, {}, {seconds(10), 0}).caller_is_owner());
+  CHECK(SqliteLedger(path, {}).caller_is_owner() == (geteuid() == 0 || geteuid() == 65534));
+}
+
+TEST_CASE("SqliteLedger: personal means the caller's own file in a directory only they write") {
+  TempDir dir;  // 0700
+  std::string path = dir.file("ledger.db");
+  { SqliteLedger create(path, {}); }
+  uid_t me = geteuid();
+  CHECK(SqliteLedger(path, {}).is_personal());
+  CHECK_FALSE(SqliteLedger(path, {}, {seconds(10), me + 1}).is_personal());  // someone else
+  REQUIRE(chmod(dir.path().c_str(), 0770) == 0);  // a shared directory (group spendcap)
+  CHECK_FALSE(SqliteLedger(path, {}).is_personal());
+  REQUIRE(chmod(dir.path().c_str(), 0700) == 0);
+  REQUIRE(chmod(path.c_str(), 0666) == 0);  // a file anyone may write
+  CHECK_FALSE(SqliteLedger(path, {}).is_personal());
+}
+
+TEST_CASE("SqliteLedger: a write lock held past the timeout is an error naming the file") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  SqliteLedger ledger(path, clock_options(clock), {milliseconds(200), std::nullopt});
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}}, true);
+
+  RawDb holder(path);
+  holder.exec("BEGIN IMMEDIATE");
+  auto started = std::chrono::steady_clock::now();
+  try {
+    ledger.begin_run(run_start("r1", "vision", usd(1)));
+    FAIL("a transaction went through a held write lock");
+  } catch (const Error& error) {
+    CHECK(error.subject() == "ledger sqlite:" + ledger.path());
+    CHECK(error.why() == "locked for more than 200ms");
+  }
+  CHECK(std::chrono::steady_clock::now() - started >= milliseconds(200));
+  CHECK(ledger.budget_rules().size() == 1);  // WAL: readers are not blocked by a writer
+  holder.exec("COMMIT");
+  CHECK(ledger.begin_run(run_start("r1", "vision", usd(1))).admitted);
+}
+
+TEST_CASE("SqliteLedger: usage aggregates are verified and rebuilt from the runs") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  SqliteLedger ledger(path, clock_options(clock));
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(50), Period::month, {}}}, true);
+  for (int i = 0; i < 6; ++i) {
+    RunStart run = run_start("r" + std::to_string(i), "vision", usd(1 + i));
+    run.experiment = i % 2 ? "odd" : "even";
+    run.user = "alice";
+    ledger.begin_run(run);
+    ledger.heartbeat(run.id, usd(0.5), usd(1 + i));
+    clock.advance(3600 * 7);  // some days apart; r0..r4 go lost and are reconciled
+  }
+  ledger.finish_run(run_final("r1", usd(0.9)));
+  ledger.heartbeat("r5", usd(0.6), usd(6));
+  REQUIRE(ledger.verify_aggregates().empty());
+  std::vector<BudgetView> before = ledger.budgets();
+
+  RawDb raw(path);
+  raw.exec("UPDATE usage SET held_micros = held_micros + 5 WHERE scope_kind = 'user'");
+  raw.exec("DELETE FROM usage WHERE scope_kind = 'experiment' AND scope_name = 'odd'");
+  CHECK(ledger.verify_aggregates().size() >= 2);
+
+  ledger.rebuild_aggregates();
+  CHECK(ledger.verify_aggregates().empty());
+  std::vector<BudgetView> after = ledger.budgets();
+  REQUIRE(after.size() == before.size());
+  CHECK(after[0].spent == before[0].spent);
+  CHECK(after[0].held == before[0].held);
+  CHECK(after[0].live == before[0].live);
+}
+
+// ---- the spool ----
+
+TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once") {
+  TempDir dir;
+  ScopedEnv spool("SPENDCAP_SPOOL_DIR", dir.file("spool").c_str());
+  CHECK(spool_dir() == dir.file("spool"));
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  SqliteLedger ledger(dir.file("ledger.db"), clock_options(clock));
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}}, true);
+  ledger.begin_run(run_start("r1", "vision", usd(1)));
+  clock.advance(3600);
+  REQUIRE(ledger.reconcile_lost_runs() == 1);
+
+  std::string row = spool_final(ledger.url(), run_final("r1", usd(0.7), RunStatus::killed));
+  CHECK(row == dir.file("spool/r1.json"));
+  CHECK(mode_of(dir.file("spool")) == 0700);
+  std::string elsewhere = spool_final("sqlite:/elsewhere/ledger.db", run_final("r2", usd(1)));
+  std::string unknown = spool_final(ledger.url(), run_final("r3", usd(1)));
+  std::ofstream(dir.file("spool/broken.json")) << "{\"ledger\": ";
+
+  CHECK(replay_spool(ledger) == 1);
+  CHECK_FALSE(exists(row));
+  CHECK(exists(elsewhere));  // another ledger's row waits for that ledger
+  CHECK(exists(unknown));    // not accepted: kept, never dropped
+  CHECK_FALSE(exists(dir.file("spool/broken.json")));
+  CHECK(exists(dir.file("spool/broken.json.bad")));
+  std::optional<RunView> replayed = ledger.find_run("r1");
+  CHECK(replayed->status == RunStatus::killed);
+  CHECK(replayed->spend == usd(0.7));
+  CHECK_FALSE(replayed->reconciled);
+  CHECK(ledger.budgets()[0].spent == usd(0.7));
+
+  CHECK(replay_spool(ledger) == 0);
+  CHECK_THROWS_AS(spool_final(ledger.url(), run_final("../escape", usd(1))), Error);
+}
+
+TEST_CASE("Ledger spool: where the spool is") {
+  ScopedEnv no_override("SPENDCAP_SPOOL_DIR", nullptr);
+  {
+    ScopedEnv state("XDG_STATE_HOME", "/srv/state");
+    CHECK(spool_dir() == "/srv/state/spendcap/spool");
+  }
+  ScopedEnv no_state("XDG_STATE_HOME", nullptr);
+  ScopedEnv home("HOME", "/home/alice");
+  CHECK(spool_dir() == "/home/alice/.local/state/spendcap/spool");
+}
+
+}  // namespace spendcap::testing

@@ -1,0 +1,917 @@
+// The ledger conformance suite: the contract of ledger.hpp, written only against the Ledger
+// interface and the harness of ledger_conformance.hpp, and run against every backend listed in
+// LEDGER_BACKENDS. A new backend adds its type there and must pass every case unchanged.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <exception>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "ledger/ledger_conformance.hpp"
+#include "spendcap/base/error.hpp"
+#include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+
+namespace spendcap::testing {
+
+// ---- the backends under test ----
+
+struct SqliteBackend {
+  static LedgerBackend make() {
+    auto dir = std::make_shared<TempDir>();
+    std::string path = dir->file("ledger.db");
+    LedgerBackend backend;
+    backend.open = [path](LedgerOptions options) -> std::unique_ptr<Ledger> {
+      return std::make_unique<SqliteLedger>(path, std::move(options));
+    };
+    backend.inconsistencies = [](Ledger& ledger) {
+      return dynamic_cast<SqliteLedger&>(ledger).verify_aggregates();
+    };
+    backend.storage = dir;
+    return backend;
+  }
+};
+
+namespace {
+
+const Scope kVision{ScopeKind::team, "vision"};
+
+const ScopeUse* use_of(const Grant& grant, const Scope& scope) {
+  for (const ScopeUse& use : grant.scopes) {
+    if (use.scope == scope) return &use;
+  }
+  return nullptr;
+}
+
+BudgetView view_of(Ledger& ledger, const Scope& scope) {
+  for (const BudgetView& view : ledger.budgets()) {
+    if (view.rule.scope == scope) return view;
+  }
+  FAIL("no budget for " << to_string(scope));
+  return {};
+}
+
+std::optional<RunView> active_run(Ledger& ledger, const std::string& id) {
+  for (const RunView& run : ledger.active_runs()) {
+    if (run.id == id) return run;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+}  // namespace spendcap::testing
+
+TYPE_TO_STRING_AS("sqlite", spendcap::testing::SqliteBackend);
+#define LEDGER_BACKENDS spendcap::testing::SqliteBackend
+
+namespace spendcap::testing {
+
+TEST_CASE_TEMPLATE("Ledger conformance: admission grants what it asks for and holds it", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  double start = t.clock.now();
+
+  Admission admission = t.ledger->begin_run(run_start("r1", "vision", usd(1)));
+  CHECK(admission.admitted);
+  CHECK(admission.refusal.empty());
+  CHECK(admission.grant.ceiling == usd(1));
+  CHECK(admission.grant.allowed == usd(1));
+  CHECK_FALSE(admission.grant.binding);
+  CHECK_FALSE(admission.run_budget);
+  REQUIRE(admission.grant.scopes.size() == 1);
+  CHECK(admission.grant.scopes[0].scope == kVision);
+  CHECK(admission.grant.scopes[0].period == Period::month);
+  CHECK(admission.grant.scopes[0].amount == usd(10));
+  CHECK(admission.grant.scopes[0].held == usd(1));
+  CHECK(admission.grant.scopes[0].spent == Money{});
+
+  BudgetView view = view_of(*t.ledger, kVision);
+  CHECK(view.held == usd(1));
+  CHECK(view.spent == Money{});
+  CHECK(view.remaining() == usd(9));
+  CHECK(view.period_start == unix_time(2024, 1, 1));
+
+  std::vector<RunView> active = t.ledger->active_runs();
+  REQUIRE(active.size() == 1);
+  CHECK(active[0].id == "r1");
+  CHECK(active[0].status == RunStatus::running);
+  CHECK(active[0].ceiling == usd(1));
+  CHECK(active[0].spend == Money{});
+  CHECK(active[0].rate_per_hour == usd(3.60));
+  CHECK(active[0].started_at == start);
+  CHECK(active[0].heartbeat_at == start);
+  CHECK(active[0].host == "testhost");
+  CHECK(active[0].pid == 4242);
+  CHECK(active[0].tags.at("slurm_job_id") == "17");
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: a partial grant names the scope that bound it", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  t.set_budget(ScopeKind::experiment, "sweep", 0.5, Period::total);
+
+  CHECK(t.ledger->begin_run(run_start("r1", "vision", usd(9.5))).grant.ceiling == usd(9.5));
+  Admission team_bound = t.ledger->begin_run(run_start("r2", "vision", usd(1)));
+  CHECK(team_bound.admitted);
+  CHECK(team_bound.grant.ceiling == usd(0.5));
+  CHECK(team_bound.grant.binding == kVision);
+
+  t.ledger->finish_run(run_final("r1", usd(2)));  // frees 7.5 of the team's budget
+  RunStart sweep = run_start("r3", "vision", usd(1));
+  sweep.experiment = "sweep";
+  Admission experiment_bound = t.ledger->begin_run(sweep);
+  CHECK(experiment_bound.grant.ceiling == usd(0.5));
+  CHECK(experiment_bound.grant.binding == Scope{ScopeKind::experiment, "sweep"});
+  CHECK(experiment_bound.grant.scopes.size() == 2);
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: a refusal names the scope, its budget, spent and running",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 1, Period::month);
+  t.ledger->begin_run(run_start("r1", "vision", usd(0.9)));
+  t.ledger->finish_run(run_final("r1", usd(0.9)));
+  CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(0.04))).grant.ceiling == usd(0.04));
+  CHECK(t.ledger->begin_run(run_start("r3", "vision", usd(0.04))).grant.ceiling == usd(0.04));
+
+  Admission refused = t.ledger->begin_run(run_start("r4", "vision", usd(0.5)));
+  CHECK_FALSE(refused.admitted);
+  CHECK(refused.refused_by == kVision);
+  CHECK(refused.grant.ceiling == Money{});
+  CHECK(refused.grant.allowed == usd(0.02));
+  CHECK(refused.refusal ==
+        "team:vision budget $1.00 (month) has $0.0200 left: $0.9000 spent, $0.0800 held by 2 "
+        "running runs; this run needs more than its $0.0300 shutdown reserve");
+
+  std::optional<RunView> row = t.ledger->find_run("r4");
+  REQUIRE(row);
+  CHECK(row->status == RunStatus::refused);
+  CHECK(row->reason == "refused: budget team:vision");
+  CHECK(row->spend == Money{});
+  CHECK(row->ceiling == Money{});
+  CHECK(row->finished_at == t.clock.now());
+  CHECK(t.ledger->active_runs().size() == 2);
+  CHECK(view_of(*t.ledger, kVision).held == usd(0.08));
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: the run budget, and max_run lowering it", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+
+  SUBCASE("a run budget below the reserve is refused") {
+    RunStart run = run_start("r1", "vision", usd(1));
+    run.budget = usd(0.02);
+    Admission refused = t.ledger->begin_run(run);
+    CHECK_FALSE(refused.admitted);
+    CHECK(refused.run_budget == usd(0.02));
+    CHECK(refused.refused_by == Scope{ScopeKind::run, "r1"});
+    CHECK(refused.refusal == "the run budget $0.0200 cannot cover the shutdown reserve $0.0300");
+    CHECK(t.ledger->find_run("r1")->reason == "refused: budget run:r1");
+  }
+
+  SUBCASE("max_run lowers --budget, and stands in for a missing one") {
+    t.set_budget(ScopeKind::team, "vision", 100, Period::month, 5);
+    RunStart over = run_start("r1", "vision", usd(10));
+    over.budget = usd(8);
+    Admission lowered = t.ledger->begin_run(over);
+    CHECK(lowered.run_budget == usd(5));
+    CHECK(lowered.lowered_by == kVision);
+    CHECK(lowered.grant.ceiling == usd(5));
+    CHECK(lowered.grant.binding == Scope{ScopeKind::run, "r1"});
+
+    Admission implicit = t.ledger->begin_run(run_start("r2", "vision", usd(10)));
+    CHECK(implicit.run_budget == usd(5));
+    CHECK(implicit.lowered_by == kVision);
+    CHECK(implicit.grant.ceiling == usd(5));
+
+    RunStart under = run_start("r3", "vision", usd(10));
+    under.budget = usd(3);
+    Admission own = t.ledger->begin_run(under);
+    CHECK(own.run_budget == usd(3));
+    CHECK_FALSE(own.lowered_by);
+    CHECK(own.grant.ceiling == usd(3));
+    Grant raised = t.ledger->heartbeat("r3", usd(1), usd(10));
+    CHECK(raised.ceiling == usd(3));
+    CHECK(raised.binding == Scope{ScopeKind::run, "r3"});
+  }
+
+  SUBCASE("a run without any budget is an error, and is not recorded") {
+    t.set_budget(ScopeKind::team, "other", 100, Period::month);
+    CHECK_THROWS_WITH_AS(t.ledger->begin_run(run_start("r1", "vision", usd(1))),
+                         doctest::Contains("no budget applies to this run"), Error);
+    CHECK_FALSE(t.ledger->find_run("r1"));
+  }
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: a job key shares one budget across its runs", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  auto job_run = [](const std::string& id, double want) {
+    RunStart run = run_start(id, "vision", usd(want));
+    run.job_key = "resnet-42";
+    run.budget = usd(1);
+    return run;
+  };
+  const Scope job{ScopeKind::job, "resnet-42"};
+
+  CHECK(t.ledger->begin_run(job_run("r1", 0.7)).grant.ceiling == usd(0.7));
+  t.ledger->finish_run(run_final("r1", usd(0.6), RunStatus::killed));  // preempted
+
+  Admission second = t.ledger->begin_run(job_run("r2", 0.7));
+  CHECK(second.grant.ceiling == usd(0.4));
+  CHECK(second.grant.binding == job);
+
+  Admission third = t.ledger->begin_run(job_run("r3", 0.5));  // while r2 holds the rest
+  CHECK_FALSE(third.admitted);
+  CHECK(third.refused_by == job);
+  CHECK(third.refusal ==
+        "job:resnet-42 budget $1.00 has $0.0000 left: $1.00 spent or held by its other runs; "
+        "this run needs more than its $0.0300 shutdown reserve");
+
+  t.ledger->finish_run(run_final("r2", usd(0.1)));
+  CHECK(t.ledger->begin_run(job_run("r4", 0.5)).grant.ceiling == usd(0.3));
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE(
+    "Ledger conformance: warn mode holds what it asks and reports what enforce allows", Backend,
+    LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 1, Period::month);
+  auto warn_run = [](const std::string& id, double want) {
+    RunStart run = run_start(id, "vision", usd(want));
+    run.mode = Mode::warn;
+    return run;
+  };
+
+  Admission over = t.ledger->begin_run(warn_run("w1", 2));
+  CHECK(over.admitted);
+  CHECK(over.refusal.empty());
+  CHECK(over.grant.ceiling == usd(2));
+  CHECK(over.grant.allowed == usd(1));
+  CHECK(over.grant.binding == kVision);
+
+  // The warn run's real hold counts: an enforce run finds nothing left.
+  Admission enforced = t.ledger->begin_run(run_start("e1", "vision", usd(0.5)));
+  CHECK_FALSE(enforced.admitted);
+  CHECK(enforced.refusal.starts_with("team:vision budget $1.00 (month) has $0.0000 left"));
+
+  double admitted_at = t.clock.now();
+  Admission would_refuse = t.ledger->begin_run(warn_run("w2", 0.5));
+  CHECK(would_refuse.admitted);
+  CHECK(would_refuse.grant.ceiling == usd(0.5));
+  CHECK(would_refuse.grant.allowed == Money{});
+  CHECK(would_refuse.refused_by == kVision);
+  CHECK_FALSE(would_refuse.refusal.empty());
+  std::optional<RunView> w2 = t.ledger->find_run("w2");
+  CHECK(w2->status == RunStatus::running);
+  CHECK(w2->would_stop_at == admitted_at);
+  CHECK(w2->would_stop_reason.starts_with("would be refused: team:vision budget $1.00"));
+
+  // `allowed` follows its own track: a warn run's big ceiling does not raise it.
+  Grant raised = t.ledger->heartbeat("w1", usd(0.5), usd(3));
+  CHECK(raised.ceiling == usd(3));
+  CHECK(raised.allowed == usd(1));
+  CHECK(raised.binding == kVision);
+
+  t.clock.advance(10);
+  t.ledger->record_would_stop("w1", "budget:team:vision");
+  t.clock.advance(10);
+  t.ledger->record_would_stop("w1", "runaway:idle-gpu");  // the first one stands
+  std::optional<RunView> w1 = t.ledger->find_run("w1");
+  CHECK(w1->would_stop_at == admitted_at + 10);
+  CHECK(w1->would_stop_reason == "budget:team:vision");
+  CHECK(w1->mode == Mode::warn);
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: heartbeats raise the ceiling and never lower it", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  t.ledger->begin_run(run_start("r1", "vision", usd(1)));
+
+  t.clock.advance(5);
+  Grant raised = t.ledger->heartbeat("r1", usd(0.4), usd(2));
+  CHECK(raised.ceiling == usd(2));
+  CHECK(raised.allowed == usd(2));
+  CHECK_FALSE(raised.binding);
+  CHECK_FALSE(raised.stop);
+  REQUIRE(use_of(raised, kVision));
+  CHECK(use_of(raised, kVision)->spent == usd(0.4));
+  CHECK(use_of(raised, kVision)->held == usd(2));
+  CHECK(t.ledger->find_run("r1")->heartbeat_at == t.clock.now());
+
+  Grant lower = t.ledger->heartbeat("r1", usd(0.5), usd(1));
+  CHECK(lower.ceiling == usd(2));
+  CHECK_FALSE(lower.binding);
+  BudgetView view = view_of(*t.ledger, kVision);
+  CHECK(view.live == usd(0.5));
+  CHECK(view.held == usd(2));
+  CHECK(view.spent == Money{});
+
+  t.ledger->begin_run(run_start("r2", "vision", usd(7)));
+  Grant bound = t.ledger->heartbeat("r1", usd(0.6), usd(5));
+  CHECK(bound.ceiling == usd(3));
+  CHECK(bound.binding == kVision);
+  CHECK(use_of(bound, kVision)->held == usd(10));
+
+  CHECK_THROWS_AS(t.ledger->heartbeat("nope", usd(0), usd(1)), Error);
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: finishing releases the ceiling, once", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  t.ledger->begin_run(run_start("r1", "vision", usd(2)));
+  t.ledger->heartbeat("r1", usd(0.5), usd(2));
+  t.clock.advance(3);
+
+  CHECK(t.ledger->finish_run(run_final("r1", usd(1.2))));
+  BudgetView view = view_of(*t.ledger, kVision);
+  CHECK(view.spent == usd(1.2));
+  CHECK(view.held == Money{});
+  CHECK(view.live == Money{});
+  CHECK(t.ledger->active_runs().empty());
+  std::optional<RunView> row = t.ledger->find_run("r1");
+  CHECK(row->status == RunStatus::succeeded);
+  CHECK(row->reason == "exited");
+  CHECK(row->exit_code == 0);
+  CHECK(row->spend == usd(1.2));
+  CHECK(row->ceiling == usd(2));
+  CHECK(row->finished_at == t.clock.now());
+
+  CHECK_FALSE(t.ledger->finish_run(run_final("r1", usd(1.9), RunStatus::killed)));
+  Grant after = t.ledger->heartbeat("r1", usd(5), usd(9));  // a late heartbeat changes nothing
+  CHECK(after.ceiling == usd(2));
+  CHECK(view_of(*t.ledger, kVision).spent == usd(1.2));
+  CHECK(t.ledger->find_run("r1")->spend == usd(1.2));
+  CHECK(t.ledger->find_run("r1")->status == RunStatus::succeeded);
+
+  CHECK_THROWS_AS(t.ledger->finish_run(run_final("nope", usd(1))), Error);
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: a run belongs to the period it started in", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+
+  SUBCASE("day") {
+    t.set_budget(ScopeKind::team, "vision", 1, Period::day);
+    t.clock.set(unix_time(2024, 1, 31, 23, 59, 50));
+    t.ledger->begin_run(run_start("yesterday", "vision", usd(0.9)));
+    t.clock.set(unix_time(2024, 2, 1));
+    t.ledger->heartbeat("yesterday", usd(0.01), usd(0.9));  // still running
+    t.clock.set(unix_time(2024, 2, 1, 0, 0, 5));
+    CHECK(t.ledger->begin_run(run_start("today", "vision", usd(1))).grant.ceiling == usd(1));
+    BudgetView view = view_of(*t.ledger, kVision);
+    CHECK(view.period_start == unix_time(2024, 2, 1));
+    CHECK(view.held == usd(1));
+    // And neither counts against the other's day.
+    CHECK(t.ledger->heartbeat("yesterday", usd(0.2), usd(1)).ceiling == usd(1));
+  }
+
+  SUBCASE("calendar month") {
+    t.set_budget(ScopeKind::team, "vision", 1, Period::month);
+    t.clock.set(unix_time(2024, 1, 31, 23, 59, 0));
+    t.ledger->begin_run(run_start("r1", "vision", usd(0.9)));
+    t.clock.set(unix_time(2024, 1, 31, 23, 59, 30));
+    t.ledger->finish_run(run_final("r1", usd(0.9)));
+    t.clock.set(unix_time(2024, 1, 31, 23, 59, 50));
+    CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
+    t.clock.set(unix_time(2024, 2, 1, 0, 0, 10));
+    CHECK(t.ledger->begin_run(run_start("r3", "vision", usd(1))).grant.ceiling == usd(1));
+    BudgetView view = view_of(*t.ledger, kVision);
+    CHECK(view.period_start == unix_time(2024, 2, 1));
+    CHECK(view.spent == Money{});
+    CHECK(view.held == usd(1));
+  }
+
+  SUBCASE("ISO week, from Monday") {
+    t.set_budget(ScopeKind::team, "vision", 1, Period::week);
+    t.clock.set(unix_time(2024, 1, 29, 0, 0, 1));  // Monday
+    t.ledger->begin_run(run_start("monday", "vision", usd(0.5)));
+    t.ledger->finish_run(run_final("monday", usd(0.5)));
+    t.clock.set(unix_time(2024, 2, 4, 23, 59, 0));  // Sunday, same week
+    CHECK(t.ledger->begin_run(run_start("sunday", "vision", usd(1))).grant.ceiling == usd(0.5));
+    t.ledger->finish_run(run_final("sunday", usd(0.5)));
+    t.clock.set(unix_time(2024, 2, 5, 0, 0, 1));  // the next Monday
+    CHECK(t.ledger->begin_run(run_start("next", "vision", usd(1))).grant.ceiling == usd(1));
+    CHECK(view_of(*t.ledger, kVision).period_start == unix_time(2024, 2, 5));
+  }
+
+  SUBCASE("total") {
+    t.set_budget(ScopeKind::team, "vision", 1, Period::total);
+    t.ledger->begin_run(run_start("r1", "vision", usd(0.9)));
+    t.ledger->finish_run(run_final("r1", usd(0.9)));
+    t.clock.set(unix_time(2025, 6, 1));
+    CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
+    CHECK(view_of(*t.ledger, kVision).period_start == 0);
+  }
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: a stale heartbeat makes a run lost; it keeps its ceiling",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 1, Period::month);
+  t.ledger->begin_run(run_start("r1", "vision", usd(0.9)));  // sync 5 s: stale after 15 s
+
+  t.clock.advance(15);
+  CHECK(active_run(*t.ledger, "r1")->status == RunStatus::running);
+  t.clock.advance(0.5);
+  std::optional<RunView> lost = active_run(*t.ledger, "r1");
+  REQUIRE(lost);
+  CHECK(lost->status == RunStatus::lost);
+  CHECK_FALSE(lost->reconciled);
+  CHECK(t.ledger->find_run("r1")->status == RunStatus::lost);
+
+  CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
+
+  t.ledger->heartbeat("r1", usd(0.1), usd(0.9));  // it was only slow
+  CHECK(active_run(*t.ledger, "r1")->status == RunStatus::running);
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: a lost run is charged exactly its ceiling, on time",
+                   Backend, LEDGER_BACKENDS) {
+  for (bool free_run : {false, true}) {
+    CAPTURE(free_run);
+    LedgerFixture t(Backend::make());
+    t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+    RunStart run = run_start("r1", "vision", usd(1));
+    if (free_run) run.rate_per_hour = Money{};
+    t.ledger->begin_run(run);
+    t.clock.advance(10);
+    t.ledger->heartbeat("r1", usd(0.64), usd(1));
+    // At $3.60/h the $0.36 left last 360 s, then 10 s of shutdown. At rate 0 it cannot spend:
+    // it is charged once it is stale (15 s) and its shutdown time has passed.
+    double due = t.clock.now() + (free_run ? 15 + 10 : 360 + 10);
+
+    t.clock.set(due - 0.001);
+    CHECK(t.ledger->reconcile_lost_runs() == 0);
+    CHECK(active_run(*t.ledger, "r1")->status == RunStatus::lost);
+    BudgetView before = view_of(*t.ledger, kVision);
+    CHECK(before.held == usd(1));
+    CHECK(before.live == usd(0.64));
+
+    t.clock.set(due);
+    CHECK(t.ledger->reconcile_lost_runs() == 1);
+    CHECK(t.ledger->reconcile_lost_runs() == 0);
+    std::optional<RunView> row = t.ledger->find_run("r1");
+    CHECK(row->status == RunStatus::lost);
+    CHECK(row->reconciled);
+    CHECK(row->spend == usd(1));
+    CHECK(row->finished_at == due);
+    CHECK(t.ledger->active_runs().empty());
+    BudgetView after = view_of(*t.ledger, kVision);
+    CHECK(after.spent == usd(1));
+    CHECK(after.held == Money{});
+    CHECK(after.live == Money{});
+
+    // Its real final row (spooled on its host) replaces the charge, once.
+    t.clock.advance(3600);
+    CHECK(t.ledger->finish_run(run_final("r1", usd(0.7), RunStatus::killed)));
+    std::optional<RunView> replaced = t.ledger->find_run("r1");
+    CHECK(replaced->status == RunStatus::killed);
+    CHECK_FALSE(replaced->reconciled);
+    CHECK(replaced->spend == usd(0.7));
+    CHECK(replaced->finished_at == due);
+    CHECK(view_of(*t.ledger, kVision).spent == usd(0.7));
+    CHECK_FALSE(t.ledger->finish_run(run_final("r1", usd(0.9))));
+    CHECK(view_of(*t.ledger, kVision).spent == usd(0.7));
+    CHECK(t.inconsistencies().empty());
+  }
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: every transaction reconciles first", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 1, Period::month);
+  t.ledger->begin_run(run_start("r1", "vision", usd(0.5)));
+  t.clock.advance(15 + 500 + 10);  // $0.50 at $3.60/h lasts 500 s
+  // The admission itself charges r1 before it looks at the budget.
+  CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.5));
+  CHECK(t.ledger->find_run("r1")->reconciled);
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: stop orders refuse new runs, reach running ones, and clear",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  t.set_budget(ScopeKind::team, "audio", 10, Period::month);
+  t.ledger->begin_run(run_start("v1", "vision", usd(1)));
+  t.ledger->begin_run(run_start("a1", "audio", usd(1)));
+
+  StopOrder order = t.ledger->place_stop_order(kVision, "budget review", "alice");
+  CHECK(order.id > 0);
+  CHECK(order.placed_at == t.clock.now());
+  REQUIRE(t.ledger->active_stop_orders().size() == 1);
+  CHECK(t.ledger->active_stop_orders()[0].scope == kVision);
+
+  Grant stopped = t.ledger->heartbeat("v1", usd(0.1), usd(1));
+  REQUIRE(stopped.stop);
+  CHECK(stopped.stop->scope == kVision);
+  CHECK(stopped.stop->reason == "budget review");
+  CHECK(stopped.stop->placed_by == "alice");
+  CHECK_FALSE(t.ledger->heartbeat("a1", usd(0.1), usd(1)).stop);
+
+  Admission refused = t.ledger->begin_run(run_start("v2", "vision", usd(1)));
+  CHECK_FALSE(refused.admitted);
+  CHECK(refused.refused_by == kVision);
+  CHECK(refused.refusal == "stop order on team:vision by alice: budget review");
+  CHECK(refused.grant.stop);
+  CHECK(t.ledger->find_run("v2")->reason == "refused: stop order on team:vision");
+  RunStart warn = run_start("v3", "vision", usd(1));
+  warn.mode = Mode::warn;
+  CHECK_FALSE(t.ledger->begin_run(warn).admitted);  // warn mode obeys stop orders too
+
+  t.ledger->place_stop_order({ScopeKind::run, "a1"}, "", "bob");
+  CHECK(t.ledger->heartbeat("a1", usd(0.2), usd(1)).stop->scope == Scope{ScopeKind::run, "a1"});
+
+  RunStart by_user = run_start("u1", "audio", usd(1));
+  by_user.user = "carol";
+  t.ledger->place_stop_order({ScopeKind::user, "carol"}, "left the team", "alice");
+  CHECK_FALSE(t.ledger->begin_run(by_user).admitted);
+
+  CHECK(t.ledger->clear_stop_orders(kVision) == 1);
+  CHECK(t.ledger->clear_stop_orders(kVision) == 0);
+  CHECK(t.ledger->active_stop_orders().size() == 2);
+  CHECK_FALSE(t.ledger->heartbeat("v1", usd(0.2), usd(1)).stop);
+  CHECK(t.ledger->begin_run(run_start("v4", "vision", usd(1))).admitted);
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: budgets are applied, replaced and removed", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  const Scope sweep{ScopeKind::experiment, "sweep"};
+  const Scope carol{ScopeKind::user, "carol"};
+  t.ledger->apply_budgets(
+      {{sweep, usd(5), Period::total, std::nullopt}, {kVision, usd(10), Period::month, usd(2)}},
+      true);
+  std::vector<BudgetRule> rules = t.ledger->budget_rules();
+  REQUIRE(rules.size() == 2);
+  CHECK(rules[0].scope == kVision);  // in scope order: team, experiment, project, user
+  CHECK(rules[0].amount == usd(10));
+  CHECK(rules[0].period == Period::month);
+  CHECK(rules[0].max_run == usd(2));
+  CHECK(rules[1].scope == sweep);
+  CHECK(rules[1].period == Period::total);
+  CHECK_FALSE(rules[1].max_run);
+
+  t.ledger->apply_budgets({{kVision, usd(20), Period::week, std::nullopt}}, false);
+  rules = t.ledger->budget_rules();
+  REQUIRE(rules.size() == 2);
+  CHECK(rules[0].amount == usd(20));
+  CHECK(rules[0].period == Period::week);
+  CHECK_FALSE(rules[0].max_run);
+
+  t.ledger->apply_budgets({{carol, usd(1), Period::day, std::nullopt}}, true);
+  rules = t.ledger->budget_rules();
+  REQUIRE(rules.size() == 1);
+  CHECK(rules[0].scope == carol);
+  CHECK(t.ledger->budgets().size() == 1);
+
+  // A new amount binds new grants only.
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  t.ledger->begin_run(run_start("r1", "vision", usd(8)));
+  t.set_budget(ScopeKind::team, "vision", 5, Period::month);
+  CHECK(t.ledger->find_run("r1")->ceiling == usd(8));
+  CHECK(t.ledger->heartbeat("r1", usd(1), usd(9)).ceiling == usd(8));
+  CHECK_FALSE(t.ledger->begin_run(run_start("r2", "vision", usd(1))).admitted);
+  CHECK(t.inconsistencies().empty());
+}
+
+// ---- the ceiling rule under random operations, and under real concurrency ----
+
+namespace {
+
+struct Rule {
+  Scope scope;
+  double amount;
+  Period period;
+  std::optional<double> max_run;
+};
+
+// The period a start time falls in, computed here independently of the ledger.
+std::int64_t period_key(Period period, double started_at) {
+  std::time_t seconds = static_cast<std::time_t>(std::floor(started_at));
+  std::tm date{};
+  gmtime_r(&seconds, &date);
+  std::int64_t day = static_cast<std::int64_t>(std::floor(started_at / 86400));
+  switch (period) {
+    case Period::day:
+      return day;
+    case Period::week:
+      return day - (date.tm_wday + 6) % 7;  // back to Monday
+    case Period::month:
+      return (date.tm_year + 1900) * 12 + date.tm_mon;
+    case Period::total:
+      return 0;
+  }
+  return 0;
+}
+
+std::vector<BudgetRule> to_budget_rules(const std::vector<Rule>& rules) {
+  std::vector<BudgetRule> result;
+  for (const Rule& rule : rules) {
+    result.push_back({rule.scope, usd(rule.amount), rule.period,
+                      rule.max_run ? std::optional<Money>(usd(*rule.max_run)) : std::nullopt});
+  }
+  return result;
+}
+
+// A run of the randomized test, known by its index (its id is "r<index>").
+struct SimRun {
+  RunStart start;
+  std::vector<std::pair<std::size_t, std::int64_t>> budgets;  // (rule, period) it counts against
+  bool admitted = false;
+  // The wrapper's view while the test has not finished it.
+  bool unfinished = false, heartbeating = false;
+  Money spend, ceiling;
+  std::optional<Money> final_spend;  // the ledger's, cached until the test finishes it itself
+};
+
+std::size_t index_of(const std::string& id) {
+  return std::stoul(id.substr(1));
+}
+
+// Every violation of the ceiling rule over enforce-mode runs: for every budgeted scope and every
+// period any run started in, finished spend + ceilings of unfinished runs <= budget; and each
+// run's and job's own budget. What a run counts: its ceiling while unfinished (running or lost),
+// its spend once final (a reconciled lost run: its ceiling).
+std::vector<std::string> check_ceiling_rule(Ledger& ledger, std::vector<SimRun>& runs,
+                                            const std::vector<Rule>& rules,
+                                            const std::map<std::string, double>& job_budgets,
+                                            int& reconciled_seen) {
+  std::vector<std::optional<Money>> charge(runs.size());
+  for (const RunView& view : ledger.active_runs()) charge[index_of(view.id)] = view.ceiling;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (!runs[i].admitted || charge[i]) continue;
+    if (!runs[i].final_spend) {
+      std::optional<RunView> row = ledger.find_run(runs[i].start.id);
+      REQUIRE(row);
+      REQUIRE(row->status != RunStatus::running);
+      reconciled_seen += row->reconciled;
+      runs[i].final_spend = row->spend;
+    }
+    charge[i] = runs[i].final_spend;
+  }
+
+  std::vector<std::map<std::int64_t, Money>> per_rule(rules.size());
+  std::map<std::string, Money> per_job;
+  std::vector<std::string> problems;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunStart& run = runs[i].start;
+    if (!charge[i] || run.mode != Mode::enforce) continue;
+    for (auto [rule, period] : runs[i].budgets) per_rule[rule][period] += *charge[i];
+    if (!run.job_key.empty()) per_job[run.job_key] += *charge[i];
+    if (run.job_key.empty() && run.budget && *charge[i] > *run.budget) {
+      problems.push_back(run.id + " over its run budget");
+    }
+  }
+  for (std::size_t rule = 0; rule < rules.size(); ++rule) {
+    for (const auto& [period, total] : per_rule[rule]) {
+      if (total > usd(rules[rule].amount)) {
+        problems.push_back(to_string(rules[rule].scope) + " period " + std::to_string(period) +
+                           ": " + format_money(total) + " > " +
+                           format_money(usd(rules[rule].amount)));
+      }
+    }
+  }
+  for (const auto& [job, total] : per_job) {
+    if (total > usd(job_budgets.at(job))) problems.push_back("job " + job + " over its budget");
+  }
+  return problems;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("Ledger conformance: randomized operations never overshoot a budget", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  const std::vector<Rule> rules = {
+      {{ScopeKind::team, "a"}, 20, Period::day, 2},
+      {{ScopeKind::team, "b"}, 30, Period::week, std::nullopt},
+      {{ScopeKind::experiment, "x"}, 25, Period::month, std::nullopt},
+      {{ScopeKind::experiment, "y"}, 40, Period::total, 3},
+      {{ScopeKind::experiment, "z"}, 10, Period::day, std::nullopt},
+      {{ScopeKind::project, "p"}, 50, Period::month, std::nullopt},
+      {{ScopeKind::user, "u1"}, 25, Period::week, std::nullopt},
+  };
+  t.ledger->apply_budgets(to_budget_rules(rules), true);
+  const std::map<std::string, double> job_budgets = {{"j1", 4.0}, {"j2", 1.5}};
+
+  std::mt19937_64 random(20240131);
+  auto pick = [&](const std::vector<std::string>& names) {
+    return names[std::uniform_int_distribution<std::size_t>(0, names.size() - 1)(random)];
+  };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(random); };
+  auto amount = [&](double low, double high) {
+    return usd(std::round(std::uniform_real_distribution<double>(low, high)(random) * 1e4) / 1e4);
+  };
+  auto up_to = [&](Money most) {
+    return Money{std::uniform_int_distribution<std::int64_t>(
+        0, std::max<std::int64_t>(0, most.micros))(random)};
+  };
+
+  std::vector<SimRun> runs;
+  int admitted = 0, refusals = 0, partial_grants = 0, late_finals = 0, reconciled_seen = 0;
+  auto random_unfinished = [&](bool heartbeating) -> SimRun* {
+    std::vector<SimRun*> candidates;
+    for (SimRun& run : runs) {
+      if (run.unfinished && run.heartbeating == heartbeating) candidates.push_back(&run);
+    }
+    if (candidates.empty()) return nullptr;
+    return candidates[std::uniform_int_distribution<std::size_t>(0, candidates.size() - 1)(random)];
+  };
+  auto finish = [&](SimRun& run) {
+    Money spend = run.spend + up_to(run.ceiling - run.spend);
+    RunStatus status = chance(0.5) ? RunStatus::succeeded : RunStatus::killed;
+    if (t.ledger->finish_run(run_final(run.start.id, spend, status))) run.final_spend.reset();
+    run.unfinished = false;
+  };
+
+  for (int step = 0; step < 2500; ++step) {
+    int operation = std::uniform_int_distribution<int>(0, 99)(random);
+    if (operation < 30) {
+      SimRun sim;
+      RunStart& run = sim.start;
+      run = run_start("r" + std::to_string(runs.size()), pick({"a", "b", "c"}), {});
+      run.experiment = pick({"x", "y", "z", "w", ""});
+      run.project = pick({"p", ""});
+      run.user = pick({"u1", "u2", ""});
+      run.mode = chance(0.15) ? Mode::warn : Mode::enforce;
+      if (chance(0.2)) {
+        run.job_key = pick({"j1", "j2"});
+        run.budget = usd(job_budgets.at(run.job_key));
+      } else if (chance(0.3)) {
+        run.budget = amount(0.02, 3);
+      }
+      run.rate_per_hour = chance(0.2) ? Money{} : amount(1, 40);
+      run.reserve = amount(0.01, 0.1);
+      run.want = amount(0.05, 2.5);
+      Admission admission;
+      try {
+        admission = t.ledger->begin_run(run);
+      } catch (const Error&) {  // no budget at all (team c, no budgeted scope, no --budget)
+        continue;
+      }
+      for (std::size_t rule = 0; rule < rules.size(); ++rule) {
+        if (in_scope(run, rules[rule].scope)) {
+          sim.budgets.push_back({rule, period_key(rules[rule].period, t.clock.now())});
+        }
+      }
+      if (admission.admitted) {
+        ++admitted;
+        if (admission.grant.ceiling < run.want) ++partial_grants;
+        sim.admitted = sim.unfinished = sim.heartbeating = true;
+        sim.ceiling = admission.grant.ceiling;
+      } else {
+        ++refusals;
+      }
+      runs.push_back(std::move(sim));
+    } else if (operation < 65) {
+      if (SimRun* run = random_unfinished(true)) {
+        run->spend += up_to(run->ceiling - run->spend);
+        Grant grant = t.ledger->heartbeat(run->start.id, run->spend, run->ceiling + amount(0, 1));
+        REQUIRE(grant.ceiling >= run->ceiling);
+        run->ceiling = grant.ceiling;
+      }
+    } else if (operation < 80) {
+      if (SimRun* run = random_unfinished(true)) finish(*run);
+    } else if (operation < 85) {
+      if (SimRun* run = random_unfinished(true)) run->heartbeating = false;  // SIGKILLed
+    } else if (operation < 88) {
+      if (SimRun* run = random_unfinished(false)) {  // its spooled final row arrives
+        finish(*run);
+        ++late_finals;
+      }
+    } else if (operation < 98) {
+      t.clock.advance(std::stod(pick({"1", "20", "300", "7200", "86400"})));
+    } else {
+      Scope team{ScopeKind::team, pick({"a", "b"})};
+      if (chance(0.3)) {
+        t.ledger->place_stop_order(team, "test", "property");
+      } else {
+        t.ledger->clear_stop_orders(team);
+      }
+    }
+
+    std::vector<std::string> problems =
+        check_ceiling_rule(*t.ledger, runs, rules, job_budgets, reconciled_seen);
+    for (const std::string& problem : t.inconsistencies()) problems.push_back(problem);
+    INFO("step " << step);
+    REQUIRE(problems == std::vector<std::string>{});
+  }
+  MESSAGE("admitted " << admitted << ", refused " << refusals << ", partial " << partial_grants
+                      << ", late finals " << late_finals << ", reconciled " << reconciled_seen);
+  // The workload must have exercised what it claims to.
+  CHECK(admitted > 300);
+  CHECK(refusals > 30);
+  CHECK(partial_grants > 30);
+  CHECK(late_finals > 5);
+  CHECK(reconciled_seen > 5);
+}
+
+namespace {
+
+struct WorkloadResult {
+  Money team_total;
+  std::map<std::string, Money> experiment_totals;
+  std::vector<std::string> problems;
+};
+
+// Eight threads, each with its own connection, start, heartbeat (raising) and finish runs of one
+// team as fast as they can; each run spends its whole ceiling, the worst case.
+WorkloadResult run_concurrent_workload(LedgerFixture& t, bool ignore_other_runs) {
+  constexpr int kThreads = 8, kRunsPerThread = 20;
+  t.ledger->apply_budgets({{kVision, usd(10), Period::month, std::nullopt},
+                           {{ScopeKind::experiment, "e0"}, usd(4), Period::month, std::nullopt},
+                           {{ScopeKind::experiment, "e1"}, usd(4), Period::month, std::nullopt}},
+                          true);
+  std::vector<std::exception_ptr> failures(kThreads);
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < kThreads; ++thread) {
+    threads.emplace_back([&, thread] {
+      try {
+        std::unique_ptr<Ledger> ledger = t.connect(ignore_other_runs);
+        for (int i = 0; i < kRunsPerThread; ++i) {
+          std::string id = "t" + std::to_string(thread) + "-" + std::to_string(i);
+          RunStart run = run_start(id, "vision", usd(0.6));
+          run.experiment = i % 3 == 2 ? "" : "e" + std::to_string(i % 2);
+          run.reserve = usd(0.05);
+          Admission admission = ledger->begin_run(run);
+          if (!admission.admitted) continue;
+          Money ceiling = admission.grant.ceiling;
+          for (int beat = 1; beat <= 3; ++beat) {
+            ceiling = ledger->heartbeat(id, Money{ceiling.micros / 2}, ceiling + usd(0.3)).ceiling;
+          }
+          ledger->finish_run(run_final(id, ceiling));
+        }
+      } catch (...) {
+        failures[thread] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  WorkloadResult result;
+  for (int thread = 0; thread < kThreads; ++thread) {
+    for (int i = 0; i < kRunsPerThread; ++i) {
+      std::string id = "t" + std::to_string(thread) + "-" + std::to_string(i);
+      std::optional<RunView> row = t.ledger->find_run(id);
+      if (!row || row->status == RunStatus::running) {
+        result.problems.push_back(id + " has no final row");
+        continue;
+      }
+      if (row->status == RunStatus::refused && row->reason.empty()) {
+        result.problems.push_back(id + " was refused without a reason");
+      }
+      result.team_total += row->spend;
+      if (!row->experiment.empty()) result.experiment_totals[row->experiment] += row->spend;
+    }
+  }
+  for (const std::string& problem : t.inconsistencies()) result.problems.push_back(problem);
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("Ledger conformance: concurrent connections never overshoot a shared budget",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  WorkloadResult result = run_concurrent_workload(t, false);
+  CHECK(result.problems == std::vector<std::string>{});
+  CHECK(result.team_total <= usd(10));
+  CHECK(result.team_total >= usd(8));  // refusing everyone is not a pass
+  for (const auto& [experiment, total] : result.experiment_totals) {
+    INFO(experiment);
+    CHECK(total <= usd(4));
+  }
+  CHECK(t.ledger->budgets().size() == 3);
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: negative control: ignoring other runs overshoots", Backend,
+                   LEDGER_BACKENDS) {
+  // The same workload with grants that ignore every other run: the checks above must catch it.
+  LedgerFixture t(Backend::make());
+  WorkloadResult result = run_concurrent_workload(t, true);
+  CHECK(result.team_total > usd(10));
+}
+
+}  // namespace spendcap::testing
