@@ -9,13 +9,16 @@
 namespace spendcap {
 
 namespace {
-constexpr __int128 kNanosPerHour = static_cast<__int128>(3600) * 1'000'000'000;
+// GCC's 128-bit integer: exact products of micro-units and nanoseconds. __extension__ marks the
+// one use of the extension, so -Wpedantic stays on for everything else.
+__extension__ typedef __int128 int128;
+constexpr int128 kNanosPerHour = static_cast<int128>(3600) * 1'000'000'000;
 }  // namespace
 
 std::optional<Money> parse_money(std::string_view text) {
   if (!text.empty() && text.front() == '$') text.remove_prefix(1);
   if (text.empty()) return std::nullopt;
-  __int128 whole = 0, fraction = 0;
+  int128 whole = 0, fraction = 0;
   int fraction_digits = 0;
   bool seen_dot = false, seen_digit = false;
   for (char c : text) {
@@ -35,7 +38,7 @@ std::optional<Money> parse_money(std::string_view text) {
   }
   if (!seen_digit) return std::nullopt;
   while (fraction_digits++ < 6) fraction *= 10;
-  __int128 micros = whole * 1'000'000 + fraction;
+  int128 micros = whole * 1'000'000 + fraction;
   if (micros > kMaxMoney.micros) return std::nullopt;
   return Money{static_cast<std::int64_t>(micros)};
 }
@@ -86,21 +89,21 @@ std::string to_decimal(Money amount) {
 
 Money cost_of(Money rate_per_hour, Nanos elapsed) {
   if (elapsed.count() <= 0) return Money{};
-  __int128 product = static_cast<__int128>(rate_per_hour.micros) * elapsed.count();
+  int128 product = static_cast<int128>(rate_per_hour.micros) * elapsed.count();
   return Money{static_cast<std::int64_t>(product / kNanosPerHour)};
 }
 
 Money cost_of_rounded_up(Money rate_per_hour, Nanos elapsed) {
   if (elapsed.count() <= 0) return Money{};
-  __int128 product = static_cast<__int128>(rate_per_hour.micros) * elapsed.count();
+  int128 product = static_cast<int128>(rate_per_hour.micros) * elapsed.count();
   return Money{static_cast<std::int64_t>((product + kNanosPerHour - 1) / kNanosPerHour)};
 }
 
 Nanos time_to_cost(Money rate_per_hour, Money amount) {
   if (amount.micros <= 0) return Nanos(0);
   if (rate_per_hour.micros <= 0) return Nanos::max();
-  __int128 numerator = static_cast<__int128>(amount.micros) * kNanosPerHour;
-  __int128 ns = (numerator + rate_per_hour.micros - 1) / rate_per_hour.micros;
+  int128 numerator = static_cast<int128>(amount.micros) * kNanosPerHour;
+  int128 ns = (numerator + rate_per_hour.micros - 1) / rate_per_hour.micros;
   if (ns > Nanos::max().count()) return Nanos::max();
   return Nanos(static_cast<std::int64_t>(ns));
 }

@@ -7,24 +7,14 @@
 #include <cstdlib>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/files.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 
 namespace spendcap {
 
 std::string default_ledger_url() {
-  std::string data_home;
-  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && xdg[0] == '/') {
-    data_home = xdg;  // the XDG spec: a relative $XDG_DATA_HOME is invalid and ignored
-  } else {
-    const char* home = std::getenv("HOME");
-    if (!home || !*home) {
-      const passwd* entry = getpwuid(geteuid());
-      home = entry ? entry->pw_dir : "/";
-    }
-    data_home = std::string(home) + "/.local/share";
-  }
-  return "sqlite:" + data_home + "/spendcap/ledger.db";
+  return "sqlite:" + xdg_dir(XdgDir::data) + "/spendcap/ledger.db";
 }
 
 std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions options) {

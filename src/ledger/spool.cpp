@@ -22,31 +22,11 @@
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/files.hpp"
 
 namespace spendcap {
 
 namespace {
-
-std::string home_directory() {
-  const char* home = std::getenv("HOME");
-  return home && *home ? home : "/";
-}
-
-// mkdir -p with 0700 for what it creates.
-void make_private_directories(const std::string& directory) {
-  std::string prefix;
-  std::stringstream parts(directory);
-  std::string part;
-  if (!directory.empty() && directory.front() == '/') prefix = "/";
-  while (std::getline(parts, part, '/')) {
-    if (part.empty()) continue;
-    prefix += part;
-    if (mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      throw Error("spool " + directory, "cannot create " + prefix + ": " + errno_text(errno));
-    }
-    prefix += "/";
-  }
-}
 
 // A run id becomes a file name: it must not be able to name another file.
 bool is_safe_file_name(const std::string& name) {
@@ -54,16 +34,6 @@ bool is_safe_file_name(const std::string& name) {
          std::all_of(name.begin(), name.end(), [](char c) {
            return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
          });
-}
-
-void write_all(int fd, const std::string& text) {
-  std::size_t written = 0;
-  while (written < text.size()) {
-    ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error("spool", "cannot write: " + errno_text(errno));
-    written += static_cast<std::size_t>(n);
-  }
 }
 
 nlohmann::json final_to_json(const RunFinal& final) {
@@ -102,10 +72,7 @@ SpooledRow parse_spooled(const std::string& text) {
 
 std::string spool_dir() {
   if (const char* dir = std::getenv("SPENDCAP_SPOOL_DIR"); dir && *dir) return dir;
-  if (const char* state = std::getenv("XDG_STATE_HOME"); state && state[0] == '/') {
-    return std::string(state) + "/spendcap/spool";
-  }
-  return home_directory() + "/.local/state/spendcap/spool";
+  return xdg_dir(XdgDir::state) + "/spendcap/spool";
 }
 
 std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
@@ -113,33 +80,12 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
     throw Error("spool", "run id " + final.id + " cannot be a file name");
   }
   std::string directory = spool_dir();
-  make_private_directories(directory);
+  make_private_directories(directory, "spool");
   std::string path = directory + "/" + final.id + ".json";
-  std::string temporary = directory + "/." + final.id + ".json.tmp-" + std::to_string(getpid());
   std::string text =
       nlohmann::json{{"ledger", ledger_url}, {"final", final_to_json(final)}}.dump() + "\n";
-
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("spool " + temporary, "cannot create: " + errno_text(errno));
-  try {
-    write_all(fd, text);
-    // The row must survive a crash of this host: data first, then the rename, then the directory.
-    if (fsync(fd) != 0) throw Error("spool " + temporary, "cannot sync: " + errno_text(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(temporary.c_str());
-    throw Error("spool " + path, "cannot rename into place: " + errno_text(err));
-  }
-  if (int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
-    fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  // Durable: the row must survive a crash of this host.
+  write_file_atomically(path, text, 0600, "spool " + path);
   return path;
 }
 

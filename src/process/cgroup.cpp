@@ -103,7 +103,8 @@ std::vector<pid_t> Cgroup::procs() const {
 
 bool Cgroup::holds(pid_t pid) const {
   // The directory's name holds the run id: unique, so matching it in the "0::" path is enough.
-  std::string name = "/" + path_.substr(path_.rfind('/') + 1);
+  // (A cgroup path is absolute, so rfind finds the slash that leads the name.)
+  std::string name = path_.substr(path_.rfind('/'));
   std::ifstream file("/proc/" + std::to_string(pid) + "/cgroup");
   std::string line;
   while (std::getline(file, line)) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/files.hpp"
 #include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
@@ -45,18 +46,7 @@ nlohmann::json to_json(const RunOutcome& outcome) {
 }
 
 void write_status_file(const std::string& path, const RunOutcome& outcome) {
-  std::string text = to_json(outcome).dump(2) + "\n";
-  std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("--status-file " + path, errno_text(errno));
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  int err = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    if (ok) err = errno;
-    ::unlink(temporary.c_str());
-    throw Error("--status-file " + path, errno_text(err));
-  }
+  write_file_atomically(path, to_json(outcome).dump(2) + "\n", 0644, "--status-file " + path);
 }
 
 }  // namespace spendcap
