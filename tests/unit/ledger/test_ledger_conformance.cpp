@@ -10,8 +10,10 @@
 #include <set>
 #include <thread>
 
+#include "fakes/fake_ledger_store.hpp"
 #include "ledger/ledger_conformance.hpp"
 #include "spendcap/base/error.hpp"
+#include "spendcap/ledger/budget_ledger.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 
 namespace spendcap::testing {
@@ -30,6 +32,24 @@ struct SqliteBackend {
       return dynamic_cast<SqliteLedger&>(ledger).verify_aggregates();
     };
     backend.storage = dir;
+    return backend;
+  }
+};
+
+// The rules alone: BudgetLedger over the in-memory store.
+struct FakeBackend {
+  static LedgerBackend make() {
+    auto state = std::make_shared<FakeLedgerState>();
+    LedgerBackend backend;
+    backend.open = [state](LedgerOptions options) -> std::unique_ptr<Ledger> {
+      auto store = std::make_unique<FakeLedgerStore>(state, options.wall_clock);
+      return std::make_unique<BudgetLedger>(std::move(store), options);
+    };
+    backend.inconsistencies = [state](Ledger&) {
+      std::lock_guard lock(state->mutex);
+      return FakeLedgerStore::inconsistencies(state->data);
+    };
+    backend.storage = state;
     return backend;
   }
 };
@@ -64,7 +84,8 @@ std::optional<RunView> active_run(Ledger& ledger, const std::string& id) {
 }  // namespace spendcap::testing
 
 TYPE_TO_STRING_AS("sqlite", spendcap::testing::SqliteBackend);
-#define LEDGER_BACKENDS spendcap::testing::SqliteBackend
+TYPE_TO_STRING_AS("fake", spendcap::testing::FakeBackend);
+#define LEDGER_BACKENDS spendcap::testing::SqliteBackend, spendcap::testing::FakeBackend
 
 namespace spendcap::testing {
 

@@ -1,97 +1,37 @@
-// SqliteLedger: the Ledger (ledger.hpp) in one SQLite file on this host.
+// SqliteLedger: the Ledger (ledger.hpp) in one SQLite file on this host: the rules of BudgetLedger
+// (budget_ledger.hpp) over a SqliteStore (sqlite_store.hpp: the file, its locking, permissions and
+// schema). One SqliteLedger is used by one thread at a time.
 //
-// The file: WAL, synchronous=NORMAL, a lock timeout (default 10 s); every write is one
-// BEGIN IMMEDIATE transaction, which takes the database's single write lock: that is the "lock the
-// scopes' budget rows first, in one fixed order" of the ceiling rule, for SQLite. A transaction
-// that finds the file locked is retried until the lock timeout, then throws Error naming the file.
-// Several processes (and several connections in one process) may share the file; one SqliteLedger
-// is used by one thread at a time. Opening refuses a network filesystem (WAL needs shared memory
-// and POSIX locks that NFS, Lustre, CIFS... do not give) and points to PostgreSQL. In a
-// group-writable directory (a shared ledger such as /var/lib/spendcap, group spendcap) the file is
-// created 0660 so that group members record their runs; only the file's owner (or root) changes
-// budgets. That is enforced by spendcap, not by SQLite: a group member with the sqlite3 shell could
-// still edit rows.
-//
-// Budgets are summed from per-day usage rows: each run adds to the row of each of its named scopes
-// (team, experiment, project, user) for the UTC day it started. A budget period (day, ISO week,
-// calendar month, total) is then a sum over at most 31 rows (all of the scope's days for total),
-// so budgets can be added or change period without a backfill and `spendcap budgets` stays fast
-// over millions of runs.
+// begin_run in warn mode, where enforce mode would refuse: admitted, with `refusal` and
+// `refused_by` saying why it would have been refused (also recorded as its would-stop reason).
 #pragma once
 
-#include <sys/types.h>
-
-#include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "spendcap/base/duration.hpp"
+#include "spendcap/ledger/budget_ledger.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/ledger/sqlite/sqlite_store.hpp"
 
 namespace spendcap {
 
-// ---- the SQLite backend ----
-
-// The name of the network filesystem whose statfs f_type is `f_type` ("NFS", "Lustre", ...), or
-// nullopt for a local one.
-std::optional<std::string> network_filesystem_name(long f_type);
-
-// The file of a sqlite ledger url ("sqlite:/x", "sqlite:///x", "/x", "rel/x"), or nullopt when the
-// url names another backend ("postgresql://...", "mysql://...").
-std::optional<std::string> sqlite_path_of_url(const std::string& url);
-
-struct SqliteOptions {
-  // How long a transaction waits for the file's write lock before it throws.
-  Nanos lock_timeout = std::chrono::seconds(10);
-  // Test seam: the effective uid that caller_is_owner() compares with the file's owner.
-  std::optional<uid_t> effective_uid;
-};
-
-// begin_run in warn mode, where enforce mode would refuse: admitted, with `refusal` and
-// `refused_by` saying why it would have been refused (also recorded as its would-stop reason).
-class SqliteLedger final : public Ledger {
+class SqliteLedger final : public BudgetLedger {
  public:
-  // Opens `path`, creating it (and its missing parent directories, 0700) with the current schema.
-  // Throws Error naming the ledger for a network filesystem, a file that is not a spendcap ledger,
-  // a schema newer than this build knows, or any SQLite failure.
+  // Opens `path` as SqliteStore does (and throws as it does); `options.wall_clock` is the ledger's
+  // clock.
   SqliteLedger(const std::string& path, LedgerOptions options, SqliteOptions sqlite_options = {});
-  ~SqliteLedger() override;
-  SqliteLedger(const SqliteLedger&) = delete;
-  SqliteLedger& operator=(const SqliteLedger&) = delete;
 
-  std::string url() const override;
-  bool caller_is_owner() override;
-  bool is_personal() override;
-  void apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) override;
-  std::vector<BudgetRule> budget_rules() override;
-  std::vector<BudgetView> budgets() override;
-  Admission begin_run(const RunStart& run) override;
-  Grant heartbeat(const std::string& run_id, Money spend, Money want) override;
-  void record_would_stop(const std::string& run_id, const std::string& reason) override;
-  bool finish_run(const RunFinal& final) override;
-  std::vector<RunView> active_runs() override;
-  std::optional<RunView> find_run(const std::string& run_id) override;
-  int reconcile_lost_runs() override;
-  StopOrder place_stop_order(const Scope& scope, const std::string& reason,
-                             const std::string& placed_by) override;
-  int clear_stop_orders(const Scope& scope) override;
-  std::vector<StopOrder> active_stop_orders() override;
-
-  // ---- for tests, benchmarks and repair ----
-  const std::string& path() const;
-  int schema_version();
-  // Compares the usage rows with a recomputation from the runs table; one line per difference
-  // ("team:vision day 19700: held 300000 != 200000"), empty when they agree.
-  std::vector<std::string> verify_aggregates();
-  // Recomputes every usage row from the runs table (after a bulk import of runs, or a repair).
-  void rebuild_aggregates();
+  // ---- for tests, benchmarks and repair (SqliteStore's) ----
+  const std::string& path() const { return sqlite_.path(); }
+  int schema_version() { return sqlite_.schema_version(); }
+  std::vector<std::string> verify_aggregates() { return sqlite_.verify_aggregates(); }
+  void rebuild_aggregates() { sqlite_.rebuild_aggregates(); }
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  SqliteLedger(std::unique_ptr<SqliteStore> store, const LedgerOptions& options);
+  SqliteStore& sqlite_;  // owned by BudgetLedger
 };
 
 }  // namespace spendcap

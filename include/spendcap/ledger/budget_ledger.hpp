@@ -1,0 +1,55 @@
+// BudgetLedger: the Ledger (ledger.hpp) written once over a LedgerStore (ledger_store.hpp). It owns
+// every rule a backend would otherwise copy: admission and its refusal messages, the grant rule
+// applied to a run's scopes (decide_grant, grant_rule.hpp), heartbeat and final deltas of the
+// usage rows, reconciliation of lost runs, warn mode's would-stop, stop orders, budgets and who
+// may change them. Each Ledger call is one store transaction that reconciles due lost runs first.
+//
+// Used by one thread at a time, like its store.
+#pragma once
+
+#include <memory>
+
+#include "spendcap/ledger/ledger.hpp"
+#include "spendcap/ledger/ledger_store.hpp"
+
+namespace spendcap {
+
+class BudgetLedger : public Ledger {
+ public:
+  // `options.ignore_other_runs` is the test-only negative control; the clock is the store's.
+  BudgetLedger(std::unique_ptr<LedgerStore> store, const LedgerOptions& options);
+  BudgetLedger(const BudgetLedger&) = delete;
+  BudgetLedger& operator=(const BudgetLedger&) = delete;
+
+  std::string url() const override;
+  bool caller_is_owner() override;
+  bool is_personal() override;
+  void apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) override;
+  std::vector<BudgetRule> budget_rules() override;
+  std::vector<BudgetView> budgets() override;
+  Admission begin_run(const RunStart& run) override;
+  Grant heartbeat(const std::string& run_id, Money spend, Money want) override;
+  void record_would_stop(const std::string& run_id, const std::string& reason) override;
+  bool finish_run(const RunFinal& final) override;
+  std::vector<RunView> active_runs() override;
+  std::optional<RunView> find_run(const std::string& run_id) override;
+  int reconcile_lost_runs() override;
+  StopOrder place_stop_order(const Scope& scope, const std::string& reason,
+                             const std::string& placed_by) override;
+  int clear_stop_orders(const Scope& scope) override;
+  std::vector<StopOrder> active_stop_orders() override;
+
+ protected:
+  LedgerStore& store() { return *store_; }
+
+ private:
+  // Runs `body(txn)` in one transaction and returns what it returned (the last attempt's).
+  template <class Body>
+  auto transact(Access access, Body&& body);
+  void reconcile_if_due();
+
+  std::unique_ptr<LedgerStore> store_;
+  bool ignore_other_runs_ = false;
+};
+
+}  // namespace spendcap

@@ -1,0 +1,135 @@
+// LedgerStore: where a ledger keeps its rows, and nothing else. BudgetLedger (budget_ledger.hpp)
+// holds every rule (admission, grants, heartbeats, finals, reconciliation, refusals, stop orders)
+// once, over this seam; a backend (SqliteStore now, PostgreSQL next) only stores and locks.
+//
+// A store gives typed row operations inside its own transactions. transact() runs `body` in one
+// transaction and commits when it returns; when `body` throws, the transaction is rolled back and
+// the exception passes through. A store may run `body` again after a serialization failure, a
+// deadlock or a busy file (until its own lock timeout), so a body assigns its results rather
+// than accumulating them. A write transaction is serialised with every other write on the same
+// ledger for what it reads and writes after lock_scopes(): that is the "take the scopes' budget
+// rows first, in one fixed order" of the ceiling rule (SQLite: its single write lock, taken at
+// BEGIN IMMEDIATE; PostgreSQL: SELECT ... FOR UPDATE on the budget rows).
+//
+// One store (one connection) is used by one thread at a time. Errors are spendcap::Error naming
+// the ledger.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spendcap/base/duration.hpp"
+#include "spendcap/base/money.hpp"
+#include "spendcap/ledger/grant_rule.hpp"
+#include "spendcap/ledger/ledger.hpp"
+
+namespace spendcap {
+
+// A run as the store keeps it. BudgetLedger fills every field; a store writes and returns them
+// unchanged. Durations are whole milliseconds (BudgetLedger rounds up), so that a store may keep
+// integers and still return exactly what it was given.
+struct RunRecord {
+  std::string id, job_key, team, experiment, project, user;  // job_key "": none
+  std::map<std::string, std::string> tags;
+  std::vector<std::string> command;
+  std::string fingerprint, host;
+  int pid = 0;
+  Mode mode = Mode::enforce;
+  RunStatus status = RunStatus::running;  // `running` = unfinished: it holds its ceiling
+  std::string reason;
+  std::optional<int> exit_code;
+  Money rate_per_hour, reserve;
+  std::optional<Money> budget;  // --budget as given
+  Nanos shutdown{}, sync{};
+  double started_at = 0;  // unix seconds, the ledger's clock
+  std::int64_t day = 0;   // utc_day(started_at): the usage rows it adds to
+  double heartbeat_at = 0;
+  double reconcile_at = 0;  // when it is charged its ceiling if no heartbeat comes
+  std::optional<double> finished_at;
+  Money spend, ceiling;
+  Money allowed;            // what enforce mode would hold (warn mode: below ceiling)
+  bool reconciled = false;  // lost and charged its ceiling, no final row yet
+  std::optional<double> would_stop_at;
+  std::string would_stop_reason;
+  std::optional<double> elapsed_seconds;
+};
+
+// Per scope and UTC start day: spent = finished runs' spend, held = unfinished runs' ceilings,
+// live = unfinished runs' last reported spend. Also a delta to add to those rows.
+struct Usage {
+  Money spent, held, live;
+};
+
+enum class Access { read, write };
+
+// The row operations of one transaction.
+class StoreTxn {
+ public:
+  virtual ~StoreTxn() = default;
+
+  // The ledger's clock, unix seconds: it decides periods and staleness, never a wrapper's clock.
+  virtual double now() = 0;
+  // Write transactions: takes the budget rows of `scopes` (sorted, in that order) before the
+  // usage of those scopes is read. A store with one lock for the whole ledger does nothing.
+  virtual void lock_scopes(const std::vector<Scope>& scopes) = 0;
+
+  // ---- runs ----
+  virtual std::optional<RunRecord> find_run(const std::string& id) = 0;
+  virtual void insert_run(const RunRecord& run) = 0;  // a new id
+  // Writes what may change after admission: status, reason, exit code, heartbeat_at,
+  // reconcile_at, finished_at, spend, ceiling, allowed, reconciled, would-stop, elapsed seconds.
+  virtual void update_run(const RunRecord& run) = 0;
+  // Unfinished runs, oldest first (started_at, then id).
+  virtual std::vector<RunRecord> unfinished_runs() = 0;
+  // Unfinished runs whose reconcile_at <= `now` (a few, found by an index: every write asks).
+  virtual std::vector<RunRecord> runs_due(double now) = 0;
+  virtual bool any_run_due(double now) = 0;
+  // Every run (finished or not) with this job key.
+  virtual std::vector<RunRecord> runs_of_job(const std::string& job_key) = 0;
+  // Unfinished runs of `scope` (team, experiment, project or user) that started in `days`.
+  virtual std::int64_t count_unfinished(const Scope& scope, DayRange days) = 0;
+
+  // ---- budgets ----
+  virtual std::optional<BudgetRule> budget_rule(const Scope& scope) = 0;
+  virtual std::vector<BudgetRule> budget_rules() = 0;        // in any order
+  virtual void put_budget_rule(const BudgetRule& rule) = 0;  // adds, or replaces the scope's
+  virtual void remove_budget_rule(const Scope& scope) = 0;
+
+  // ---- usage rows ----
+  // The sums of the rows of `scope` for the days in `days`.
+  virtual Usage usage(const Scope& scope, DayRange days) = 0;
+  // Adds `delta` to the row of each of `scopes` for `day` (creating missing rows).
+  virtual void add_usage(const std::vector<Scope>& scopes, std::int64_t day,
+                         const Usage& delta) = 0;
+
+  // ---- stop orders ----
+  // The oldest active (not cleared) order on any of `scopes`.
+  virtual std::optional<StopOrder> first_stop_order(const std::vector<Scope>& scopes) = 0;
+  // Records a new active order and returns it with its id (> 0, increasing).
+  virtual StopOrder insert_stop_order(const Scope& scope, const std::string& reason,
+                                      const std::string& placed_by, double placed_at) = 0;
+  // Clears the active orders on `scope`; returns how many.
+  virtual int clear_stop_orders(const Scope& scope, double cleared_at) = 0;
+  virtual std::vector<StopOrder> active_stop_orders() = 0;  // by id
+};
+
+class LedgerStore {
+ public:
+  virtual ~LedgerStore() = default;
+
+  // Where it is ("sqlite:/var/lib/spendcap/ledger.db"), for messages; never holds a password.
+  virtual std::string url() const = 0;
+  virtual void transact(Access access, const std::function<void(StoreTxn&)>& body) = 0;
+
+  // Whom the ledger trusts (Ledger::caller_is_owner, Ledger::is_personal), and the owner's name
+  // for the message that refuses someone else.
+  virtual bool caller_is_owner() = 0;
+  virtual bool is_personal() = 0;
+  virtual std::string owner_name() = 0;
+};
+
+}  // namespace spendcap

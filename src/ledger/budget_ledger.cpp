@@ -1,0 +1,523 @@
+// The ledger's rules over a LedgerStore. Contract in ledger.hpp and budget_ledger.hpp.
+#include "spendcap/ledger/budget_ledger.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "spendcap/base/error.hpp"
+#include "spendcap/ledger/grant_rule.hpp"
+
+namespace spendcap {
+
+namespace {
+
+// Durations are kept in whole milliseconds, rounded up: a longer shutdown or sync only delays a
+// reconciliation, a shorter one could charge a run that may still be spending.
+Nanos to_whole_ms_rounded_up(Nanos duration) {
+  return std::chrono::milliseconds((duration.count() + 999'999) / 1'000'000);
+}
+
+std::string plural(std::int64_t count, const std::string& word) {
+  return std::to_string(count) + " " + word + (count == 1 ? "" : "s");
+}
+
+// The usage scopes of a run: team, experiment, project, user, those that are named.
+std::vector<Scope> named_scopes(const RunRecord& run) {
+  std::vector<Scope> scopes;
+  for (auto [kind, name] :
+       {std::pair{ScopeKind::team, &run.team}, std::pair{ScopeKind::experiment, &run.experiment},
+        std::pair{ScopeKind::project, &run.project}, std::pair{ScopeKind::user, &run.user}}) {
+    if (!name->empty()) scopes.push_back({kind, *name});
+  }
+  return scopes;
+}
+
+// Every scope a stop order on the run may name. Unnamed ones match nothing: an order always
+// names its scope.
+std::vector<Scope> stop_scopes(const RunRecord& run) {
+  return {{ScopeKind::team, run.team},       {ScopeKind::experiment, run.experiment},
+          {ScopeKind::project, run.project}, {ScopeKind::user, run.user},
+          {ScopeKind::job, run.job_key},     {ScopeKind::run, run.id}};
+}
+
+// What the run is budgeted as itself: its job across runs, or the run alone.
+Scope own_scope(const RunRecord& run) {
+  return run.job_key.empty() ? Scope{ScopeKind::run, run.id} : Scope{ScopeKind::job, run.job_key};
+}
+
+void refresh_reconcile_at(RunRecord& run) {
+  run.reconcile_at = reconcile_at(run.heartbeat_at, run.ceiling, run.spend, run.rate_per_hour,
+                                  run.shutdown, run.sync);
+}
+
+// Adds the deltas to the run's usage rows (nothing to do for a zero delta).
+void add_usage(StoreTxn& txn, const RunRecord& run, const Usage& delta) {
+  if (delta.spent == Money{} && delta.held == Money{} && delta.live == Money{}) return;
+  txn.add_usage(named_scopes(run), run.day, delta);
+}
+
+RunRecord load_run_or_throw(StoreTxn& txn, const std::string& id, const std::string& url) {
+  if (auto run = txn.find_run(id)) return std::move(*run);
+  throw Error("run " + id, "not in the ledger " + url);
+}
+
+RunView view_of(const RunRecord& r, double now) {
+  RunView view;
+  view.id = r.id;
+  view.job_key = r.job_key;
+  view.team = r.team;
+  view.experiment = r.experiment;
+  view.project = r.project;
+  view.user = r.user;
+  view.host = r.host;
+  view.tags = r.tags;
+  view.pid = r.pid;
+  view.mode = r.mode;
+  view.status = r.status;
+  if (r.status == RunStatus::running && is_stale(r.heartbeat_at, r.sync, now)) {
+    view.status = RunStatus::lost;
+  }
+  view.reconciled = r.reconciled;
+  view.reason = r.reason;
+  view.exit_code = r.exit_code;
+  view.spend = r.spend;
+  view.ceiling = r.ceiling;
+  view.rate_per_hour = r.rate_per_hour;
+  view.budget = r.budget;
+  view.started_at = r.started_at;
+  view.heartbeat_at = r.heartbeat_at;
+  view.finished_at = r.finished_at;
+  view.would_stop_at = r.would_stop_at;
+  view.would_stop_reason = r.would_stop_reason;
+  return view;
+}
+
+// ---- lost runs ----
+
+// Charges every lost run that is due its ceiling; returns how many.
+int reconcile(StoreTxn& txn, double now) {
+  std::vector<RunRecord> due = txn.runs_due(now);
+  std::erase_if(due,
+                [&](const RunRecord& run) { return !is_stale(run.heartbeat_at, run.sync, now); });
+  if (due.empty()) return 0;
+  std::set<Scope> scopes;
+  for (const RunRecord& run : due) {
+    for (const Scope& scope : named_scopes(run)) scopes.insert(scope);
+  }
+  txn.lock_scopes(std::vector<Scope>(scopes.begin(), scopes.end()));
+  for (RunRecord& run : due) {
+    Money live = run.spend;
+    run.status = RunStatus::lost;
+    run.reconciled = true;
+    run.reason = "lost: no heartbeat";
+    run.spend = run.ceiling;
+    // finished_at: when it could last have been spending, not when someone noticed.
+    run.finished_at = run.reconcile_at;
+    txn.update_run(run);
+    add_usage(txn, run, {run.ceiling, Money{} - run.ceiling, Money{} - live});
+  }
+  return static_cast<int>(due.size());
+}
+
+// ---- grants ----
+
+// A budgeted scope of the run in the run's period.
+struct ScopeState {
+  BudgetRule rule;
+  DayRange days;
+  Usage sums;
+  Money headroom;
+};
+
+// The grant for a run asking for `want`, and the state of its budgeted scopes.
+struct GrantPlan {
+  RunBudget run_budget;
+  std::vector<ScopeState> scopes;
+  std::optional<ScopeHeadroom> own;  // the run or job scope, when the run has a budget
+  Money job_others;                  // with a job key: other runs' spend and ceilings
+  GrantDecision decision;
+};
+
+// Other runs of the run's job: the spend of finished ones, the ceilings of unfinished ones.
+Money job_use_of_others(StoreTxn& txn, const RunRecord& run) {
+  Money used;
+  for (const RunRecord& other : txn.runs_of_job(run.job_key)) {
+    if (other.id == run.id) continue;
+    used += other.status == RunStatus::running ? other.ceiling : other.spend;
+  }
+  return used;
+}
+
+// Takes the run's scopes' locks, then reads what the grant depends on.
+GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money want, bool ignore_other_runs) {
+  std::vector<Scope> scopes = named_scopes(run);
+  std::vector<Scope> locked = scopes;
+  std::sort(locked.begin(), locked.end());
+  txn.lock_scopes(locked);
+  // The run's own ceiling is in its scopes' held sums (its day is in each of its periods) while
+  // it is unfinished; the headroom excludes it.
+  bool holding = run.status == RunStatus::running;
+  Money own_ceiling = holding ? run.ceiling : Money{};
+  GrantPlan plan;
+  std::vector<BudgetRule> rules;
+  for (const Scope& scope : scopes) {
+    if (auto rule = txn.budget_rule(scope)) rules.push_back(*rule);
+  }
+  std::vector<ScopeHeadroom> headrooms;
+  for (const BudgetRule& rule : rules) {
+    ScopeState state{rule, period_days(rule.period, run.day), {}, {}};
+    state.sums = txn.usage(rule.scope, state.days);
+    Money others = state.sums.spent + state.sums.held - own_ceiling;
+    state.headroom = rule.amount - (ignore_other_runs ? Money{} : others);
+    headrooms.push_back({rule.scope, state.headroom});
+    plan.scopes.push_back(state);
+  }
+  plan.run_budget = effective_run_budget(run.budget, rules);
+  if (plan.run_budget.amount) {
+    if (!run.job_key.empty() && !ignore_other_runs) plan.job_others = job_use_of_others(txn, run);
+    plan.own = ScopeHeadroom{own_scope(run), *plan.run_budget.amount - plan.job_others};
+    headrooms.push_back(*plan.own);
+  }
+  plan.decision =
+      decide_grant(own_ceiling, holding ? run.allowed : Money{}, want, run.mode, headrooms);
+  return plan;
+}
+
+std::vector<ScopeUse> scope_uses(const GrantPlan& plan, Money live_delta, Money held_delta) {
+  std::vector<ScopeUse> uses;
+  for (const ScopeState& state : plan.scopes) {
+    uses.push_back({state.rule.scope, state.rule.period, state.rule.amount,
+                    state.sums.spent + state.sums.live + live_delta, state.sums.held + held_delta});
+  }
+  return uses;
+}
+
+std::string refusal_message(StoreTxn& txn, const RunRecord& run, const GrantPlan& plan) {
+  const std::optional<Scope>& binding = plan.decision.binding;
+  std::string needs =
+      "this run needs more than its " + format_money(run.reserve) + " shutdown reserve";
+  if (!binding) {
+    return "the first ceiling it asks for cannot cover its " + format_money(run.reserve) +
+           " shutdown reserve";
+  }
+  for (const ScopeState& state : plan.scopes) {
+    if (state.rule.scope != *binding) continue;
+    std::int64_t unfinished = txn.count_unfinished(state.rule.scope, state.days);
+    return to_string(state.rule.scope) + " budget " + format_money(state.rule.amount) + " (" +
+           to_string(state.rule.period) + ") has " +
+           format_money(std::max(state.headroom, Money{})) +
+           " left: " + format_money(state.sums.spent) + " spent, " + format_money(state.sums.held) +
+           " held by " + plural(unfinished, "running run") + "; " + needs;
+  }
+  if (binding->kind == ScopeKind::job) {
+    return to_string(*binding) + " budget " + format_money(*plan.run_budget.amount) + " has " +
+           format_money(std::max(plan.own->headroom, Money{})) +
+           " left: " + format_money(plan.job_others) + " spent or held by its other runs; " + needs;
+  }
+  return "the run budget " + format_money(*plan.run_budget.amount) +
+         " cannot cover the shutdown reserve " + format_money(run.reserve);
+}
+
+// The record of a run that is being admitted: holding nothing while its grant is planned.
+RunRecord new_record(const RunStart& start, double now) {
+  RunRecord run;
+  run.id = start.id;
+  run.job_key = start.job_key;
+  run.team = start.team;
+  run.experiment = start.experiment;
+  run.project = start.project;
+  run.user = start.user;
+  run.tags = start.tags;
+  run.command = start.command;
+  run.fingerprint = start.fingerprint;
+  run.host = start.host;
+  run.pid = start.pid;
+  run.mode = start.mode;
+  run.rate_per_hour = start.rate_per_hour;
+  run.reserve = start.reserve;
+  run.budget = start.budget;
+  run.shutdown = to_whole_ms_rounded_up(start.shutdown);
+  run.sync = to_whole_ms_rounded_up(start.sync);
+  run.started_at = run.heartbeat_at = now;
+  run.day = utc_day(now);
+  run.status = RunStatus::refused;
+  return run;
+}
+
+}  // namespace
+
+// ---- BudgetLedger ----
+
+BudgetLedger::BudgetLedger(std::unique_ptr<LedgerStore> store, const LedgerOptions& options)
+    : store_(std::move(store)), ignore_other_runs_(options.ignore_other_runs) {}
+
+template <class Body>
+auto BudgetLedger::transact(Access access, Body&& body) {
+  using Result = std::invoke_result_t<Body&, StoreTxn&>;
+  if constexpr (std::is_void_v<Result>) {
+    store_->transact(access, [&](StoreTxn& txn) { body(txn); });
+  } else {
+    std::optional<Result> result;
+    store_->transact(access, [&](StoreTxn& txn) { result.emplace(body(txn)); });
+    return std::move(*result);
+  }
+}
+
+std::string BudgetLedger::url() const {
+  return store_->url();
+}
+
+bool BudgetLedger::caller_is_owner() {
+  return store_->caller_is_owner();
+}
+
+bool BudgetLedger::is_personal() {
+  return store_->is_personal();
+}
+
+void BudgetLedger::reconcile_if_due() {
+  bool due = transact(Access::read, [](StoreTxn& txn) { return txn.any_run_due(txn.now()); });
+  if (due) transact(Access::write, [](StoreTxn& txn) { return reconcile(txn, txn.now()); });
+}
+
+void BudgetLedger::apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) {
+  if (!caller_is_owner()) {
+    throw Error("budgets", "only " + store_->owner_name() + " may change budgets in " + url(),
+                "ask them to run `spendcap budgets apply POLICY`");
+  }
+  for (const BudgetRule& rule : rules) {
+    if (rule.scope.kind == ScopeKind::job || rule.scope.kind == ScopeKind::run ||
+        rule.scope.name.empty() || rule.amount < Money{}) {
+      throw Error("budget " + to_string(rule.scope),
+                  "a budget needs a team, experiment, project or user and an amount >= 0");
+    }
+  }
+  transact(Access::write, [&](StoreTxn& txn) {
+    reconcile(txn, txn.now());
+    std::set<Scope> keep;
+    for (const BudgetRule& rule : rules) {
+      txn.put_budget_rule(rule);
+      keep.insert(rule.scope);
+    }
+    if (!remove_others) return;
+    for (const BudgetRule& existing : txn.budget_rules()) {
+      if (!keep.count(existing.scope)) txn.remove_budget_rule(existing.scope);
+    }
+  });
+}
+
+namespace {
+std::vector<BudgetRule> sorted_rules(StoreTxn& txn) {
+  std::vector<BudgetRule> rules = txn.budget_rules();
+  std::sort(rules.begin(), rules.end(),
+            [](const BudgetRule& a, const BudgetRule& b) { return a.scope < b.scope; });
+  return rules;
+}
+}  // namespace
+
+std::vector<BudgetRule> BudgetLedger::budget_rules() {
+  return transact(Access::read, [](StoreTxn& txn) { return sorted_rules(txn); });
+}
+
+std::vector<BudgetView> BudgetLedger::budgets() {
+  reconcile_if_due();
+  return transact(Access::read, [](StoreTxn& txn) {
+    std::int64_t today = utc_day(txn.now());
+    std::vector<BudgetView> views;
+    for (const BudgetRule& rule : sorted_rules(txn)) {
+      DayRange days = period_days(rule.period, today);
+      Usage sums = txn.usage(rule.scope, days);
+      double period_start = rule.period == Period::total ? 0.0 : days.first_day * 86400.0;
+      views.push_back({rule, period_start, sums.spent, sums.live, sums.held});
+    }
+    return views;
+  });
+}
+
+Admission BudgetLedger::begin_run(const RunStart& start) {
+  if (start.id.empty()) throw Error("run", "has no id");
+  for (Money amount :
+       {start.rate_per_hour, start.reserve, start.want, start.budget.value_or(Money{})}) {
+    if (amount < Money{}) throw Error("run " + start.id, "negative amount of money");
+  }
+  return transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    reconcile(txn, now);
+    if (txn.find_run(start.id)) throw Error("run " + start.id, "is already in the ledger " + url());
+    RunRecord run = new_record(start, now);
+
+    GrantPlan plan = plan_grant(txn, run, start.want, ignore_other_runs_);
+    if (!plan.run_budget.amount && plan.scopes.empty()) {
+      throw Error("run", "no budget applies to this run",
+                  "give --budget USD, or define a team, experiment, project or user budget in "
+                  "the policy");
+    }
+    Admission admission;
+    admission.run_budget = plan.run_budget.amount;
+    admission.lowered_by = plan.run_budget.lowered_by;
+    admission.grant.allowed = plan.decision.allowed;
+    admission.grant.binding = plan.decision.binding;
+
+    auto refuse = [&](std::string message, std::optional<Scope> scope, std::string reason) {
+      admission.refusal = std::move(message);
+      admission.refused_by = std::move(scope);
+      run.reason = std::move(reason);
+      run.finished_at = now;
+      admission.grant.scopes = scope_uses(plan, Money{}, Money{});
+      txn.insert_run(run);
+      return admission;
+    };
+    if (auto order = txn.first_stop_order(stop_scopes(run))) {
+      admission.grant.stop = order;
+      std::string where = to_string(order->scope);
+      return refuse("stop order on " + where + " by " + order->placed_by +
+                        (order->reason.empty() ? "" : ": " + order->reason),
+                    order->scope, "refused: stop order on " + where);
+    }
+    bool fits = plan.decision.allowed > start.reserve;
+    if (!fits && start.mode == Mode::enforce) {
+      std::optional<Scope> by = plan.decision.binding;
+      return refuse(refusal_message(txn, run, plan), by,
+                    "refused: budget" + (by ? " " + to_string(*by) : std::string()));
+    }
+    if (!fits) {  // warn mode: admitted, and the ledger says it would have been refused
+      admission.refusal = refusal_message(txn, run, plan);
+      admission.refused_by = plan.decision.binding;
+      run.would_stop_at = now;
+      run.would_stop_reason = "would be refused: " + admission.refusal;
+    }
+    run.status = RunStatus::running;
+    run.ceiling = plan.decision.ceiling;
+    run.allowed = plan.decision.allowed;
+    refresh_reconcile_at(run);
+    txn.insert_run(run);
+    add_usage(txn, run, {Money{}, run.ceiling, Money{}});
+    admission.admitted = true;
+    admission.grant.ceiling = run.ceiling;
+    admission.grant.scopes = scope_uses(plan, Money{}, run.ceiling);
+    return admission;
+  });
+}
+
+Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want) {
+  return transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    reconcile(txn, now);
+    RunRecord run = load_run_or_throw(txn, run_id, url());
+    GrantPlan plan = plan_grant(txn, run, want, ignore_other_runs_);
+    Grant grant;
+    grant.stop = txn.first_stop_order(stop_scopes(run));
+    if (run.status != RunStatus::running) {  // final already: it holds nothing more
+      grant.ceiling = run.ceiling;
+      grant.allowed = run.allowed;
+      grant.scopes = scope_uses(plan, Money{}, Money{});
+      return grant;
+    }
+    Money live_delta = spend - run.spend;
+    Money held_delta = plan.decision.ceiling - run.ceiling;
+    run.spend = spend;
+    run.ceiling = plan.decision.ceiling;
+    run.allowed = plan.decision.allowed;
+    run.heartbeat_at = now;
+    refresh_reconcile_at(run);
+    txn.update_run(run);
+    add_usage(txn, run, {Money{}, held_delta, live_delta});
+    grant.ceiling = run.ceiling;
+    grant.allowed = plan.decision.allowed;
+    grant.binding = plan.decision.binding;
+    grant.scopes = scope_uses(plan, live_delta, held_delta);
+    return grant;
+  });
+}
+
+void BudgetLedger::record_would_stop(const std::string& run_id, const std::string& reason) {
+  transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    reconcile(txn, now);
+    RunRecord run = load_run_or_throw(txn, run_id, url());
+    // The first time is the one that matters: when it would have been stopped.
+    if (run.would_stop_at) return;
+    run.would_stop_at = now;
+    run.would_stop_reason = reason;
+    txn.update_run(run);
+  });
+}
+
+bool BudgetLedger::finish_run(const RunFinal& final) {
+  if (final.status == RunStatus::running) {
+    throw Error("run " + final.id, "cannot be finished with status running");
+  }
+  return transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    reconcile(txn, now);
+    RunRecord run = load_run_or_throw(txn, final.id, url());
+    bool unfinished = run.status == RunStatus::running;
+    if (!unfinished && !run.reconciled) return false;
+    std::vector<Scope> locked = named_scopes(run);
+    std::sort(locked.begin(), locked.end());
+    txn.lock_scopes(locked);
+    // A reconciled lost run: its real spend replaces the ceiling it was charged.
+    Usage delta = unfinished ? Usage{final.spend, Money{} - run.ceiling, Money{} - run.spend}
+                             : Usage{final.spend - run.spend, Money{}, Money{}};
+    run.status = final.status;
+    run.reason = final.reason;
+    run.exit_code = final.exit_code;
+    run.spend = final.spend;
+    run.elapsed_seconds = final.elapsed_seconds;
+    run.reconciled = false;
+    if (!run.finished_at) run.finished_at = now;
+    txn.update_run(run);
+    add_usage(txn, run, delta);
+    return true;
+  });
+}
+
+std::vector<RunView> BudgetLedger::active_runs() {
+  reconcile_if_due();
+  return transact(Access::read, [](StoreTxn& txn) {
+    double now = txn.now();
+    std::vector<RunView> views;
+    for (const RunRecord& run : txn.unfinished_runs()) views.push_back(view_of(run, now));
+    return views;
+  });
+}
+
+std::optional<RunView> BudgetLedger::find_run(const std::string& run_id) {
+  reconcile_if_due();
+  return transact(Access::read, [&](StoreTxn& txn) -> std::optional<RunView> {
+    auto run = txn.find_run(run_id);
+    if (!run) return std::nullopt;
+    return view_of(*run, txn.now());
+  });
+}
+
+int BudgetLedger::reconcile_lost_runs() {
+  return transact(Access::write, [](StoreTxn& txn) { return reconcile(txn, txn.now()); });
+}
+
+StopOrder BudgetLedger::place_stop_order(const Scope& scope, const std::string& reason,
+                                         const std::string& placed_by) {
+  if (scope.name.empty()) throw Error("stop order", "names no " + to_string(scope.kind));
+  return transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    reconcile(txn, now);
+    return txn.insert_stop_order(scope, reason, placed_by, now);
+  });
+}
+
+int BudgetLedger::clear_stop_orders(const Scope& scope) {
+  return transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    reconcile(txn, now);
+    return txn.clear_stop_orders(scope, now);
+  });
+}
+
+std::vector<StopOrder> BudgetLedger::active_stop_orders() {
+  return transact(Access::read, [](StoreTxn& txn) { return txn.active_stop_orders(); });
+}
+
+}  // namespace spendcap

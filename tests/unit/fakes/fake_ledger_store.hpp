@@ -1,0 +1,223 @@
+// FakeLedgerStore: the LedgerStore seam (ledger_store.hpp) in memory, so that BudgetLedger's rules
+// are tested without a database. Every store made from one FakeLedgerState is a connection to the
+// same ledger: transact() serialises them with one mutex (a single write lock, as SQLite's) and
+// restores the state when the body throws (a rollback). It records each lock_scopes() call, so
+// tests can check the order in which the rules take the scopes.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "spendcap/ledger/ledger_store.hpp"
+
+namespace spendcap::testing {
+
+struct FakeLedgerData {
+  std::map<std::string, RunRecord> runs;  // by id
+  std::map<Scope, BudgetRule> rules;
+  std::map<std::pair<Scope, std::int64_t>, Usage> usage;  // by scope and day
+  std::vector<std::pair<StopOrder, bool>> stop_orders;    // with: cleared
+  std::vector<std::vector<Scope>> locks_taken;            // each lock_scopes() call
+};
+
+struct FakeLedgerState {
+  std::mutex mutex;
+  FakeLedgerData data;
+  bool caller_is_owner = true, is_personal = true;
+};
+
+class FakeLedgerStore final : public LedgerStore, private StoreTxn {
+ public:
+  FakeLedgerStore(std::shared_ptr<FakeLedgerState> state, std::function<double()> clock)
+      : state_(std::move(state)), clock_(std::move(clock)) {}
+
+  std::string url() const override { return "fake:memory"; }
+  void transact(Access, const std::function<void(StoreTxn&)>& body) override {
+    std::lock_guard lock(state_->mutex);
+    FakeLedgerData before = state_->data;
+    try {
+      body(*this);
+    } catch (...) {
+      state_->data = std::move(before);
+      throw;
+    }
+  }
+  bool caller_is_owner() override { return state_->caller_is_owner; }
+  bool is_personal() override { return state_->is_personal; }
+  std::string owner_name() override { return "alice"; }
+
+  // The usage rows against a recomputation from the runs, one line per difference (zero rows and
+  // missing rows are the same thing).
+  static std::vector<std::string> inconsistencies(const FakeLedgerData& data) {
+    std::map<std::pair<Scope, std::int64_t>, Usage> expected;
+    for (const auto& [id, run] : data.runs) {
+      for (const Scope& scope : named(run)) {
+        Usage& row = expected[{scope, run.day}];
+        if (run.status == RunStatus::running) {
+          row.held += run.ceiling;
+          row.live += run.spend;
+        } else {
+          row.spent += run.spend;
+        }
+      }
+    }
+    std::vector<std::string> problems;
+    auto same = [](const Usage& a, const Usage& b) {
+      return a.spent == b.spent && a.held == b.held && a.live == b.live;
+    };
+    for (const auto& rows : {expected, data.usage}) {
+      for (const auto& [key, row] : rows) {
+        auto in = [&](const auto& map) {
+          auto found = map.find(key);
+          return found == map.end() ? Usage{} : found->second;
+        };
+        if (!same(in(expected), in(data.usage))) {
+          problems.push_back("usage " + to_string(key.first) + " day " +
+                             std::to_string(key.second));
+        }
+      }
+    }
+    return problems;
+  }
+
+ private:
+  static std::vector<Scope> named(const RunRecord& run) {
+    std::vector<Scope> scopes;
+    for (auto [kind, name] :
+         {std::pair{ScopeKind::team, run.team}, std::pair{ScopeKind::experiment, run.experiment},
+          std::pair{ScopeKind::project, run.project}, std::pair{ScopeKind::user, run.user}}) {
+      if (!name.empty()) scopes.push_back({kind, name});
+    }
+    return scopes;
+  }
+  FakeLedgerData& data() { return state_->data; }
+
+  // ---- StoreTxn ----
+  double now() override { return clock_(); }
+  void lock_scopes(const std::vector<Scope>& scopes) override {
+    data().locks_taken.push_back(scopes);
+  }
+
+  std::optional<RunRecord> find_run(const std::string& id) override {
+    auto found = data().runs.find(id);
+    if (found == data().runs.end()) return std::nullopt;
+    return found->second;
+  }
+  void insert_run(const RunRecord& run) override { data().runs.emplace(run.id, run); }
+  void update_run(const RunRecord& run) override { data().runs.at(run.id) = run; }
+  std::vector<RunRecord> unfinished_runs() override {
+    std::vector<RunRecord> runs = select([](const RunRecord&) { return true; });
+    std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {
+      return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
+    });
+    return runs;
+  }
+  std::vector<RunRecord> runs_due(double now) override {
+    return select([&](const RunRecord& run) { return run.reconcile_at <= now; });
+  }
+  bool any_run_due(double now) override { return !runs_due(now).empty(); }
+  std::vector<RunRecord> runs_of_job(const std::string& job_key) override {
+    std::vector<RunRecord> runs;
+    for (const auto& [id, run] : data().runs) {
+      if (run.job_key == job_key) runs.push_back(run);
+    }
+    return runs;
+  }
+  std::int64_t count_unfinished(const Scope& scope, DayRange days) override {
+    return static_cast<std::int64_t>(select([&](const RunRecord& run) {
+                                       return in_scope(run, scope) && run.day >= days.first_day &&
+                                              run.day <= days.last_day;
+                                     }).size());
+  }
+
+  std::optional<BudgetRule> budget_rule(const Scope& scope) override {
+    auto found = data().rules.find(scope);
+    if (found == data().rules.end()) return std::nullopt;
+    return found->second;
+  }
+  std::vector<BudgetRule> budget_rules() override {
+    std::vector<BudgetRule> rules;
+    for (auto it = data().rules.rbegin(); it != data().rules.rend(); ++it) {
+      rules.push_back(it->second);  // backwards: the ledger must sort them itself
+    }
+    return rules;
+  }
+  void put_budget_rule(const BudgetRule& rule) override { data().rules[rule.scope] = rule; }
+  void remove_budget_rule(const Scope& scope) override { data().rules.erase(scope); }
+
+  Usage usage(const Scope& scope, DayRange days) override {
+    Usage sum;
+    for (auto it = data().usage.lower_bound({scope, days.first_day});
+         it != data().usage.end() && it->first.first == scope && it->first.second <= days.last_day;
+         ++it) {
+      sum.spent += it->second.spent;
+      sum.held += it->second.held;
+      sum.live += it->second.live;
+    }
+    return sum;
+  }
+  void add_usage(const std::vector<Scope>& scopes, std::int64_t day, const Usage& delta) override {
+    for (const Scope& scope : scopes) {
+      Usage& row = data().usage[{scope, day}];
+      row.spent += delta.spent;
+      row.held += delta.held;
+      row.live += delta.live;
+    }
+  }
+
+  std::optional<StopOrder> first_stop_order(const std::vector<Scope>& scopes) override {
+    for (const auto& [order, cleared] : data().stop_orders) {
+      if (cleared) continue;
+      for (const Scope& scope : scopes) {
+        if (order.scope == scope) return order;
+      }
+    }
+    return std::nullopt;
+  }
+  StopOrder insert_stop_order(const Scope& scope, const std::string& reason,
+                              const std::string& placed_by, double placed_at) override {
+    StopOrder order{static_cast<std::int64_t>(data().stop_orders.size()) + 1, scope, reason,
+                    placed_by, placed_at};
+    data().stop_orders.push_back({order, false});
+    return order;
+  }
+  int clear_stop_orders(const Scope& scope, double) override {
+    int cleared_now = 0;
+    for (auto& [order, cleared] : data().stop_orders) {
+      if (!cleared && order.scope == scope) {
+        cleared = true;
+        ++cleared_now;
+      }
+    }
+    return cleared_now;
+  }
+  std::vector<StopOrder> active_stop_orders() override {
+    std::vector<StopOrder> orders;
+    for (const auto& [order, cleared] : data().stop_orders) {
+      if (!cleared) orders.push_back(order);
+    }
+    return orders;
+  }
+
+  // Unfinished runs that `keep`.
+  template <class Keep>
+  std::vector<RunRecord> select(Keep keep) {
+    std::vector<RunRecord> runs;
+    for (const auto& [id, run] : data().runs) {
+      if (run.status == RunStatus::running && keep(run)) runs.push_back(run);
+    }
+    return runs;
+  }
+
+  std::shared_ptr<FakeLedgerState> state_;
+  std::function<double()> clock_;
+};
+
+}  // namespace spendcap::testing
