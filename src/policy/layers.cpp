@@ -127,6 +127,7 @@ std::optional<std::string> violation(const PolicyKey& rule, const json* locked, 
     case Tightening::same_present:
       if (!locked) return got + " is not in the locked policy" + note;
       [[fallthrough]];
+    case Tightening::by_key:  // reached only for a value that is not an object
     case Tightening::same:
       if (!locked || *locked == upper) return std::nullopt;
       return got + " differs from the locked " + value_text(*locked) + note;
@@ -171,12 +172,12 @@ const json* find_value(const json& document, const Path& path) {
 
 // A value no row names must equal the locked one where the locked policy has it, and is free
 // where it does not: budget entries and guards that the locked policy lacks only add limits.
-// Objects no row names are compared key by key.
+// Objects are compared key by key.
 void collect_violations(const json& locked, const json& upper, Path& path,
                         std::vector<std::string>& out) {
-  static const PolicyKey kSameWhereSet{"", Tightening::same};
+  static const PolicyKey kSameWhereSet;  // Tightening::same
   const PolicyKey* key = find_policy_key(path);
-  if (upper.is_object() && !key) {
+  if (upper.is_object() && (!key || key->tightening == Tightening::by_key)) {
     for (const auto& item : upper.items()) {
       path.push_back(item.key());
       collect_violations(locked, item.value(), path, out);

@@ -1,21 +1,32 @@
-// The policy's keys, one row each: where a key is (its JSON path), what it is worth where a locked
-// policy does not write it down, how a layer over a locked policy may change it, and which
-// command-line flag sets it. The locked-policy check (layers.cpp) and the command-line layer
-// (cli/run.cpp) read these rows; a unit test holds the reader (policy.cpp) to the same list, so a
-// key the reader accepts but the table lacks fails the build's tests. Immutable; thread-safe.
+// The policy's keys, one row each: where a key is (its JSON path), how it is read and checked,
+// what it is worth where a locked policy does not write it down, how a layer over a locked policy
+// may change it, and which command-line flag sets it. The reader (policy.cpp), the locked-policy
+// check (layers.cpp) and the command-line layer (cli/run.cpp) all work from these rows: a new key
+// is a new row (and, for the reader, a member in policy.hpp's struct). Immutable; thread-safe.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace spendcap {
 
+namespace policy_reader {
+class Reader;  // src/policy/reader.hpp
+}
+// Reads a key's value into `owner`, the struct of the enclosing object (a Defaults for
+// /defaults/grace), reporting what is wrong with it to the reader.
+using ReadKey = std::function<void(policy_reader::Reader& reader, const nlohmann::json& value,
+                                   const nlohmann::json::json_pointer& at, void* owner)>;
+
 // How a layer over a locked policy may change a value.
 enum class Tightening {
+  by_key,        // an object: each key by its own row (a value that is not an object: as same)
   any,           // a layer may set anything
   ignore,        // a layer's value is dropped (/locked: only the system file locks)
   same,          // must equal the locked value, if the locked policy has one
@@ -37,7 +48,13 @@ enum class Implied {
 
 struct PolicyKey {
   std::string path;  // a JSON pointer; "*" stands for any one key ("/budgets/*/*/amount")
-  Tightening tightening;
+  // Reading: how, into which struct, and whether a whole document must have it.
+  ReadKey read = nullptr;
+  const std::type_info* owner = nullptr;
+  bool required = false;
+  bool listed = true;  // offered in "expected one of" (not for keys refused with a hint)
+  // Layering over a locked policy.
+  Tightening tightening = Tightening::same;
   Scale scale = Scale::none;
   // at_most / at_least: the word for a violation ("longer"); same: why it must stay.
   std::string note = {};
@@ -46,7 +63,7 @@ struct PolicyKey {
   std::string flag = {};                   // the `spendcap run` flag that sets it: "--grace"
 };
 
-// Every key, in the order of policies/README.md.
+// Every key, objects too, in the order of policies/README.md (the order errors come out in).
 const std::vector<PolicyKey>& policy_keys();
 
 // The row for a path (its keys unescaped), or nullptr for a path no row names.
