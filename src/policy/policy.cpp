@@ -9,13 +9,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cmath>
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -166,8 +162,8 @@ std::string signal_name(int signal) {
 //
 // One pass reads a document into a Policy and collects every error on the way, so the validator and
 // the converter cannot disagree: validate_policy runs the pass and keeps the errors, parse_policy
-// keeps the Policy when there are none. Every JSON object is read through a table of its fields; a
-// key that is not in the table is an unknown key.
+// keeps the Policy when there are none. Every JSON object is read through its rows in the key
+// table (keys.cpp, read by reader.hpp's schema_for); a key that has no row is an unknown key.
 
 std::optional<Money> PriceSheet::price(Pricing pricing) const {
   switch (pricing) {
