@@ -7,10 +7,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #include "spendcap/base/text.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/policy/keys.hpp"
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/supervise/outcome.hpp"
@@ -35,27 +37,34 @@ int parse_count(const std::string& text, const std::string& flag) {
   return static_cast<int>(value);
 }
 
+// Where a flag's value goes in the flags layer: the policy path its row in keys.cpp names.
+nlohmann::json& flag_slot(nlohmann::json& layer, std::string_view flag) {
+  const PolicyKey* key = policy_key_for_flag(flag);
+  if (!key) throw std::logic_error("no policy key for " + std::string(flag));
+  return layer[nlohmann::json::json_pointer(key->path)];
+}
+
 // The flags that are policy settings, as a policy fragment: the locked-policy rules then check
 // files and flags alike. Values are validated here first so that errors name the flag.
 nlohmann::json flags_layer(const RunRequest& request) {
   nlohmann::json layer = nlohmann::json::object();
-  auto duration = [&](const std::optional<std::string>& value, const char* flag, const char* key) {
+  auto duration = [&](const std::optional<std::string>& value, const char* flag) {
     if (!value) return;
     parse_duration_or_throw(*value, flag);
-    layer["defaults"][key] = *value;
+    flag_slot(layer, flag) = *value;
   };
-  duration(request.grace, "--grace", "grace");
-  duration(request.kill_after, "--kill-after", "kill_after");
-  duration(request.interval, "--interval", "interval");
-  duration(request.sync, "--sync", "sync");
-  duration(request.claim_horizon, "--claim-horizon", "claim_horizon");
+  duration(request.grace, "--grace");
+  duration(request.kill_after, "--kill-after");
+  duration(request.interval, "--interval");
+  duration(request.sync, "--sync");
+  duration(request.claim_horizon, "--claim-horizon");
   if (request.checkpoint_signal) {
     auto signal = parse_signal(*request.checkpoint_signal);
     if (!signal || *signal == SIGKILL || *signal == SIGSTOP) {
       throw Error("--checkpoint-signal " + *request.checkpoint_signal, "not a signal it can send",
                   "give a name like SIGUSR1 or USR2, or none");
     }
-    layer["defaults"]["checkpoint_signal"] = signal_name(*signal);
+    flag_slot(layer, "--checkpoint-signal") = signal_name(*signal);
   }
   if (request.pricing) {
     auto pricing = parse_pricing(*request.pricing);
@@ -63,46 +72,31 @@ nlohmann::json flags_layer(const RunRequest& request) {
       throw Error("--pricing " + *request.pricing, "unknown pricing",
                   "give on-demand, spot or reserved");
     }
-    layer["defaults"]["pricing"] = to_string(*pricing);
+    flag_slot(layer, "--pricing") = to_string(*pricing);
   }
   if (request.mode) {
     if (!parse_mode(*request.mode)) {
       throw Error("--mode " + *request.mode, "unknown mode", "give enforce or warn");
     }
-    layer["mode"] = *request.mode;
+    flag_slot(layer, "--mode") = *request.mode;
   }
-  if (request.gpu) layer["defaults"]["gpu"] = *request.gpu;
-  if (request.gpus) layer["defaults"]["gpus"] = parse_count(*request.gpus, "--gpus");
-  if (request.instance) layer["defaults"]["instance"] = *request.instance;
+  if (request.gpu) flag_slot(layer, "--gpu") = *request.gpu;
+  if (request.gpus) flag_slot(layer, "--gpus") = parse_count(*request.gpus, "--gpus");
+  if (request.instance) flag_slot(layer, "--instance") = *request.instance;
   if (request.instances) {
-    layer["defaults"]["instances"] = parse_count(*request.instances, "--instances");
+    flag_slot(layer, "--instances") = parse_count(*request.instances, "--instances");
   }
-  if (request.ledger) layer["ledger"] = *request.ledger;
+  if (request.ledger) flag_slot(layer, "--ledger") = *request.ledger;
   return layer;
 }
 
-// The policy paths the flags set, so that a refusal names the flag the user typed.
-constexpr std::pair<const char*, const char*> kFlagPaths[] = {
-    {"/defaults/grace", "--grace"},
-    {"/defaults/kill_after", "--kill-after"},
-    {"/defaults/interval", "--interval"},
-    {"/defaults/sync", "--sync"},
-    {"/defaults/claim_horizon", "--claim-horizon"},
-    {"/defaults/checkpoint_signal", "--checkpoint-signal"},
-    {"/defaults/pricing", "--pricing"},
-    {"/defaults/gpus", "--gpus"},
-    {"/defaults/gpu", "--gpu"},
-    {"/defaults/instances", "--instances"},
-    {"/defaults/instance", "--instance"},
-    {"/mode", "--mode"},
-    {"/ledger", "--ledger"},
-};
-
+// A refusal names the flag the user typed, not the policy path it sets (the flag rows of keys.cpp).
 std::string with_flag_names(std::string text) {
-  for (const auto& [path, flag] : kFlagPaths) {
-    std::string from = std::string(path) + ":";
+  for (const PolicyKey& key : policy_keys()) {
+    if (key.flag.empty()) continue;
+    std::string from = key.path + ":";
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
-      text.replace(at, from.size(), std::string(flag) + ":");
+      text.replace(at, from.size(), key.flag + ":");
     }
   }
   return text;

@@ -1,5 +1,6 @@
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/base/text.hpp"
+#include "spendcap/policy/keys.hpp"
 
 #include <sys/stat.h>
 
@@ -51,187 +52,50 @@ bool is_empty_layer(const json& document) {
 
 // ---- what a locked policy means where it says nothing ----
 
-// "60s" rather than format_duration's "1m": the way the defaults are documented.
-std::string duration_text(Nanos duration) {
-  if (duration % std::chrono::seconds(1) == Nanos(0)) {
-    return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(duration).count()) + "s";
+// Sets `key`'s implied default under `node` (from segment `i` of its path on) where the document
+// lacks it: always for Implied::always rows (creating the objects above), and only inside
+// existing objects for Implied::with_parent rows (a guard the locked policy turns on).
+void fill_default(json& node, const std::vector<std::string_view>& segments, std::size_t i,
+                  const PolicyKey& key) {
+  if (!node.is_object()) return;
+  std::string segment(segments[i]);
+  if (i + 1 == segments.size()) {
+    if (!node.contains(segment)) node[segment] = key.default_value;
+    return;
   }
-  return format_duration(duration);
-}
-
-// The duration defaults; a layer may only shorten them (a shorter grace stops a run sooner, a
-// shorter sync or claim horizon keeps the ledger closer to the truth).
-struct DefaultDuration {
-  const char* key;
-  Nanos Defaults::*member;
-};
-constexpr DefaultDuration kDefaultDurations[] = {
-    {"grace", &Defaults::grace},
-    {"kill_after", &Defaults::kill_after},
-    {"grace_on_signal", &Defaults::grace_on_signal},
-    {"kill_after_on_signal", &Defaults::kill_after_on_signal},
-    {"interval", &Defaults::interval},
-    {"sync", &Defaults::sync},
-    {"claim_horizon", &Defaults::claim_horizon},
-};
-
-// The built-in values that a locked policy enforces without writing them down: a locked policy that
-// does not mention the mode is in enforce mode, and a layer must not switch it to warn.
-json implied_by_defaults() {
-  const Policy policy;
-  const Defaults& defaults = policy.defaults;
-  json section = {{"pricing", to_string(defaults.pricing)},
-                  {"billing", to_string(defaults.billing)},
-                  {"checkpoint_signal", signal_name(defaults.checkpoint_signal)}};
-  for (const DefaultDuration& entry : kDefaultDurations) {
-    section[entry.key] = duration_text(defaults.*entry.member);
+  if (segment == "*") {
+    for (auto& item : node.items()) fill_default(item.value(), segments, i + 1, key);
+    return;
   }
-  return {{"currency", policy.currency}, {"mode", to_string(policy.mode)}, {"defaults", section}};
+  auto child = node.find(segment);
+  if (child == node.end()) {
+    if (key.implied != Implied::always) return;
+    child = node.emplace(segment, json::object()).first;
+  }
+  fill_default(*child, segments, i + 1, key);
 }
 
-// A guard's defaults apply only where the locked policy turns the guard on; one it leaves off, a
-// layer may add with any values.
-json guard_defaults() {
-  const CrashLoopGuard crash_loop;
-  const RespawnLoopGuard respawn_loop;
-  const IdleGpuGuard idle_gpu;
-  const StallGuard stall;
-  const BurnRateGuard burn_rate;
-  return {
-      {"crash_loop",
-       {{"max_failures", crash_loop.max_failures}, {"window", duration_text(crash_loop.window)}}},
-      {"respawn_loop",
-       {{"max_restarts", respawn_loop.max_restarts},
-        {"window", duration_text(respawn_loop.window)}}},
-      {"idle_gpu",
-       {{"below_percent", idle_gpu.below_percent}, {"for", duration_text(idle_gpu.for_duration)}}},
-      {"stall", {{"after", duration_text(stall.after)}}},
-      {"burn_rate", {{"factor", burn_rate.factor}}},
-  };
-}
-
-// The locked document with the defaults it implies filled in, so that every rule compares
-// against the value actually in force.
+// The locked document with the defaults it implies filled in (keys.cpp), so that every rule
+// compares against the value actually in force: a locked policy that does not mention the mode is
+// in enforce mode, and a layer must not switch it to warn.
 json effective_locked(const json& locked) {
-  json effective = implied_by_defaults();
-  overlay(effective, locked);
-  if (!effective.is_object()) return effective;
-  if (auto guards = effective.find("guards"); guards != effective.end() && guards->is_object()) {
-    const json defaults = guard_defaults();
-    for (auto& item : guards->items()) {
-      auto guard_default = defaults.find(item.key());
-      if (guard_default == defaults.end() || !item.value().is_object()) continue;
-      json filled = *guard_default;
-      overlay(filled, item.value());
-      item.value() = filled;
+  if (!locked.is_object()) return locked;
+  json effective = locked;
+  for (const PolicyKey& key : policy_keys()) {
+    if (key.implied == Implied::no || key.default_value.is_null()) continue;
+    std::vector<std::string_view> segments;
+    std::string_view rest = key.path;
+    while (!rest.empty()) {
+      rest.remove_prefix(1);  // the '/'
+      segments.push_back(rest.substr(0, rest.find('/')));
+      rest.remove_prefix(segments.back().size());
     }
-  }
-  if (auto budgets = effective.find("budgets");
-      budgets != effective.end() && budgets->is_object()) {
-    const std::string default_period = to_string(BudgetSpec{}.period);
-    for (auto& kind : budgets->items()) {
-      if (!kind.value().is_object()) continue;
-      for (auto& entry : kind.value().items()) {
-        if (entry.value().is_object() && !entry.value().contains("period")) {
-          entry.value()["period"] = default_period;
-        }
-      }
-    }
+    fill_default(effective, segments, 0, key);
   }
   return effective;
 }
 
-// ---- the tightening rules ----
-
-enum class Check {
-  any,           // a layer may set anything
-  ignore,        // a layer's value is dropped (/locked: only the system file locks)
-  same,          // must equal the locked value, if the locked policy has one
-  same_present,  // must equal a locked value; values the locked policy lacks are refused too
-  at_most,       // may only go down
-  at_least,      // may only go up
-  enforce_kept,  // enforce may not become warn
-  signal_kept,   // a checkpoint signal may change, but not to none
-};
-enum class Scale { none, duration, number };
-
-struct Rule {
-  std::string pattern;  // a JSON path; "*" stands for one key, a final "**" for the rest
-  Check check;
-  Scale scale = Scale::none;
-  // at_most / at_least: the word for a violation ("longer"); same: why it must stay.
-  std::string note = {};
-};
-
-// By JSON path; the first matching rule decides. A value no rule names must equal the locked one
-// where the locked policy has it, and is free where it does not: budget entries and guards that
-// the locked policy lacks only add limits. Objects without a rule are compared key by key.
-const std::vector<Rule>& rules() {
-  static const std::vector<Rule> table = [] {
-    std::vector<Rule> built = {
-        {"/$schema", Check::any},
-        {"/description", Check::any},
-        {"/locked", Check::ignore},
-        {"/currency", Check::same, Scale::none, "spend is counted in the locked currency"},
-        {"/ledger", Check::same_present, Scale::none,
-         "every run here is recorded in the locked ledger"},
-        {"/mode", Check::enforce_kept},
-        {"/rates/**", Check::same_present, Scale::none, "rates cannot be changed"},
-        {"/defaults/pricing", Check::same},
-        {"/defaults/billing", Check::same},
-        {"/defaults/checkpoint_signal", Check::signal_kept},
-        {"/defaults/warn_at", Check::any},
-        {"/defaults/gpu", Check::same, Scale::none, "the runner's hardware is fixed"},
-        {"/defaults/instance", Check::same, Scale::none, "the runner's hardware is fixed"},
-        {"/defaults/gpus", Check::at_least, Scale::number, "fewer"},
-        {"/defaults/instances", Check::at_least, Scale::number, "fewer"},
-        {"/budgets/*/*/amount", Check::at_most, Scale::number, "more"},
-        {"/budgets/*/*/max_run", Check::at_most, Scale::number, "more"},
-        {"/budgets/*/*/expected_per_hour", Check::at_most, Scale::number, "more"},
-        {"/budgets/*/*/period", Check::same},
-        {"/budgets/*/*/metric", Check::any},
-        {"/budgets/*/*/baseline_metric", Check::any},
-        {"/budgets/*/*/metric_goal", Check::any},
-        {"/guards/crash_loop/max_failures", Check::at_most, Scale::number, "more"},
-        {"/guards/crash_loop/window", Check::at_least, Scale::duration, "shorter"},
-        {"/guards/respawn_loop/max_restarts", Check::at_most, Scale::number, "more"},
-        {"/guards/respawn_loop/window", Check::at_least, Scale::duration, "shorter"},
-        {"/guards/idle_gpu/below_percent", Check::at_least, Scale::number, "lower"},
-        {"/guards/idle_gpu/for", Check::at_most, Scale::duration, "longer"},
-        {"/guards/stall/after", Check::at_most, Scale::duration, "longer"},
-        {"/guards/burn_rate/factor", Check::at_most, Scale::number, "higher"},
-        {"/energy/**", Check::same, Scale::none, "energy figures are the runner's"},
-        {"/webhooks", Check::any},  // appended by the merge, never replaced
-        {"/metrics_dir", Check::any},
-    };
-    for (const DefaultDuration& entry : kDefaultDurations) {
-      built.push_back(
-          {std::string("/defaults/") + entry.key, Check::at_most, Scale::duration, "longer"});
-    }
-    return built;
-  }();
-  return table;
-}
-
-bool matches(std::string_view pattern, const Path& path) {
-  std::size_t i = 0;
-  while (!pattern.empty()) {
-    pattern.remove_prefix(1);  // the '/'
-    std::string_view segment = pattern.substr(0, pattern.find('/'));
-    pattern.remove_prefix(segment.size());
-    if (segment == "**") return true;
-    if (i >= path.size() || (segment != "*" && segment != path[i])) return false;
-    ++i;
-  }
-  return i == path.size();
-}
-
-const Rule* find_rule(const Path& path) {
-  for (const Rule& rule : rules()) {
-    if (matches(rule.pattern, path)) return &rule;
-  }
-  return nullptr;
-}
+// ---- the tightening rules (one per key, in keys.cpp) ----
 
 // Values as the messages show them: 120s, warn, 4.1.
 std::string value_text(const json& value) {
@@ -253,35 +117,36 @@ std::optional<double> scaled(const json& value, Scale scale) {
 
 // The violation of `rule` by `upper`, or nullopt; `locked` is null where the locked policy has no
 // value. A value that cannot be read is a violation: the check fails closed.
-std::optional<std::string> violation(const Rule& rule, const json* locked, const json& upper) {
+std::optional<std::string> violation(const PolicyKey& rule, const json* locked, const json& upper) {
   std::string got = value_text(upper);
   std::string note = rule.note.empty() ? "" : " (" + rule.note + ")";
-  switch (rule.check) {
-    case Check::any:
-    case Check::ignore:
+  switch (rule.tightening) {
+    case Tightening::any:
+    case Tightening::ignore:
       return std::nullopt;
-    case Check::same_present:
+    case Tightening::same_present:
       if (!locked) return got + " is not in the locked policy" + note;
       [[fallthrough]];
-    case Check::same:
+    case Tightening::by_key:  // reached only for a value that is not an object
+    case Tightening::same:
       if (!locked || *locked == upper) return std::nullopt;
       return got + " differs from the locked " + value_text(*locked) + note;
-    case Check::at_most:
-    case Check::at_least: {
+    case Tightening::at_most:
+    case Tightening::at_least: {
       if (!locked) return std::nullopt;
       std::optional<double> mine = scaled(upper, rule.scale), theirs = scaled(*locked, rule.scale);
       if (!mine || !theirs)
         return got + " cannot be compared with the locked " + value_text(*locked);
-      bool loosens = rule.check == Check::at_most ? *mine > *theirs : *mine < *theirs;
+      bool loosens = rule.tightening == Tightening::at_most ? *mine > *theirs : *mine < *theirs;
       if (!loosens) return std::nullopt;
       return got + " is " + rule.note + " than the locked " + value_text(*locked);
     }
-    case Check::enforce_kept:
+    case Tightening::enforce_kept:
       if (!locked || *locked != to_string(Mode::enforce) || upper == to_string(Mode::enforce)) {
         return std::nullopt;
       }
       return got + " would loosen the locked enforce mode";
-    case Check::signal_kept: {
+    case Tightening::signal_kept: {
       if (!locked || !locked->is_string()) return std::nullopt;
       std::optional<int> theirs = parse_signal(locked->get<std::string>());
       if (!theirs || *theirs == 0) return std::nullopt;
@@ -305,12 +170,14 @@ const json* find_value(const json& document, const Path& path) {
   return node;
 }
 
+// A value no row names must equal the locked one where the locked policy has it, and is free
+// where it does not: budget entries and guards that the locked policy lacks only add limits.
+// Objects are compared key by key.
 void collect_violations(const json& locked, const json& upper, Path& path,
                         std::vector<std::string>& out) {
-  static const Rule kSameWhereSet{"", Check::same};
-  const Rule* rule = find_rule(path);
-  bool spans_subtree = !rule || rule->pattern.ends_with("/**");
-  if (upper.is_object() && spans_subtree) {
+  static const PolicyKey kSameWhereSet;  // Tightening::same
+  const PolicyKey* key = find_policy_key(path);
+  if (upper.is_object() && (!key || key->tightening == Tightening::by_key)) {
     for (const auto& item : upper.items()) {
       path.push_back(item.key());
       collect_violations(locked, item.value(), path, out);
@@ -318,7 +185,7 @@ void collect_violations(const json& locked, const json& upper, Path& path,
     }
     return;
   }
-  if (auto message = violation(rule ? *rule : kSameWhereSet, find_value(locked, path), upper)) {
+  if (auto message = violation(key ? *key : kSameWhereSet, find_value(locked, path), upper)) {
     out.push_back(path_text(path) + ": " + *message);
   }
 }

@@ -4,10 +4,10 @@
 // $XDG_CONFIG_HOME/spendcap/policy.json (~/.config/...), /etc/spendcap/policy.json. A system policy
 // (/etc/spendcap/policy.json) with "locked": true always loads first; then the user's policy and
 // the command-line flags are layered over it and may only tighten it: every value they set is
-// checked against the locked one by a rule per JSON path (a shorter grace, a lower budget, a higher
-// GPU count are fine; another rate, another ledger, warn mode, no checkpoint signal are refused
-// with an error that names the flag or file and the locked value). A locked policy refuses to load
-// when it or its directory can be written by anyone but its owner.
+// checked against the locked one by its key's rule in keys.hpp (a shorter grace, a lower budget, a
+// higher GPU count are fine; another rate, another ledger, warn mode, no checkpoint signal are
+// refused with an error that names the flag or file and the locked value). A locked policy refuses
+// to load when it or its directory can be written by anyone but its owner.
 #pragma once
 
 #include <optional>
