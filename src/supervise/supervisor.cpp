@@ -405,6 +405,9 @@ class Supervisor::Impl {
     if (!kill_path_.trip(at, times, empty_by(), trip_headline(trip, at))) return;
     outcome_.checkpoint_signalled = kill_path_.checkpoint_signalled();
     outcome_.grace_skipped = kill_path_.grace_skipped();
+    // Watching starts once the grace is armed: a checkpoint already written ends it at once. The
+    // kill path's timer acts by phase, so this order cannot replace the SIGKILL step with the grace
+    // step (it could when each arming carried its own step).
     if (kill_path_.phase() == KillPhase::grace) watch_checkpoint_done();
   }
 
