@@ -15,6 +15,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/escalation.hpp"
 #include "spendcap/process/process_tree.hpp"
 
 namespace spendcap {
@@ -139,15 +140,14 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
       if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
         // The supervisor is gone (SIGKILLed, crashed): nothing may outlive it.
         orphaned = true;
-        tree.signal_all(SIGTERM);
-        tree.signal_all(SIGCONT);
+        terminate_tree(tree);
         kill_at = now() + options.orphan_kill_after;
       }
     }
     if (orphaned && now() >= kill_at) {
-      tree.kill_all();
+      kill_tree(tree);
       // Forks race with the walk: look again shortly until the reaper finds the tree empty.
-      kill_at = now() + std::chrono::milliseconds(20);
+      kill_at = now() + kKillRepeat;
     }
   }
 }

@@ -17,6 +17,8 @@
 
 #include "spendcap/ledger/async_ledger.hpp"
 #include "spendcap/spend/meter.hpp"
+#include "spendcap/supervise/kill_path.hpp"
+#include "spendcap/supervise/run_part.hpp"
 
 namespace asio = boost::asio;
 
@@ -39,8 +41,106 @@ std::string budget_reason(const Scope& scope) {
   return scope.kind == ScopeKind::run ? "budget:run" : "budget:" + to_string(scope);
 }
 
-// How long after the kill the tree is looked at again: forks race with every walk.
-constexpr auto kKillRepeat = std::chrono::milliseconds(20);
+// The kill path's timer on the event loop. A wait that already completed when it was re-armed still
+// runs its handler; the generation keeps it from reaching the kill path.
+class SteadyKillPathTimer final : public KillPathTimer {
+ public:
+  SteadyKillPathTimer(asio::io_context& io, std::function<void()> fire)
+      : timer_(io), fire_(std::move(fire)) {}
+  TimePoint now() const override { return spendcap::now(); }
+  void arm(TimePoint at) override {
+    unsigned armed = ++generation_;
+    timer_.expires_at(at);
+    timer_.async_wait([this, armed](auto error) {
+      if (!error && armed == generation_) fire_();
+    });
+  }
+  void cancel() override {
+    ++generation_;
+    timer_.cancel();
+  }
+
+ private:
+  asio::steady_timer timer_;
+  std::function<void()> fire_;
+  unsigned generation_ = 0;
+};
+
+// Warnings as the run's own spend crosses the thresholds of its budget, each at its computed
+// moment.
+class RunThresholds final : public RunPart {
+ public:
+  RunThresholds(asio::io_context& io, const Reporter& reporter, const Meter& meter,
+                const SupervisorPlan& plan)
+      : timer_(io), reporter_(reporter), meter_(meter), plan_(plan), tracker_(plan.warn_at) {}
+  void on_launched(TimePoint) override { arm(); }
+  void on_stopping() override { stop(); }
+  void on_finish() override { stop(); }
+
+ private:
+  void stop() {
+    stopped_ = true;
+    timer_.cancel();
+  }
+
+  void arm() {
+    if (stopped_ || !plan_.run_budget || !meter_.launched_at()) return;
+    auto fraction = tracker_.next();
+    if (!fraction) return;
+    Money at_spend = Money{static_cast<std::int64_t>(*fraction * plan_.run_budget->micros)};
+    auto at = ceiling_reached_time(*meter_.launched_at(), plan_.rate_per_hour, at_spend);
+    if (!at) return;
+    timer_.expires_at(*at);
+    timer_.async_wait([this](auto error) {
+      if (error || stopped_) return;
+      Money spend = meter_.spend_at(now());
+      for (double crossed : tracker_.crossed(spend, *plan_.run_budget)) {
+        reporter_.line(percent(crossed) +
+                       " of the run budget spent: " + format_money(spend, plan_.currency) + " of " +
+                       format_money(*plan_.run_budget, plan_.currency));
+      }
+      arm();
+    });
+  }
+
+  asio::steady_timer timer_;
+  const Reporter& reporter_;
+  const Meter& meter_;
+  const SupervisorPlan& plan_;
+  ThresholdTracker tracker_;
+  bool stopped_ = false;
+};
+
+// The terminal title (--title): the spend, and the run's budget, every interval.
+class Title final : public RunPart {
+ public:
+  Title(asio::io_context& io, Reporter& reporter, const Meter& meter, const SupervisorPlan& plan)
+      : timer_(io), reporter_(reporter), meter_(meter), plan_(plan) {}
+  void on_launched(TimePoint) override { update(); }
+  void on_finish() override {
+    finished_ = true;
+    timer_.cancel();
+  }
+
+ private:
+  void update() {
+    if (finished_ || !reporter_.title_enabled()) return;
+    Money spend = meter_.spend_at(now());
+    std::string text = "spendcap " + format_money(spend, plan_.currency);
+    if (plan_.run_budget) text += " / " + format_money(*plan_.run_budget, plan_.currency);
+    reporter_.title(text);
+    timer_.expires_after(plan_.interval);
+    timer_.async_wait([this](auto error) {
+      if (!error) update();
+    });
+  }
+
+  asio::steady_timer timer_;
+  Reporter& reporter_;
+  const Meter& meter_;
+  const SupervisorPlan& plan_;
+  bool finished_ = false;
+};
 
 }  // namespace
 
@@ -79,19 +179,20 @@ class Supervisor::Impl {
         job_control_(io_, SIGTSTP, SIGCONT),
         children_(io_, SIGCHLD),
         trip_timer_(io_),
-        step_timer_(io_),
-        threshold_timer_(io_),
         heartbeat_timer_(io_),
-        title_timer_(io_),
+        kill_timer_(io_, [this] { kill_path_.on_timer(); }),
+        kill_path_(*tree_, kill_timer_, plan_.checkpoint_signal,
+                   [this](const std::string& line) { reporter_.line(line); }),
         meter_(plan_.rate_per_hour),
-        reserve_(shutdown_reserve(plan_.rate_per_hour, plan_.on_trip)),
-        run_thresholds_(plan_.warn_at) {
+        reserve_(shutdown_reserve(plan_.rate_per_hour, plan_.on_trip)) {
     for (int signal : kStopSignals) signals_.add(signal);
     apply_grant(plan_.grant);
     if (ledger) {
       ledger_ = std::make_unique<AsyncLedger>(
           std::move(ledger), [this](std::function<void()> done) { asio::post(io_, done); });
     }
+    parts_.push_back(std::make_unique<RunThresholds>(io_, reporter_, meter_, plan_));
+    parts_.push_back(std::make_unique<Title>(io_, reporter_, meter_, plan_));
     outcome_.run_id = plan_.run_id;
     outcome_.currency = plan_.currency;
     outcome_.rate_per_hour = plan_.rate_per_hour;
@@ -120,7 +221,8 @@ class Supervisor::Impl {
   }
 
  private:
-  enum class Phase { starting, running, grace, terminating, killing, draining, done };
+  bool finished() const { return kill_path_.phase() == KillPhase::done; }
+  bool running() const { return kill_path_.phase() == KillPhase::running; }
 
   // ---- the guard's reports ----
 
@@ -133,7 +235,7 @@ class Supervisor::Impl {
         pending_.erase(0, sizeof event);
         on_guard_event(event);
       }
-      if (phase_ == Phase::done) return;
+      if (finished()) return;
       if (error) {
         guard_lost();
         return;
@@ -165,12 +267,10 @@ class Supervisor::Impl {
 
   void on_launched(TimePoint at) {
     meter_.launched(at);
-    phase_ = Phase::running;
     print_start_line();
     arm_trip_timer();
-    arm_threshold_timer();
+    for (auto& part : parts_) part->on_launched(at);
     arm_heartbeat();
-    arm_title();
     if (pending_signal_) on_signal(pending_signal_);
   }
 
@@ -180,26 +280,8 @@ class Supervisor::Impl {
     main_status_ = status;
     main_exited_ = true;
     if (tree_empty) return;  // tree_empty follows at once
-    switch (phase_) {
-      case Phase::running: {
-        // What the command left behind costs money too: SIGTERM now, SIGKILL after kill-after.
-        trip_timer_.cancel();
-        threshold_timer_.cancel();
-        deadlines_ = plan_kill(at, ShutdownTimes{Nanos(0), plan_.on_trip.kill_after}, empty_by());
-        kill_after_ = plan_.on_trip.kill_after;
-        reporter_.line("the command ended (" + describe_wait_status(status) +
-                       "); stopping the processes it left behind");
-        phase_ = Phase::draining;
-        send_term();
-        break;
-      }
-      case Phase::grace:
-        reporter_.line("the command ended during the grace (" + describe_wait_status(status) + ")");
-        terminate();
-        break;
-      default:
-        break;
-    }
+    if (running()) stopping();
+    kill_path_.main_exited(at, describe_wait_status(status), plan_.on_trip.kill_after, empty_by());
   }
 
   void on_tree_empty(TimePoint at) {
@@ -211,13 +293,13 @@ class Supervisor::Impl {
   // killed the main process; every orphan now re-parents to spendcap (a subreaper): kill them
   // and reap them here.
   void guard_lost() {
-    if (phase_ == Phase::done || guard_lost_) return;
+    if (finished() || guard_lost_) return;
     guard_lost_ = true;
     reporter_.error("the guard process died; killing what is left of the tree");
     tree_ = plan_.make_tree(::getpid());
+    kill_path_.use_tree(*tree_);
     if (!meter_.launched_at()) meter_.launched(now());
-    phase_ = Phase::killing;
-    kill();
+    kill_path_.kill_now();
     reap_now();
   }
 
@@ -225,7 +307,7 @@ class Supervisor::Impl {
 
   void wait_for_signals() {
     signals_.async_wait([this](auto error, int signal) {
-      if (error || phase_ == Phase::done) return;
+      if (error || finished()) return;
       on_signal(signal);
       wait_for_signals();
     });
@@ -238,23 +320,19 @@ class Supervisor::Impl {
     }
     if (!trip_) {
       reporter_.line("got " + signal_name(signal) + ": stopping the job");
-      trip(Trip{TripKind::signal, "signal:" + signal_name(signal), signal}, now(), plan_.on_signal);
+      trip(Trip{TripKind::signal, "signal:" + signal_name(signal), signal}, now());
       return;
     }
     // A second signal hurries the kill path along, one step per signal.
     reporter_.line("got " + signal_name(signal) + " again: skipping ahead");
-    if (phase_ == Phase::grace) {
-      terminate();
-    } else if (phase_ == Phase::terminating || phase_ == Phase::draining) {
-      kill();
-    }
+    kill_path_.skip_ahead();
   }
 
   // Ctrl-Z on spendcap's group (no terminal given to the job) or `kill -TSTP spendcap` pauses the
   // job instead of spendcap: the supervisor must keep its clock and its trip.
   void pass_on_job_control() {
     job_control_.async_wait([this](auto error, int signal) {
-      if (error || phase_ == Phase::done) return;
+      if (error || finished()) return;
       if (meter_.launched_at()) tree_->signal_all(signal);
       pass_on_job_control();
     });
@@ -262,7 +340,7 @@ class Supervisor::Impl {
 
   void reap_children() {
     children_.async_wait([this](auto error, int) {
-      if (error || phase_ == Phase::done) return;
+      if (error || finished()) return;
       reap_now();
       reap_children();
     });
@@ -279,7 +357,7 @@ class Supervisor::Impl {
         continue;
       }
       if (pid < 0 && errno == EINTR) continue;
-      if (pid < 0 && errno == ECHILD && guard_lost_ && phase_ != Phase::done) on_tree_empty(now());
+      if (pid < 0 && errno == ECHILD && guard_lost_ && !finished()) on_tree_empty(now());
       return;
     }
   }
@@ -287,7 +365,7 @@ class Supervisor::Impl {
   // ---- the trip ----
 
   void arm_trip_timer() {
-    if (trip_ || phase_ != Phase::running || !meter_.launched_at()) return;
+    if (trip_ || !running() || !meter_.launched_at()) return;
     auto at = budget_trip_time(*meter_.launched_at(), plan_.rate_per_hour, allowed_, reserve_);
     if (!at) {
       trip_timer_.cancel();
@@ -301,16 +379,55 @@ class Supervisor::Impl {
   }
 
   void on_trip_timer(TimePoint planned) {
-    if (trip_ || phase_ != Phase::running) return;
+    if (trip_ || !running()) return;
     // A limiting scope means the budget is spent. Without one the grants were full, and only a
     // ledger that did not answer in time lets a run reach its ceiling.
-    Trip trip = binding_ ? Trip{TripKind::budget, budget_reason(*binding_), 0}
-                         : Trip{TripKind::ledger_unreachable, "ledger-unreachable", 0};
-    if (plan_.mode == Mode::warn) {
+    trip(binding_ ? Trip{TripKind::budget, budget_reason(*binding_), 0}
+                  : Trip{TripKind::ledger_unreachable, "ledger-unreachable", 0},
+         planned);
+  }
+
+  // Every trip comes through here: the budget timer (a budget, or the ledger unreachable), a stop
+  // order, a signal to spendcap. `at` is the trip's planned moment. In warn mode a budget trip is
+  // reported and the run goes on; a stop order or a signal stops it in either mode.
+  void trip(const Trip& trip, TimePoint at) {
+    if (trip_) return;
+    bool budget = trip.kind == TripKind::budget || trip.kind == TripKind::ledger_unreachable;
+    if (budget && plan_.mode == Mode::warn) {
       would_stop(trip.reason);
       return;
     }
-    this->trip(trip, planned, plan_.on_trip);
+    const ShutdownTimes& times = trip.kind == TripKind::signal ? plan_.on_signal : plan_.on_trip;
+    trip_ = trip;
+    trip_at_ = at;
+    stopping();
+    outcome_.tripped_after_seconds = to_seconds(at - *meter_.launched_at());
+    if (!kill_path_.trip(at, times, empty_by(), trip_headline(trip, at))) return;
+    outcome_.checkpoint_signalled = kill_path_.checkpoint_signalled();
+    outcome_.grace_skipped = kill_path_.grace_skipped();
+    // Watching starts once the grace is armed: a checkpoint already written ends it at once. The
+    // kill path's timer acts by phase, so this order cannot replace the SIGKILL step with the grace
+    // step (it could when each arming carried its own step).
+    if (kill_path_.phase() == KillPhase::grace) watch_checkpoint_done();
+  }
+
+  // "budget:run tripped after 7s: $0.07 spent + $0.03 reserve reaches the ceiling $0.10".
+  std::string trip_headline(const Trip& trip, TimePoint at) const {
+    Money spend = meter_.spend_at(at);
+    std::string line = trip.reason + " tripped after " +
+                       format_duration(at - *meter_.launched_at()) + ": " +
+                       format_money(spend, plan_.currency) + " spent";
+    if (trip.kind == TripKind::budget || trip.kind == TripKind::ledger_unreachable) {
+      line += " + " + format_money(reserve_, plan_.currency) + " reserve reaches the ceiling " +
+              format_money(ceiling_, plan_.currency);
+    }
+    return line;
+  }
+
+  // The run only shuts down from now on: nothing more trips or warns.
+  void stopping() {
+    trip_timer_.cancel();
+    for (auto& part : parts_) part->on_stopping();
   }
 
   void would_stop(const std::string& reason) {
@@ -327,92 +444,9 @@ class Supervisor::Impl {
     }
   }
 
-  void trip(const Trip& trip, TimePoint at, const ShutdownTimes& times) {
-    if (trip_) return;
-    trip_ = trip;
-    trip_at_ = at;
-    trip_timer_.cancel();
-    threshold_timer_.cancel();
-    outcome_.tripped_after_seconds = to_seconds(at - *meter_.launched_at());
-    KillDeadlines deadlines = plan_kill(at, times, empty_by());
-    if (phase_ == Phase::draining) {
-      // Already terminating what the command left behind: only the deadline can get closer.
-      if (deadlines.kill_at < deadlines_.kill_at) {
-        deadlines_.kill_at = deadlines.kill_at;
-        arm_step(deadlines_.kill_at, [this] { kill(); });
-      }
-      return;
-    }
-    deadlines_ = deadlines;
-    kill_after_ = times.kill_after;
-    Money spend = meter_.spend_at(at);
-    std::string line = trip.reason + " tripped after " +
-                       format_duration(at - *meter_.launched_at()) + ": " +
-                       format_money(spend, plan_.currency) + " spent";
-    if (trip.kind == TripKind::budget || trip.kind == TripKind::ledger_unreachable) {
-      line += " + " + format_money(reserve_, plan_.currency) + " reserve reaches the ceiling " +
-              format_money(ceiling_, plan_.currency);
-    }
-    // Act first, then tell: the lines are queued for a writer thread, but the kill path never
-    // waits on anything it does not have to.
-    int signalled = 0;
-    if (plan_.checkpoint_signal != 0) signalled = tree_->signal_catchers(plan_.checkpoint_signal);
-    outcome_.checkpoint_signalled = signalled;
-    reporter_.line(line);
-    if (signalled == 0) {
-      outcome_.grace_skipped = true;
-      reporter_.line(plan_.checkpoint_signal == 0
-                         ? "no checkpoint signal: terminating now"
-                         : "no process catches " + signal_name(plan_.checkpoint_signal) +
-                               ": grace skipped, terminating now");
-      terminate();
-      return;
-    }
-    phase_ = Phase::grace;
-    reporter_.line("sent " + signal_name(plan_.checkpoint_signal) + " to " +
-                   std::to_string(signalled) + (signalled == 1 ? " process" : " processes") +
-                   "; grace " + format_duration(deadlines_.term_at - at));
-    // The grace step first: if the job already wrote its checkpoint, watching finds the file and
-    // terminates at once, which re-arms the step timer for the kill; armed the other way round,
-    // the grace step would replace the kill and SIGKILL would never come (a race under load).
-    arm_step(deadlines_.term_at, [this] { terminate(); });
-    watch_checkpoint_done();
-  }
-
   // The moment spend would reach the ceiling: no process may outlive it.
   std::optional<TimePoint> empty_by() const {
     return ceiling_reached_time(*meter_.launched_at(), plan_.rate_per_hour, ceiling_);
-  }
-
-  void terminate() {
-    if (phase_ == Phase::terminating || phase_ == Phase::killing || phase_ == Phase::done) return;
-    // A grace that ended early (checkpoint done, main exited, a second signal) moves kill-after
-    // up with it.
-    deadlines_.kill_at = std::min(deadlines_.kill_at, now() + kill_after_);
-    phase_ = Phase::terminating;
-    if (inotify_) inotify_->close();
-    send_term();
-  }
-
-  void send_term() {
-    // SIGCONT after SIGTERM: a stopped process must run to act on it.
-    tree_->signal_all(SIGTERM);
-    tree_->signal_all(SIGCONT);
-    arm_step(deadlines_.kill_at, [this] { kill(); });
-  }
-
-  void kill() {
-    if (phase_ == Phase::done) return;
-    phase_ = Phase::killing;
-    tree_->kill_all();
-    arm_step(now() + kKillRepeat, [this] { kill(); });
-  }
-
-  void arm_step(TimePoint at, std::function<void()> step) {
-    step_timer_.expires_at(at);
-    step_timer_.async_wait([step = std::move(step)](auto error) {
-      if (!error) step();
-    });
   }
 
   // The grace ends early when the job says its checkpoint is written.
@@ -424,51 +458,34 @@ class Supervisor::Impl {
     // Watch first, then look: a file created in between is seen by one or the other.
     ::inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
     inotify_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
-    if (checkpoint_done()) return;
+    if (checkpoint_written()) return;
     read_inotify();
   }
 
   void read_inotify() {
     inotify_->async_read_some(asio::buffer(inotify_buffer_), [this](auto error, size_t) {
-      if (error || phase_ != Phase::grace) return;
-      if (!checkpoint_done()) read_inotify();
+      if (error) return;
+      if (kill_path_.phase() != KillPhase::grace) {
+        inotify_->close();
+        return;
+      }
+      if (!checkpoint_written()) read_inotify();
     });
   }
 
-  bool checkpoint_done() {
+  bool checkpoint_written() {
     if (::access(plan_.checkpoint_done_path.c_str(), F_OK) != 0) return false;
-    reporter_.line("the job wrote its checkpoint: terminating now");
-    terminate();
+    if (kill_path_.checkpoint_done()) inotify_->close();
     return true;
   }
 
-  // ---- thresholds, heartbeats, title ----
-
-  void arm_threshold_timer() {
-    if (!plan_.run_budget || !meter_.launched_at() || trip_) return;
-    auto fraction = run_thresholds_.next();
-    if (!fraction) return;
-    Money at_spend = Money{static_cast<std::int64_t>(*fraction * plan_.run_budget->micros)};
-    auto at = ceiling_reached_time(*meter_.launched_at(), plan_.rate_per_hour, at_spend);
-    if (!at) return;
-    threshold_timer_.expires_at(*at);
-    threshold_timer_.async_wait([this](auto error) {
-      if (error || trip_ || phase_ != Phase::running) return;
-      Money spend = meter_.spend_at(now());
-      for (double crossed : run_thresholds_.crossed(spend, *plan_.run_budget)) {
-        reporter_.line(percent(crossed) +
-                       " of the run budget spent: " + format_money(spend, plan_.currency) + " of " +
-                       format_money(*plan_.run_budget, plan_.currency));
-      }
-      arm_threshold_timer();
-    });
-  }
+  // ---- heartbeats ----
 
   void arm_heartbeat() {
     if (!ledger_) return;
     heartbeat_timer_.expires_after(plan_.sync);
     heartbeat_timer_.async_wait([this](auto error) {
-      if (error || phase_ == Phase::done) return;
+      if (error || finished()) return;
       heartbeat();
       arm_heartbeat();
     });
@@ -496,7 +513,7 @@ class Supervisor::Impl {
   }
 
   void on_heartbeat(const std::string& error, const Grant& grant) {
-    if (phase_ == Phase::done) return;
+    if (finished()) return;
     if (!error.empty()) {
       if (!ledger_failing_) {
         reporter_.error("ledger unreachable (" + error + "); the run goes on within its ceiling " +
@@ -522,7 +539,7 @@ class Supervisor::Impl {
       const StopOrder& order = *grant.stop;
       reporter_.line("stop order on " + to_string(order.scope) + " by " + order.placed_by +
                      (order.reason.empty() ? "" : " (" + order.reason + ")"));
-      trip(Trip{TripKind::stop_order, "stop-order", 0}, now(), plan_.on_trip);
+      trip(Trip{TripKind::stop_order, "stop-order", 0}, now());
       return;
     }
     arm_trip_timer();
@@ -532,18 +549,6 @@ class Supervisor::Impl {
     ceiling_ = grant.ceiling;
     allowed_ = grant.allowed;
     binding_ = grant.binding;
-  }
-
-  void arm_title() {
-    if (phase_ == Phase::done || !reporter_.title_enabled()) return;
-    Money spend = meter_.spend_at(now());
-    std::string text = "spendcap " + format_money(spend, plan_.currency);
-    if (plan_.run_budget) text += " / " + format_money(*plan_.run_budget, plan_.currency);
-    reporter_.title(text);
-    title_timer_.expires_after(plan_.interval);
-    title_timer_.async_wait([this](auto error) {
-      if (!error) arm_title();
-    });
   }
 
   void print_start_line() {
@@ -580,14 +585,13 @@ class Supervisor::Impl {
   // ---- the end ----
 
   void finish() {
-    if (phase_ == Phase::done) return;
-    phase_ = Phase::done;
+    if (finished()) return;
+    kill_path_.done();
     // A stop signal from now on waits until the final row is written (run_command re-raises it).
     block_stop_signals(true);
-    for (auto* timer :
-         {&trip_timer_, &step_timer_, &threshold_timer_, &heartbeat_timer_, &title_timer_}) {
-      timer->cancel();
-    }
+    trip_timer_.cancel();
+    heartbeat_timer_.cancel();
+    for (auto& part : parts_) part->on_finish();
     signals_.cancel();
     job_control_.cancel();
     if (inotify_) inotify_->close();
@@ -651,7 +655,10 @@ class Supervisor::Impl {
   asio::signal_set signals_;
   asio::signal_set job_control_;
   asio::signal_set children_;
-  asio::steady_timer trip_timer_, step_timer_, threshold_timer_, heartbeat_timer_, title_timer_;
+  asio::steady_timer trip_timer_, heartbeat_timer_;
+  SteadyKillPathTimer kill_timer_;
+  KillPath kill_path_;
+  std::vector<std::unique_ptr<RunPart>> parts_;
   std::unique_ptr<asio::posix::stream_descriptor> inotify_;
   std::array<char, 16 * sizeof(GuardEvent)> buffer_{};
   std::array<char, 4096> inotify_buffer_{};
@@ -665,14 +672,10 @@ class Supervisor::Impl {
   bool heartbeat_in_flight_ = false;
   bool ledger_failing_ = false;
   bool would_stop_reported_ = false;
-  ThresholdTracker run_thresholds_;
   std::map<std::string, ThresholdTracker> scope_thresholds_;
 
-  Phase phase_ = Phase::starting;
   std::optional<Trip> trip_;
   TimePoint trip_at_{};
-  KillDeadlines deadlines_{};
-  Nanos kill_after_{};  // of the kill path under way
   int pending_signal_ = 0;
   bool main_exited_ = false;
   int main_status_ = 0;

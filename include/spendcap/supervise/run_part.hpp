@@ -1,0 +1,22 @@
+// A part of a run that plugs into the supervisor's event loop: the terminal title, the warnings at
+// thresholds, and later samplers (GPU, progress file) and runaway guards. Each part arms its own
+// timers on the loop it was built with; the supervisor tells every part, in order, when the command
+// started, when the run began to shut down, and when it ended. Called from the event loop only.
+#pragma once
+
+#include "spendcap/base/duration.hpp"
+
+namespace spendcap {
+
+class RunPart {
+ public:
+  virtual ~RunPart() = default;
+  // The command started at `at`.
+  virtual void on_launched(TimePoint at) = 0;
+  // The run only shuts down from now on: it tripped, or the main process ended by itself.
+  virtual void on_stopping() {}
+  // The tree is empty: cancel everything; no callback may act after this.
+  virtual void on_finish() = 0;
+};
+
+}  // namespace spendcap
