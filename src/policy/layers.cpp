@@ -152,6 +152,7 @@ enum class Check {
   at_least,      // may only go up
   enforce_kept,  // enforce may not become warn
   signal_kept,   // a checkpoint signal may change, but not to none
+  pid_kept,      // a locked "pid" isolation may not become "none"
 };
 enum class Scale { none, duration, number };
 
@@ -180,6 +181,7 @@ const std::vector<Rule>& rules() {
         {"/defaults/pricing", Check::same},
         {"/defaults/billing", Check::same},
         {"/defaults/checkpoint_signal", Check::signal_kept},
+        {"/defaults/isolation", Check::pid_kept},
         {"/defaults/warn_at", Check::any},
         {"/defaults/gpu", Check::same, Scale::none, "the runner's hardware is fixed"},
         {"/defaults/instance", Check::same, Scale::none, "the runner's hardware is fixed"},
@@ -281,6 +283,11 @@ std::optional<std::string> violation(const Rule& rule, const json* locked, const
         return std::nullopt;
       }
       return got + " would loosen the locked enforce mode";
+    case Check::pid_kept:
+      if (!locked || *locked != to_string(Isolation::pid) || upper == to_string(Isolation::pid)) {
+        return std::nullopt;
+      }
+      return got + " would let the job signal spendcap: the locked policy requires isolation pid";
     case Check::signal_kept: {
       if (!locked || !locked->is_string()) return std::nullopt;
       std::optional<int> theirs = parse_signal(locked->get<std::string>());

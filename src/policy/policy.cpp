@@ -87,6 +87,16 @@ std::optional<Mode> parse_mode(std::string_view text) {
   return std::nullopt;
 }
 
+std::string to_string(Isolation isolation) {
+  return isolation == Isolation::pid ? "pid" : "none";
+}
+
+std::optional<Isolation> parse_isolation(std::string_view text) {
+  if (text == "pid") return Isolation::pid;
+  if (text == "none") return Isolation::none;
+  return std::nullopt;
+}
+
 std::optional<Period> parse_period(std::string_view text) {
   for (Period period : {Period::day, Period::week, Period::month, Period::total}) {
     if (text == to_string(period)) return period;
@@ -694,6 +704,7 @@ const Schema<Defaults>& defaults_schema() {
       field("claim_horizon", &Defaults::claim_horizon,
             duration_between(std::chrono::seconds(1), std::chrono::hours(24))),
       field("checkpoint_signal", &Defaults::checkpoint_signal, signal_spelling),
+      field("isolation", &Defaults::isolation, one_of(parse_isolation, "pid, none")),
       field("warn_at", &Defaults::warn_at, warn_at),
       field("gpu", &Defaults::gpu, text),
       field("gpus", &Defaults::gpus, count),

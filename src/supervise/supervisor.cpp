@@ -41,6 +41,8 @@ std::string budget_reason(const Scope& scope) {
 
 // How long after the kill the tree is looked at again: forks race with every walk.
 constexpr auto kKillRepeat = std::chrono::milliseconds(20);
+// After this many kill rounds (1 s) with the tree not yet empty, an isolated guard is SIGKILLed.
+constexpr int kKillRoundsBeforeGuard = 50;
 
 }  // namespace
 
@@ -83,6 +85,7 @@ class Supervisor::Impl {
         threshold_timer_(io_),
         heartbeat_timer_(io_),
         title_timer_(io_),
+        watchdog_timer_(io_),
         meter_(plan_.rate_per_hour),
         reserve_(shutdown_reserve(plan_.rate_per_hour, plan_.on_trip)),
         run_thresholds_(plan_.warn_at) {
@@ -171,6 +174,8 @@ class Supervisor::Impl {
     arm_threshold_timer();
     arm_heartbeat();
     arm_title();
+    tell_guard();
+    tell_guard_deadline();
     if (pending_signal_) on_signal(pending_signal_);
   }
 
@@ -405,6 +410,11 @@ class Supervisor::Impl {
     if (phase_ == Phase::done) return;
     phase_ = Phase::killing;
     tree_->kill_all();
+    // The last resort: a guard that is the init of its PID namespace takes every process of the
+    // namespace with it, whatever the walk misses.
+    if (guard_.isolated && !guard_lost_ && !guard_reaped_ && ++kill_rounds_ == kKillRoundsBeforeGuard) {
+      ::kill(guard_.pid, SIGKILL);
+    }
     arm_step(now() + kKillRepeat, [this] { kill(); });
   }
 
@@ -508,6 +518,7 @@ class Supervisor::Impl {
     if (ledger_failing_) reporter_.line("ledger reachable again");
     ledger_failing_ = false;
     apply_grant(grant);
+    tell_guard_deadline();
     for (const ScopeUse& use : grant.scopes) {
       auto& tracker =
           scope_thresholds_.try_emplace(to_string(use.scope), plan_.warn_at).first->second;
@@ -546,6 +557,24 @@ class Supervisor::Impl {
     });
   }
 
+  // ---- the guard's watchdog: a tick every interval, and the deadline at each grant ----
+
+  void tell_guard() {
+    if (phase_ == Phase::done) return;
+    send_guard_order(guard_.control_fd, GuardOrderKind::tick, 0);
+    watchdog_timer_.expires_after(plan_.interval);
+    watchdog_timer_.async_wait([this](auto error) {
+      if (!error) tell_guard();
+    });
+  }
+
+  void tell_guard_deadline() {
+    if (!meter_.launched_at()) return;
+    // In warn mode nothing is stopped, by the supervisor or by the guard.
+    auto deadline = plan_.mode == Mode::enforce ? empty_by() : std::nullopt;
+    send_guard_order(guard_.control_fd, GuardOrderKind::deadline, deadline ? to_ns(*deadline) : 0);
+  }
+
   void print_start_line() {
     std::string line = "run " + plan_.run_id.substr(0, 8) + " started" +
                        (plan_.label.empty() ? "" : " (" + plan_.label + ")") + ": burn " +
@@ -574,6 +603,7 @@ class Supervisor::Impl {
               " granted so far, raised at each heartbeat while the budgets allow";
     }
     if (plan_.mode == Mode::warn) line += " (warn mode: nothing is stopped)";
+    if (!plan_.isolation.empty()) line += "; isolation: " + plan_.isolation;
     reporter_.line(line);
   }
 
@@ -585,7 +615,8 @@ class Supervisor::Impl {
     // A stop signal from now on waits until the final row is written (run_command re-raises it).
     block_stop_signals(true);
     for (auto* timer :
-         {&trip_timer_, &step_timer_, &threshold_timer_, &heartbeat_timer_, &title_timer_}) {
+         {&trip_timer_, &step_timer_, &threshold_timer_, &heartbeat_timer_, &title_timer_,
+          &watchdog_timer_}) {
       timer->cancel();
     }
     signals_.cancel();
@@ -652,6 +683,8 @@ class Supervisor::Impl {
   asio::signal_set job_control_;
   asio::signal_set children_;
   asio::steady_timer trip_timer_, step_timer_, threshold_timer_, heartbeat_timer_, title_timer_;
+  asio::steady_timer watchdog_timer_;
+  int kill_rounds_ = 0;
   std::unique_ptr<asio::posix::stream_descriptor> inotify_;
   std::array<char, 16 * sizeof(GuardEvent)> buffer_{};
   std::array<char, 4096> inotify_buffer_{};
