@@ -41,6 +41,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--sync", request.sync, "ledger heartbeat interval (default 5s)");
   run.add_option("--claim-horizon", request.claim_horizon,
                  "how far ahead a ceiling is claimed from shared budgets (default 5m)");
+  run.add_option("--isolation", request.isolation,
+                 "pid (default where the kernel allows it: the job cannot signal spendcap) or none");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH or a path");

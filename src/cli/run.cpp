@@ -80,6 +80,12 @@ nlohmann::json flags_layer(const RunRequest& request) {
     }
     flag_slot(layer, "--mode") = *request.mode;
   }
+  if (request.isolation) {
+    if (!parse_isolation(*request.isolation)) {
+      throw Error("--isolation " + *request.isolation, "unknown isolation", "give pid or none");
+    }
+    flag_slot(layer, "--isolation") = *request.isolation;
+  }
   if (request.gpu) flag_slot(layer, "--gpu") = *request.gpu;
   if (request.gpus) flag_slot(layer, "--gpus") = parse_count(*request.gpus, "--gpus");
   if (request.instance) flag_slot(layer, "--instance") = *request.instance;
@@ -270,6 +276,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.on_signal = ShutdownTimes{std::min(d.grace, d.grace_on_signal),
                                      std::min(d.kill_after, d.kill_after_on_signal)};
   settings.checkpoint_signal = d.checkpoint_signal;
+  settings.isolation = d.isolation;
   settings.mode = policy.mode;
   settings.interval = d.interval;
   settings.sync = d.sync;
@@ -593,17 +600,28 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   guard_options.subreaper = !switches.no_subreaper;
   guard_options.run_dir = run_dir.path();
   const Cgroup* cgroup_ptr = cgroup ? &*cgroup : nullptr;
+  guard_options.pid_namespace = settings.isolation != Isolation::none;
+  guard_options.pid_namespace_required = settings.isolation == Isolation::pid;
+  // Ticks come every interval; three missed (and never under 2 s: a loaded host delays timers)
+  // mean the supervisor is stopped or hung.
+  guard_options.stale_after = std::max<Nanos>(3 * settings.interval, std::chrono::seconds(2));
   GuardHandle guard = start_guard(spec, cgroup_ptr, guard_options);
+  if (!guard.isolated && !guard.why_not_isolated.empty()) {
+    reporter.error("isolation: no PID namespace here (" + guard.why_not_isolated +
+                   "); the job runs without isolation");
+  }
   admitted.launched();  // from here the supervisor's outcome is the run's final row
   reporter.write_in_background();
 
   SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
+  plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
   plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
   };
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
+  outcome.isolation = guard.isolated ? "pid" : "none";
   // A stop signal that came after the tree was empty: the job is done, spendcap still dies by it.
   if (!outcome.reraise_signal) {
     if (int signal = take_pending_stop_signal()) {

@@ -149,6 +149,7 @@ class Row {
   }
   Row& enforce_kept() { return rule(Tightening::enforce_kept); }
   Row& signal_kept() { return rule(Tightening::signal_kept); }
+  Row& pid_kept() { return rule(Tightening::pid_kept); }
   Row& implied(Implied when, json value) {
     key_.implied = when;
     key_.default_value = std::move(value);
@@ -263,6 +264,9 @@ std::vector<PolicyKey> build_keys() {
           .signal_kept()
           .implied(always, signal_name(defaults.checkpoint_signal))
           .flag("--checkpoint-signal"));
+  add(Row("/defaults/isolation", value(&Defaults::isolation, one_of(parse_isolation, "pid, none")))
+          .pid_kept()
+          .flag("--isolation"));
   add(Row("/defaults/warn_at", value(&Defaults::warn_at, warn_at)).any());
   add(Row("/defaults/gpu", value(&Defaults::gpu, text)).same(hardware_note).flag("--gpu"));
   add(Row("/defaults/gpus", value(&Defaults::gpus, count))

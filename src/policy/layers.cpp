@@ -146,6 +146,11 @@ std::optional<std::string> violation(const PolicyKey& rule, const json* locked, 
         return std::nullopt;
       }
       return got + " would loosen the locked enforce mode";
+    case Tightening::pid_kept:
+      if (!locked || *locked != to_string(Isolation::pid) || upper == to_string(Isolation::pid)) {
+        return std::nullopt;
+      }
+      return got + " would let the job signal spendcap: the locked policy requires isolation pid";
     case Tightening::signal_kept: {
       if (!locked || !locked->is_string()) return std::nullopt;
       std::optional<int> theirs = parse_signal(locked->get<std::string>());

@@ -85,6 +85,16 @@ std::optional<Mode> parse_mode(std::string_view text) {
   return std::nullopt;
 }
 
+std::string to_string(Isolation isolation) {
+  return isolation == Isolation::pid ? "pid" : "none";
+}
+
+std::optional<Isolation> parse_isolation(std::string_view text) {
+  if (text == "pid") return Isolation::pid;
+  if (text == "none") return Isolation::none;
+  return std::nullopt;
+}
+
 std::optional<Period> parse_period(std::string_view text) {
   for (Period period : {Period::day, Period::week, Period::month, Period::total}) {
     if (text == to_string(period)) return period;

@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <optional>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/escalation.hpp"
+#include "spendcap/process/pid_namespace.hpp"
 #include "spendcap/process/process_tree.hpp"
 
 namespace spendcap {
@@ -93,8 +95,20 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
   }
 
   LiveProcessTree tree(::getpid(), cgroup);
-  bool orphaned = false;
+  // The kill path the guard runs itself: SIGTERM and SIGCONT once, then SIGKILL from kill_at on.
+  bool terminating = false;
   TimePoint kill_at{};
+  auto start_kill = [&](TimePoint at) {
+    if (!terminating) {
+      terminating = true;
+      kill_at = at;
+      terminate_tree(tree);
+    }
+    kill_at = std::min(kill_at, at);
+  };
+  bool orphaned = false;  // the control pipe is at EOF
+  TimePoint last_order = now();
+  std::optional<TimePoint> deadline;
   while (true) {
     // The one reaper: everything that dies in the tree is reaped here, orphans included.
     int status = 0, main_status = 0;
@@ -121,10 +135,35 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
       ::_exit(0);
     }
 
+    // The watchdog. A live supervisor has the tree gone by the deadline itself (its SIGKILL comes
+    // at or before it), so killing what is left at the deadline only ever acts when it did not.
+    // A stopped supervisor gets no grace: its SIGTERM would have come by now.
+    TimePoint at = now();
+    bool stale = at - last_order > options.stale_after;
+    if (deadline && !terminating) {
+      if (at >= *deadline) {
+        start_kill(at);
+      } else if (stale && at >= *deadline - options.orphan_kill_after) {
+        start_kill(*deadline);
+      }
+    }
+    if (terminating && at >= kill_at) {
+      kill_tree(tree);
+      // Forks race with the walk: look again shortly until the reaper finds the tree empty.
+      kill_at = at + kKillRepeat;
+    }
+
+    std::optional<TimePoint> wake;
+    if (terminating) {
+      wake = kill_at;
+    } else if (deadline) {
+      TimePoint term_at = *deadline - options.orphan_kill_after;
+      wake = at < term_at ? term_at : std::min(*deadline, last_order + options.stale_after);
+    }
     int timeout_ms = -1;
-    if (orphaned) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - now()).count();
-      timeout_ms = static_cast<int>(std::max<long long>(0, left));
+    if (wake) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now()).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
     }
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
     int ready = ::poll(fds, orphaned ? 1 : 2, timeout_ms);
@@ -135,19 +174,20 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
       }
     }
     if (!orphaned && fds[1].revents) {
-      char byte;
-      ssize_t n = ::read(control_fd, &byte, 1);
+      // Every write is one 16-byte record and a pipe never splits one, so reads are whole records.
+      GuardOrder orders[16];
+      ssize_t n = ::read(control_fd, orders, sizeof orders);
       if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
         // The supervisor is gone (SIGKILLed, crashed): nothing may outlive it.
         orphaned = true;
-        terminate_tree(tree);
-        kill_at = now() + options.orphan_kill_after;
+        start_kill(now() + options.orphan_kill_after);
       }
-    }
-    if (orphaned && now() >= kill_at) {
-      kill_tree(tree);
-      // Forks race with the walk: look again shortly until the reaper finds the tree empty.
-      kill_at = now() + kKillRepeat;
+      for (ssize_t i = 0; n > 0 && i < n / static_cast<ssize_t>(sizeof(GuardOrder)); ++i) {
+        last_order = now();
+        if (orders[i].kind == GuardOrderKind::deadline) {
+          deadline = orders[i].value ? std::optional(from_ns(orders[i].value)) : std::nullopt;
+        }
+      }
     }
   }
 }
@@ -162,7 +202,22 @@ GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const Guar
   int control[2], events[2];
   if (::pipe2(control, O_CLOEXEC) != 0) throw Error("guard", "pipe: " + errno_text(errno));
   if (::pipe2(events, O_CLOEXEC) != 0) throw Error("guard", "pipe: " + errno_text(errno));
-  pid_t pid = ::fork();
+  GuardHandle handle;
+  pid_t pid = -1;
+  if (options.pid_namespace) {
+    pid = fork_into_pid_namespace(&handle.why_not_isolated);
+    handle.isolated = pid >= 0;
+    if (pid < 0 && options.pid_namespace_required) {
+      ::close(control[0]);
+      ::close(control[1]);
+      ::close(events[0]);
+      ::close(events[1]);
+      throw Error("isolation pid",
+                  "cannot run the job in its own PID namespace: " + handle.why_not_isolated,
+                  "run as root, or enable unprivileged user namespaces");
+    }
+  }
+  if (pid < 0) pid = ::fork();
   if (pid < 0) throw Error("guard", "fork: " + errno_text(errno), "the system is out of processes");
   if (pid == 0) {
     ::close(control[1]);
@@ -172,7 +227,19 @@ GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const Guar
   ::close(control[0]);
   ::close(events[1]);
   ::fcntl(events[0], F_SETFL, O_NONBLOCK);
-  return GuardHandle{pid, events[0], control[1]};
+  // A guard that stops reading must never block the supervisor's event loop.
+  ::fcntl(control[1], F_SETFL, O_NONBLOCK);
+  handle.pid = pid;
+  handle.events_fd = events[0];
+  handle.control_fd = control[1];
+  return handle;
+}
+
+void send_guard_order(int control_fd, GuardOrderKind kind, std::int64_t value) noexcept {
+  if (control_fd < 0) return;
+  GuardOrder order{kind, 0, value};
+  while (::write(control_fd, &order, sizeof order) < 0 && errno == EINTR) {
+  }
 }
 
 }  // namespace spendcap

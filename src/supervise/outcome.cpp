@@ -42,6 +42,7 @@ nlohmann::json to_json(const RunOutcome& outcome) {
   if (outcome.trip_to_empty_seconds) json["trip_to_empty_seconds"] = *outcome.trip_to_empty_seconds;
   if (!outcome.message.empty()) json["message"] = outcome.message;
   if (!outcome.tree_tracking.empty()) json["tree_tracking"] = outcome.tree_tracking;
+  if (!outcome.isolation.empty()) json["isolation"] = outcome.isolation;
   return json;
 }
 

@@ -142,6 +142,10 @@ class Title final : public RunPart {
   bool finished_ = false;
 };
 
+// After this many SIGKILL rounds (1 s at kKillRepeat) with the tree not yet empty, an isolated
+// guard is SIGKILLed itself.
+constexpr int kKillRoundsBeforeGuard = 50;
+
 }  // namespace
 
 void block_stop_signals(bool block) {
@@ -180,7 +184,12 @@ class Supervisor::Impl {
         children_(io_, SIGCHLD),
         trip_timer_(io_),
         heartbeat_timer_(io_),
-        kill_timer_(io_, [this] { kill_path_.on_timer(); }),
+        watchdog_timer_(io_),
+        kill_timer_(io_,
+                    [this] {
+                      kill_path_.on_timer();
+                      last_resort();
+                    }),
         kill_path_(*tree_, kill_timer_, plan_.checkpoint_signal,
                    [this](const std::string& line) { reporter_.line(line); }),
         meter_(plan_.rate_per_hour),
@@ -271,6 +280,8 @@ class Supervisor::Impl {
     arm_trip_timer();
     for (auto& part : parts_) part->on_launched(at);
     arm_heartbeat();
+    tell_guard();
+    tell_guard_deadline();
     if (pending_signal_) on_signal(pending_signal_);
   }
 
@@ -525,6 +536,7 @@ class Supervisor::Impl {
     if (ledger_failing_) reporter_.line("ledger reachable again");
     ledger_failing_ = false;
     apply_grant(grant);
+    tell_guard_deadline();
     for (const ScopeUse& use : grant.scopes) {
       auto& tracker =
           scope_thresholds_.try_emplace(to_string(use.scope), plan_.warn_at).first->second;
@@ -549,6 +561,35 @@ class Supervisor::Impl {
     ceiling_ = grant.ceiling;
     allowed_ = grant.allowed;
     binding_ = grant.binding;
+  }
+
+  // ---- the guard's watchdog: a tick every interval, and the deadline at each grant ----
+
+  void tell_guard() {
+    if (finished()) return;
+    send_guard_order(guard_.control_fd, GuardOrderKind::tick, 0);
+    watchdog_timer_.expires_after(plan_.interval);
+    watchdog_timer_.async_wait([this](auto error) {
+      if (!error) tell_guard();
+    });
+  }
+
+  void tell_guard_deadline() {
+    if (!meter_.launched_at()) return;
+    // In warn mode nothing is stopped, by the supervisor or by the guard.
+    auto deadline = plan_.mode == Mode::enforce ? empty_by() : std::nullopt;
+    send_guard_order(guard_.control_fd, GuardOrderKind::deadline, deadline ? to_ns(*deadline) : 0);
+  }
+
+  // The last resort, after 1 s of SIGKILL rounds with the tree still there: a guard that is the
+  // init of its PID namespace takes every process of the namespace with it, whatever the walk
+  // misses.
+  void last_resort() {
+    if (kill_path_.phase() != KillPhase::killing || !guard_.isolated || guard_lost_ ||
+        guard_reaped_) {
+      return;
+    }
+    if (++kill_rounds_ == kKillRoundsBeforeGuard) ::kill(guard_.pid, SIGKILL);
   }
 
   void print_start_line() {
@@ -579,6 +620,7 @@ class Supervisor::Impl {
               " granted so far, raised at each heartbeat while the budgets allow";
     }
     if (plan_.mode == Mode::warn) line += " (warn mode: nothing is stopped)";
+    if (!plan_.isolation.empty()) line += "; isolation: " + plan_.isolation;
     reporter_.line(line);
   }
 
@@ -591,6 +633,7 @@ class Supervisor::Impl {
     block_stop_signals(true);
     trip_timer_.cancel();
     heartbeat_timer_.cancel();
+    watchdog_timer_.cancel();
     for (auto& part : parts_) part->on_finish();
     signals_.cancel();
     job_control_.cancel();
@@ -655,7 +698,8 @@ class Supervisor::Impl {
   asio::signal_set signals_;
   asio::signal_set job_control_;
   asio::signal_set children_;
-  asio::steady_timer trip_timer_, heartbeat_timer_;
+  asio::steady_timer trip_timer_, heartbeat_timer_, watchdog_timer_;
+  int kill_rounds_ = 0;
   SteadyKillPathTimer kill_timer_;
   KillPath kill_path_;
   std::vector<std::unique_ptr<RunPart>> parts_;

@@ -4,6 +4,9 @@ Processes are found by a marker in their environment (/proc/PID/environ), so a t
 process of its tree wherever it went (setsid, double fork). PID 1 on these machines does not reap:
 a killed orphan may linger as a zombie, so "alive" means present and not in state Z or X.
 Nothing sleeps a fixed time: wait_until polls with a bound.
+With isolation (the default) the job runs in its own PID namespace: the pids a fixture reports are
+the namespace's own. host_pid / read_roles turn them into the host's pids, through the NSpid line
+of the marked processes' /proc/PID/status.
 """
 import json
 import os
@@ -35,6 +38,8 @@ def wait_until(predicate, timeout, interval=0.01, what="the condition"):
 
 
 def proc_state(pid):
+    if pid is None:
+        return None
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             text = f.read()
@@ -77,6 +82,20 @@ def processes_with_marker(marker):
         if needle in environ and alive(int(entry)):
             found.append(int(entry))
     return found
+
+
+def host_pid(marker, pid):
+    """The host's pid of the live marked process that is `pid` in its own PID namespace (the
+    same pid without isolation); None when there is none (it is gone)."""
+    for candidate in processes_with_marker(marker):
+        try:
+            with open("/proc/%d/status" % candidate) as f:
+                for line in f:
+                    if line.startswith("NSpid:") and int(line.split()[-1]) == pid:
+                        return candidate
+        except (OSError, ValueError):
+            pass
+    return None
 
 
 def kill_marked(marker):
@@ -139,6 +158,13 @@ class SpendcapTest(unittest.TestCase):
     def read_json(self, name):
         with open(self.path(name)) as f:
             return json.load(f)
+
+    def host_pid(self, pid):
+        return host_pid(self.marker, pid)
+
+    def read_roles(self, name):
+        """A fixture's {role: pid} file with the host's pids (None for processes already gone)."""
+        return {role: self.host_pid(pid) for role, pid in self.read_json(name).items()}
 
     def wait_for_file(self, name, timeout=30):
         return wait_until(lambda: os.path.exists(self.path(name)), timeout,

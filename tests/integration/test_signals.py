@@ -24,7 +24,7 @@ class SignalToSpendcapTest(SpendcapTest):
         shell = subprocess.Popen(["sh", "-c", script], env=self.spendcap_env(), cwd=self.tmp,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.wait_for_file("ready")
-        roles = self.read_json("ready")
+        roles = self.read_roles("ready")
         with open(self.path("spendcap.pid")) as f:
             spendcap_pid = int(f.read())
         os.kill(spendcap_pid, signal.SIGTERM)
@@ -80,7 +80,7 @@ class UnfriendlySurroundingsTest(SpendcapTest):
                                        "--kill-after", "1s", "--status-file",
                                        self.path("s.json")] + self.tree_args())
         self.wait_for_file("ready")
-        main = self.read_json("ready")["main"]
+        main = self.read_roles("ready")["main"]
         process.send_signal(signal.SIGTSTP)
         wait_until(lambda: proc_state(main) == "T", 10, what="the job to be stopped")
         self.assertNotEqual(proc_state(process.pid), "T", "spendcap itself keeps running")

@@ -25,7 +25,7 @@ class SpendAccuracyTest(SpendcapTest):
              "--status-file", self.path("status.json"), "--", "python3",
              os.path.join(FIXTURES, "ignore_all.py"), self.path("start.json")])
         self.wait_for_file("start.json")
-        pid = self.read_json("start.json")["pid"]
+        pid = self.host_pid(self.read_json("start.json")["pid"])
         born = started_at_boottime(pid)
         # Watch the job die from the outside, polling every 2 ms.
         wait_until(lambda: not alive(pid), 60, interval=0.002, what="the job to die")

@@ -25,6 +25,7 @@ struct RunRequest {
   std::optional<std::string> gpu, gpus, instance, instances, pricing, mode;
   std::optional<std::string> checkpoint_signal, grace, kill_after, interval, sync, claim_horizon;
   std::optional<std::string> status_file, policy, ledger;
+  std::optional<std::string> isolation;  // pid or none
   bool quiet = false;
   bool title = false;
   std::vector<std::string> command;
@@ -48,6 +49,7 @@ struct RunSettings {
   std::optional<Money> budget;  // --budget
   ShutdownTimes on_trip, on_signal;
   int checkpoint_signal = 0;
+  std::optional<Isolation> isolation;  // unset: pid where the kernel allows it
   Mode mode = Mode::enforce;
   Nanos interval{}, sync{}, claim_horizon{};
   std::vector<double> warn_at;

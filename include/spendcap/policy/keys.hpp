@@ -35,6 +35,7 @@ enum class Tightening {
   at_least,      // may only go up
   enforce_kept,  // enforce may not become warn
   signal_kept,   // a checkpoint signal may change, but not to none
+  pid_kept,      // a locked "pid" isolation may not become "none"
 };
 // How at_most / at_least compare: durations as durations ("2m" > "90s"), the rest as numbers.
 enum class Scale { none, duration, number };

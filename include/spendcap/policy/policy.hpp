@@ -21,6 +21,8 @@ namespace spendcap {
 enum class Pricing { on_demand, spot, reserved };
 enum class Billing { allocated, measured };
 enum class Mode { enforce, warn };
+// pid: the job runs in its own PID namespace and cannot signal spendcap; none: no isolation.
+enum class Isolation { pid, none };
 enum class Period { day, week, month, total };
 // The scopes a budget can be attached to. `job` (one job across restarts, --job-key) and `run` are
 // given on the command line; the others come from the policy and live in the ledger.
@@ -33,6 +35,8 @@ std::string to_string(Period period);                         // "month"
 std::string to_string(ScopeKind kind);                        // "team"
 std::optional<Pricing> parse_pricing(std::string_view text);  // "on_demand" or "on-demand", ...
 std::optional<Mode> parse_mode(std::string_view text);
+std::string to_string(Isolation isolation);  // "pid"
+std::optional<Isolation> parse_isolation(std::string_view text);
 std::optional<Period> parse_period(std::string_view text);
 std::optional<ScopeKind> parse_scope_kind(std::string_view text);
 
@@ -69,6 +73,9 @@ struct Defaults {
   Nanos sync = std::chrono::seconds(5);
   Nanos claim_horizon = std::chrono::minutes(5);
   int checkpoint_signal = 10;  // SIGUSR1; 0 = none
+  // Unset: a PID namespace wherever the kernel allows one, else none (said on the start line).
+  // Set to pid: required; a run that cannot have it is refused.
+  std::optional<Isolation> isolation;
   std::vector<double> warn_at = {0.5, 0.8, 0.95};
   // The hardware a runner has (shared runners set these so that users cannot claim less).
   std::optional<std::string> gpu;

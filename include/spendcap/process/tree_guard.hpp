@@ -11,6 +11,21 @@
 // the supervisor, also a subreaper, which kills them. Either way nothing of the tree survives.
 // The guard ignores SIGTERM, SIGINT, SIGHUP and friends: a signal to spendcap's process group must
 // reach the supervisor's kill path, not bypass it.
+//
+// Isolation (GuardOptions::pid_namespace): the guard is created in a new PID namespace and a
+// private mount namespace with a fresh /proc (as root with CLONE_NEWPID|CLONE_NEWNS; otherwise
+// inside a user namespace that maps only the caller's own uid and gid). It is then the namespace's
+// init: the tree cannot name spendcap (its /proc shows only the tree, its PPid chain ends at the
+// guard, pid 1), the kernel does not deliver SIGKILL or SIGSTOP from inside to the namespace's init,
+// the guard is not dumpable (no ptrace), and when the guard exits the kernel kills every process of
+// the namespace. The pids in GuardEvent are then the namespace's own; the supervisor never uses
+// them to signal: it walks the tree from the guard's host pid with the host's /proc.
+//
+// The watchdog: the supervisor sends GuardOrder records over the control pipe, a tick every
+// interval and the kill deadline (the moment spend reaches the granted ceiling). No process of the
+// tree outlives the deadline: at it the guard kills whatever is left; and when the ticks have
+// stopped (the supervisor is SIGSTOPped or hung) it starts the kill path (SIGTERM, SIGCONT) at
+// deadline - orphan_kill_after so that SIGKILL at the deadline finds little left.
 #pragma once
 
 #include <sys/types.h>
@@ -42,8 +57,27 @@ struct GuardEvent {
 };
 static_assert(sizeof(GuardEvent) == 24);
 
+// What the supervisor tells the guard, one fixed-size record per write (atomic on a pipe).
+enum class GuardOrderKind : std::int32_t {
+  tick = 1,      // the supervisor is alive
+  deadline = 2,  // value = CLOCK_MONOTONIC ns by which the tree must be gone; 0 = none (warn mode)
+};
+struct GuardOrder {
+  GuardOrderKind kind;
+  std::int32_t unused = 0;
+  std::int64_t value = 0;
+};
+static_assert(sizeof(GuardOrder) == 16);
+
 struct GuardOptions {
   bool subreaper = true;  // off only through the test-only switch (the negative control)
+  // Try to create the guard in its own PID namespace (see above). Whether it was made is in
+  // GuardHandle::isolated.
+  bool pid_namespace = true;
+  // Refuse (Error, exit 125) rather than run the job without the namespace.
+  bool pid_namespace_required = false;
+  // The supervisor counts as stopped when no tick came for this long (ticks come every interval).
+  Nanos stale_after = std::chrono::seconds(3);
   // When the supervisor is gone, how long the tree has between SIGTERM and SIGKILL. Short: a
   // supervisor is SIGKILLed by schedulers and OOM killers, and then nothing may outlive it by 2 s.
   Nanos orphan_kill_after = std::chrono::milliseconds(500);
@@ -53,13 +87,20 @@ struct GuardOptions {
 };
 
 struct GuardHandle {
-  pid_t pid = -1;
+  pid_t pid = -1;  // the host's pid, also when the guard runs in its own namespace
+  bool isolated = false;          // the guard is the init of its own PID namespace
+  std::string why_not_isolated;   // why a PID namespace was asked for and could not be made
   int events_fd = -1;   // read end: GuardEvent records (close-on-exec, non-blocking)
   int control_fd = -1;  // write end: closing it (or dying) tells the guard to clean up
 };
 
 // Forks the guard, which launches `spec` at once. Throws Error if spendcap already has more than
-// one thread or fork fails. `cgroup` may be null.
+// one thread or fork fails. `cgroup` may be null. When a PID namespace is asked for and cannot be
+// made, the guard is forked without one and GuardHandle::why_not_isolated says why.
 GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const GuardOptions& options);
+
+// Writes one order to the guard's control pipe (non-blocking; a full pipe or a gone guard drops
+// it: the guard acts on the last deadline it read). Never throws.
+void send_guard_order(int control_fd, GuardOrderKind kind, std::int64_t value) noexcept;
 
 }  // namespace spendcap

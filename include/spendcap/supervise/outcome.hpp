@@ -38,6 +38,7 @@ struct RunOutcome {
   std::optional<double> trip_to_empty_seconds;  // the trip until the last process was reaped
   std::string message;                          // refusals and failures: why
   std::string tree_tracking;  // "cgroup" (the run's own cgroup) or "parentage" (the fallback)
+  std::string isolation;      // "pid" (the guard is the init of a PID namespace) or "none"
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

@@ -63,6 +63,8 @@ struct SupervisorPlan {
   Nanos interval = std::chrono::seconds(1);
   std::string checkpoint_done_path;  // $SPENDCAP_CHECKPOINT_DONE
   bool gave_terminal = false;        // the command's group was made the terminal's foreground
+  // For the start line: "pid namespace", or "none: the job can signal spendcap".
+  std::string isolation;
   // Builds the tree rooted at `root`: the guard, or spendcap itself if the guard dies.
   std::function<std::unique_ptr<ProcessTree>(pid_t root)> make_tree;
 };

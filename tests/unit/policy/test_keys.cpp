@@ -158,7 +158,7 @@ TEST_CASE("policy keys: every flag names one concrete key that the locked check 
   CHECK(flags == std::set<std::string>{"--grace", "--kill-after", "--interval", "--sync",
                                        "--claim-horizon", "--checkpoint-signal", "--pricing",
                                        "--gpus", "--gpu", "--instances", "--instance", "--mode",
-                                       "--ledger"});
+                                       "--ledger", "--isolation"});
   CHECK(policy_key_for_flag("--job-key") == nullptr);
 }
 
@@ -186,6 +186,7 @@ std::optional<json> loosened(const PolicyKey& key, const json& locked) {
     case Tightening::enforce_kept:
       return "warn";
     case Tightening::signal_kept:
+    case Tightening::pid_kept:
       return "none";
   }
   return std::nullopt;
@@ -198,6 +199,7 @@ TEST_CASE("policy keys: each locked rule refuses a loosening and keeps the locke
     std::vector<std::string> path = instantiate(key.path);
     json value = key.default_value;
     if (value.is_null()) value = key.scale == Scale::duration ? json("60s") : json(4);
+    if (key.tightening == Tightening::pid_kept) value = "pid";
     if (key.tightening == Tightening::same || key.tightening == Tightening::same_present) {
       if (value.is_null() || value == 4) value = "locked-value";
     }
