@@ -96,7 +96,7 @@ class OverrunTest(LedgerTest):
             ["run", "--team", "over", "--isolation", "none"] + TRIP_AT_3S +
             ["--", "python3", os.path.join(FIXTURES, "stop_supervisor.py"),
              self.path("ready.json"), "--guard-too"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         stopped = [process.pid]
         try:
             self.wait_for_file("ready.json")
