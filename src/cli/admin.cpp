@@ -111,6 +111,13 @@ int policy_check_command(const std::vector<std::string>& files) {
   return status;
 }
 
+// Spend above ceilings is never hidden: it is in `spent`, and named.
+static std::string spent_text(const BudgetView& view, const std::string& currency) {
+  std::string text = format_money(view.spent, currency);
+  if (view.overrun > Money{}) text += " (overrun " + format_money(view.overrun, currency) + ")";
+  return text;
+}
+
 int budgets_command(const LedgerChoice& choice, bool json) {
   std::string currency = "USD";
   auto ledger = open_chosen_ledger(choice, &currency);
@@ -128,6 +135,7 @@ int budgets_command(const LedgerChoice& choice, bool json) {
            {"spent", money_to_json(view.spent)},
            {"running", money_to_json(view.live)},
            {"held", money_to_json(view.held)},
+           {"overrun", money_to_json(view.overrun)},
            {"remaining", money_to_json(view.remaining())}});
     }
     std::cout << out.dump(2) << "\n";
@@ -144,7 +152,7 @@ int budgets_command(const LedgerChoice& choice, bool json) {
   for (const BudgetView& view : views) {
     rows.push_back({to_string(view.rule.scope), to_string(view.rule.period),
                     utc_date(view.period_start), format_money(view.rule.amount, currency),
-                    format_money(view.spent, currency), format_money(view.live, currency),
+                    spent_text(view, currency), format_money(view.live, currency),
                     format_money(view.held, currency), format_money(view.remaining(), currency),
                     percent_used(view)});
   }
@@ -186,6 +194,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"user", run.user},
                      {"job_key", run.job_key},
                      {"status", to_string(run.status)},
+                     {"overrun", run.overrun},
                      {"mode", to_string(run.mode)},
                      {"spend", money_to_json(run.spend)},
                      {"ceiling", money_to_json(run.ceiling)},

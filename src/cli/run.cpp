@@ -433,6 +433,11 @@ std::string summary_line(const RunOutcome& outcome) {
   line +=
       " after " + std::string(elapsed) + ": spent " + format_money(outcome.spend, outcome.currency);
   if (outcome.budget) line += " of " + format_money(*outcome.budget, outcome.currency);
+  // Stopped from outside (SIGSTOP, without isolation) past its ceiling: said, never hidden.
+  if (outcome.spend > outcome.ceiling && outcome.ceiling > Money{}) {
+    line += " (OVERRUN: " + format_money(outcome.spend - outcome.ceiling, outcome.currency) +
+            " above its ceiling " + format_money(outcome.ceiling, outcome.currency) + ")";
+  }
   line += "; exit " + std::to_string(outcome.exit_code);
   return line;
 }

@@ -7,6 +7,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <unistd.h>
+
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
 
@@ -81,6 +83,9 @@ RunView view_of(const RunRecord& r, double now) {
     view.status = RunStatus::lost;
   }
   view.reconciled = r.reconciled;
+  view.overrun = r.overrun;
+  view.uid = r.uid;
+  view.reported_spend = r.reported_spend;
   view.reason = r.reason;
   view.exit_code = r.exit_code;
   view.spend = r.spend;
@@ -235,6 +240,7 @@ RunRecord new_record(const RunStart& start, double now) {
   run.fingerprint = start.fingerprint;
   run.host = start.host;
   run.pid = start.pid;
+  run.uid = start.uid.value_or(static_cast<std::int64_t>(::getuid()));
   run.mode = start.mode;
   run.rate_per_hour = start.rate_per_hour;
   run.reserve = start.reserve;
@@ -331,7 +337,8 @@ std::vector<BudgetView> BudgetLedger::budgets() {
       DayRange days = period_days(rule.period, today);
       Usage sums = txn.usage(rule.scope, days);
       double period_start = rule.period == Period::total ? 0.0 : days.first_day * 86400.0;
-      views.push_back({rule, period_start, sums.spent, sums.live, sums.held});
+      views.push_back(
+          {rule, period_start, sums.spent, sums.live, sums.held, txn.overrun(rule.scope, days)});
     }
     return views;
   });
@@ -418,7 +425,7 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
     }
     Money live_delta = spend - run.spend;
     Money held_delta = plan.decision.ceiling - run.ceiling;
-    run.spend = spend;
+    run.spend = run.reported_spend = spend;
     run.ceiling = plan.decision.ceiling;
     run.allowed = plan.decision.allowed;
     run.heartbeat_at = now;
@@ -468,6 +475,9 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     run.spend = final.spend;
     run.elapsed_seconds = final.elapsed_seconds;
     run.reconciled = false;
+    // Recorded with its true spend, never hidden: the rule's sum is then over budget by the
+    // overrun, and `budgets` says so.
+    run.overrun = final.spend > run.ceiling;
     if (!run.finished_at) run.finished_at = now;
     txn.update_run(run);
     add_usage(txn, run, delta);

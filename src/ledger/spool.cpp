@@ -15,14 +15,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/files.hpp"
+#include "spendcap/base/money.hpp"
 
 namespace spendcap {
 
@@ -89,7 +88,113 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
   return path;
 }
 
-int replay_spool(Ledger& ledger) {
+SpoolReplayer SpoolReplayer::current() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  return {static_cast<std::int64_t>(::getuid()), name};
+}
+
+namespace {
+
+std::string octal(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// Why the spool directory may not be trusted, or "" when it may: only its user may have put the
+// files there.
+std::string directory_refusal(const std::string& directory, const SpoolReplayer& replayer) {
+  struct stat status {};
+  if (::lstat(directory.c_str(), &status) != 0) return errno_text(errno);
+  if (!S_ISDIR(status.st_mode)) return "not a directory (a symlink?)";
+  if (status.st_uid != replayer.uid) {
+    return "owned by uid " + std::to_string(status.st_uid) + ", not by uid " +
+           std::to_string(replayer.uid);
+  }
+  if ((status.st_mode & 07777) != 0700) return "mode " + octal(status.st_mode) + ", not 0700";
+  return "";
+}
+
+// Reads a spool file that passes the file checks into `text`; otherwise returns why not. The
+// file is opened without following a symlink and checked through the descriptor, so that what
+// is checked is what is read.
+std::string read_checked(const std::string& path, const SpoolReplayer& replayer,
+                         std::string& text) {
+  struct stat status {};
+  if (::lstat(path.c_str(), &status) != 0) return errno_text(errno);
+  if (S_ISLNK(status.st_mode)) return "a symlink";
+  if (!S_ISREG(status.st_mode)) return "not a regular file";
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno_text(errno);
+  std::string why;
+  if (::fstat(fd, &status) != 0) {
+    why = errno_text(errno);
+  } else if (!S_ISREG(status.st_mode)) {
+    why = "not a regular file";
+  } else if (status.st_uid != replayer.uid) {
+    why = "owned by uid " + std::to_string(status.st_uid) + ", not by uid " +
+          std::to_string(replayer.uid);
+  } else if ((status.st_mode & 07777) != 0600) {
+    why = "mode " + octal(status.st_mode) + ", not 0600";
+  } else {
+    char buffer[4096];
+    ssize_t got = 0;
+    while ((got = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, got);
+    if (got < 0) why = errno_text(errno);
+  }
+  ::close(fd);
+  return why;
+}
+
+enum class Verdict { replay, wait, refuse };
+struct Check {
+  Verdict verdict;
+  std::string why;
+};
+
+// Whether the ledger's own record of the run vouches for the spooled row.
+Check check_against_ledger(const std::optional<RunView>& run, const RunFinal& final,
+                           const SpoolReplayer& replayer) {
+  if (!run) return {Verdict::wait, "run " + final.id + " is not in the ledger"};
+  if (!run->uid) return {Verdict::refuse, "the ledger does not know who admitted run " + run->id};
+  if (*run->uid != replayer.uid) {
+    return {Verdict::refuse, "run " + run->id + " was admitted by uid " +
+                                 std::to_string(*run->uid) + ", not by uid " +
+                                 std::to_string(replayer.uid)};
+  }
+  if (run->host != replayer.host) {
+    return {Verdict::refuse,
+            "run " + run->id + " ran on " + run->host + ", not on " + replayer.host};
+  }
+  if (run->status == RunStatus::running) {
+    return {Verdict::wait, "run " + run->id + " is still running (its heartbeat is fresh)"};
+  }
+  if (run->status != RunStatus::lost && !run->reconciled) {
+    return {Verdict::replay, ""};  // final already: finish_run leaves it as it is
+  }
+  if (final.spend < run->reported_spend) {
+    return {Verdict::refuse, "spend " + format_money(final.spend) + " is below the " +
+                                 format_money(run->reported_spend) + " of its last heartbeat"};
+  }
+  if (final.spend > run->ceiling) {
+    return {Verdict::refuse, "spend " + format_money(final.spend) + " is above its ceiling " +
+                                 format_money(run->ceiling)};
+  }
+  return {Verdict::replay, ""};
+}
+
+void refuse(const std::string& path, const std::string& why) {
+  // Kept for a person to look at, out of the way of the next replay.
+  std::string bad = path + ".bad";
+  std::rename(path.c_str(), bad.c_str());
+  std::cerr << "spendcap: spooled row " << path << " is not replayed: " << why << " (moved to "
+            << bad << ")\n";
+}
+
+}  // namespace
+
+int replay_spool(Ledger& ledger, const SpoolReplayer& replayer) {
   std::string directory = spool_dir();
   std::vector<std::string> names;
   if (DIR* dir = opendir(directory.c_str())) {
@@ -99,29 +204,43 @@ int replay_spool(Ledger& ledger) {
     }
     closedir(dir);
   }
+  if (names.empty()) return 0;
   std::sort(names.begin(), names.end());
+  if (std::string why = directory_refusal(directory, replayer); !why.empty()) {
+    std::cerr << "spendcap: the spool " << directory << " is not replayed: " << why
+              << " (only its user may write it: chmod 0700 it, or remove it)\n";
+    return 0;
+  }
 
   int replayed = 0;
   std::string url = ledger.url();
   for (const std::string& name : names) {
     std::string path = directory + "/" + name;
-    std::ifstream file(path);
-    if (!file) continue;  // replayed meanwhile by another spendcap
-    std::stringstream text;
-    text << file.rdbuf();
+    std::string text;
+    std::string why = read_checked(path, replayer, text);
+    if (why == errno_text(ENOENT)) continue;  // replayed meanwhile by another spendcap
+    if (!why.empty()) {
+      refuse(path, why);
+      continue;
+    }
     SpooledRow row;
     try {
-      row = parse_spooled(text.str());
+      row = parse_spooled(text);
     } catch (const std::exception& e) {
-      // Kept for a person to look at, out of the way of the next replay.
-      std::string bad = path + ".bad";
-      std::rename(path.c_str(), bad.c_str());
-      std::cerr << "spendcap: spooled row " << path << " is corrupt: " << e.what() << " (moved to "
-                << bad << ")\n";
+      refuse(path, std::string("corrupt: ") + e.what());
       continue;
     }
     if (row.ledger_url != url) continue;
     try {
+      Check check = check_against_ledger(ledger.find_run(row.final.id), row.final, replayer);
+      if (check.verdict == Verdict::refuse) {
+        refuse(path, check.why);
+        continue;
+      }
+      if (check.verdict == Verdict::wait) {
+        std::cerr << "spendcap: spooled row " << path << " waits: " << check.why << "\n";
+        continue;
+      }
       ledger.finish_run(row.final);  // false: final already, which is as good as accepted
       ::unlink(path.c_str());
       ++replayed;

@@ -13,8 +13,8 @@ import subprocess
 import time
 import unittest
 
-from spendcap_testlib import (FIXTURES, SPENDCAP, SpendcapTest, alive, processes_with_marker,
-                              proc_state, wait_until)
+from spendcap_testlib import (FIXTURES, SPENDCAP, LedgerTest, SpendcapTest, alive,
+                              processes_with_marker, proc_state, wait_until)
 
 # $0.01 a second; the budget's ceiling is reached 6 s after the launch.
 RATE, BUDGET, CEILING_AFTER_SECONDS = "36", "0.06", 6.0
@@ -82,6 +82,54 @@ class StoppedSupervisorTest(SpendcapTest):
                 process.wait(timeout=30)
             finally:
                 process.kill()
+
+
+class OverrunTest(LedgerTest):
+    """Without isolation a job can stop both the supervisor and the guard: nothing trips, and the
+    ledger reconciles the silent run at its ceiling. When they wake, the real final row (above the
+    ceiling) replaces that charge as an overrun, with its true spend: never hidden."""
+
+    def test_a_late_final_row_above_the_ceiling_is_recorded_as_an_overrun(self):
+        self.write_policy({"defaults": {"sync": "1s"},
+                           "budgets": {"team": {"over": {"amount": 10, "period": "day"}}}})
+        process = self.start_spendcap(
+            ["run", "--team", "over", "--isolation", "none"] + TRIP_AT_3S +
+            ["--", "python3", os.path.join(FIXTURES, "stop_supervisor.py"),
+             self.path("ready.json"), "--guard-too"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stopped = [process.pid]
+        try:
+            self.wait_for_file("ready.json")
+            ready = self.read_json("ready.json")
+            stopped.append(ready["guard"])
+            for pid in (ready["guard"], process.pid):
+                wait_until(lambda: proc_state(pid) == "T", 5, what="%d to be stopped" % pid)
+            # Stale after 3 s of silence, due at the ceiling plus the shutdown time: `ps` asks the
+            # ledger, which reconciles it then.
+            def reconciled():
+                self.spendcap_json(["ps"])
+                rows = self.runs()
+                return rows and rows[0]["reconciled"] == 1
+            wait_until(reconciled, 30, interval=0.2, what="the lost run to be reconciled")
+            row = self.runs()[0]
+            self.assertEqual(row["spend_micros"], row["ceiling_micros"])
+            self.assertEqual(row["overrun"], 0)
+            self.assertEqual(self.spendcap_json(["budgets"])[0]["overrun"], 0)
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        stdout, stderr = process.communicate(timeout=60)
+        self.assertIn("OVERRUN", stderr + stdout)
+        row = self.runs()[0]
+        self.assertEqual(row["reconciled"], 0)
+        self.assertEqual(row["overrun"], 1, row)
+        self.assertGreater(row["spend_micros"], row["ceiling_micros"])
+        self.assertEqual(row["status"], "killed")
+        budget = self.spendcap_json(["budgets"])[0]
+        self.assertAlmostEqual(budget["overrun"],
+                               (row["spend_micros"] - row["ceiling_micros"]) / 1e6, places=5)
+        self.assertAlmostEqual(budget["spent"], row["spend_micros"] / 1e6, places=5)
+        self.assert_tree_gone(timeout=5.0)
 
 
 def nobody_can_run_spendcap():

@@ -15,6 +15,7 @@
 // Errors (unreachable, locked too long, corrupt) are thrown as spendcap::Error.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -51,6 +52,9 @@ struct RunStart {
   std::vector<std::string> command;
   std::string fingerprint;  // of team + experiment + command, for the crash-loop guard (later)
   int pid = 0;              // the wrapper's pid
+  // The real uid that admits it (the spool replays a row only for this user); none: the ledger
+  // records its caller's getuid().
+  std::optional<std::int64_t> uid;
   Mode mode = Mode::enforce;
   Money rate_per_hour;  // the allocated (maximum) burn rate
   Money reserve;        // rate x (grace + kill-after + 1 s of reaping slack)
@@ -117,6 +121,11 @@ struct RunView {
   RunStatus status =
       RunStatus::running;   // `lost` also for an unfinished run with a stale heartbeat
   bool reconciled = false;  // charged its ceiling without a final row
+  // Its final spend was above its ceiling: the supervisor could not trip in time (stopped with
+  // no isolation, say). The spend is the true one; the status still says how it ended.
+  bool overrun = false;
+  std::optional<std::int64_t> uid;  // who admitted it; none for runs admitted before uids were kept
+  Money reported_spend;  // the spend of its last heartbeat (a reconciled run's spend is c)
   std::string reason;
   std::optional<int> exit_code;
   Money spend, ceiling, rate_per_hour;
@@ -133,6 +142,7 @@ struct BudgetView {
   Money spent;              // finished runs
   Money live;               // unfinished runs' last reported spend
   Money held;               // unfinished runs' ceilings
+  Money overrun;            // part of `spent`: finished runs' spend above their ceilings
   Money remaining() const { return rule.amount - spent - held; }
 };
 

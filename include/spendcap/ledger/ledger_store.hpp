@@ -38,6 +38,7 @@ struct RunRecord {
   std::vector<std::string> command;
   std::string fingerprint, host;
   int pid = 0;
+  std::optional<std::int64_t> uid;  // who admitted it (none: admitted before uids were kept)
   Mode mode = Mode::enforce;
   RunStatus status = RunStatus::running;  // `running` = unfinished: it holds its ceiling
   std::string reason;
@@ -53,6 +54,8 @@ struct RunRecord {
   Money spend, ceiling;
   Money allowed;            // what enforce mode would hold (warn mode: below ceiling)
   bool reconciled = false;  // lost and charged its ceiling, no final row yet
+  bool overrun = false;     // finished with spend above its ceiling
+  Money reported_spend;     // the spend of its last heartbeat, kept when reconciled
   std::optional<double> would_stop_at;
   std::string would_stop_reason;
   std::optional<double> elapsed_seconds;
@@ -81,7 +84,8 @@ class StoreTxn {
   virtual std::optional<RunRecord> find_run(const std::string& id) = 0;
   virtual void insert_run(const RunRecord& run) = 0;  // a new id
   // Writes what may change after admission: status, reason, exit code, heartbeat_at,
-  // reconcile_at, finished_at, spend, ceiling, allowed, reconciled, would-stop, elapsed seconds.
+  // reconcile_at, finished_at, spend, ceiling, allowed, reconciled, overrun, reported spend,
+  // would-stop, elapsed seconds.
   virtual void update_run(const RunRecord& run) = 0;
   // Unfinished runs, oldest first (started_at, then id).
   virtual std::vector<RunRecord> unfinished_runs() = 0;
@@ -92,6 +96,8 @@ class StoreTxn {
   virtual std::vector<RunRecord> runs_of_job(const std::string& job_key) = 0;
   // Unfinished runs of `scope` (team, experiment, project or user) that started in `days`.
   virtual std::int64_t count_unfinished(const Scope& scope, DayRange days) = 0;
+  // The sum of spend above ceiling of the overrun runs of `scope` that started in `days`.
+  virtual Money overrun(const Scope& scope, DayRange days) = 0;
 
   // ---- budgets ----
   virtual std::optional<BudgetRule> budget_rule(const Scope& scope) = 0;

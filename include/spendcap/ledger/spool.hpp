@@ -1,8 +1,16 @@
 // The spool: final ledger rows that could not be written (ledger unreachable, locked too long) are
 // kept on this host, one file per run, and replayed by the next spendcap command that opens the
-// same ledger. Nothing is dropped: a spooled row stays until the ledger has accepted it.
+// same ledger. Nothing is dropped: a spooled row stays until the ledger has accepted it, or is
+// refused (below) and reported.
+//
+// A spool file is only a claim: whoever can write it could claim any spend for any run. So a row
+// is replayed only when the ledger can check it: the run is in the ledger, was admitted by the
+// replaying user (uid) on this host, is not running (lost, or reconciled), and the spend lies
+// between its last heartbeat's spend and its ceiling; and the file is a regular file (not a
+// symlink) of that user, mode 0600, in a directory of that user, mode 0700.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "spendcap/ledger/ledger.hpp"
@@ -16,8 +24,17 @@ std::string spool_dir();
 // the spool cannot be written (the caller prints it: that row is then only in the status file).
 std::string spool_final(const std::string& ledger_url, const RunFinal& final);
 
+// Who replays: only rows of this user's runs on this host are replayed.
+struct SpoolReplayer {
+  std::int64_t uid = 0;
+  std::string host;
+  static SpoolReplayer current();  // getuid(), gethostname()
+};
+
 // Replays every spooled row meant for `ledger` (matched by url) and deletes it once accepted.
-// Rows that fail again stay. Returns how many were replayed.
-int replay_spool(Ledger& ledger);
+// Rows that fail again stay; so does a row whose run still looks running (its wrapper may be
+// finishing it). A row that fails a check is reported on stderr (the file and why) and moved to
+// <file>.bad for a person to look at. Returns how many were replayed.
+int replay_spool(Ledger& ledger, const SpoolReplayer& replayer = SpoolReplayer::current());
 
 }  // namespace spendcap

@@ -107,6 +107,15 @@ CREATE TABLE stop_orders (
 );
 CREATE INDEX stop_orders_active ON stop_orders(scope_kind, scope_name) WHERE cleared_at IS NULL;
 )sql",
+    // v2: who admitted a run and its last reported spend, so that a spooled final row can be
+    // checked before it is replayed; and overrun runs (final spend above the ceiling).
+    R"sql(
+ALTER TABLE runs ADD COLUMN uid INTEGER;  -- NULL: admitted before uids were recorded
+ALTER TABLE runs ADD COLUMN reported_spend_micros INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN overrun INTEGER NOT NULL DEFAULT 0;
+-- A reconciled run's spend is its ceiling; its last heartbeat's spend is not known any more.
+UPDATE runs SET reported_spend_micros = spend_micros WHERE status = 'running';
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -116,7 +125,7 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
   "mode, status, reason, exit_code, rate_micros_per_hour, reserve_micros, budget_micros, "       \
   "shutdown_ms, sync_ms, started_at, day, heartbeat_at, reconcile_at, finished_at, "             \
   "spend_micros, ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, " \
-  "elapsed_seconds"
+  "elapsed_seconds, uid, reported_spend_micros, overrun"
 
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
@@ -378,6 +387,7 @@ struct SqliteStore::Impl final : StoreTxn {
   bool any_run_due(double now) override;
   std::vector<RunRecord> runs_of_job(const std::string& job_key) override;
   std::int64_t count_unfinished(const Scope& scope, DayRange days) override;
+  Money overrun(const Scope& scope, DayRange days) override;
 
   std::optional<BudgetRule> budget_rule(const Scope& scope) override;
   std::vector<BudgetRule> budget_rules() override;
@@ -476,6 +486,9 @@ RunRecord SqliteStore::Impl::read_run(Query& q) {
   r.would_stop_at = q.optional_f64(29);
   r.would_stop_reason = q.text(30);
   r.elapsed_seconds = q.optional_f64(31);
+  if (!q.is_null(32)) r.uid = q.i64(32);
+  r.reported_spend = q.money(33);
+  r.overrun = q.i64(34) != 0;
   return r;
 }
 
@@ -490,14 +503,14 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
   auto q =
       query("INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
             ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "?, ?, ?, ?, ?, ?, ?, ?)");
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   q.bind_all(r.id, r.job_key.empty() ? std::nullopt : std::optional<std::string>(r.job_key), r.team,
              r.experiment, r.project, r.user, json_of(r.tags), json_of(r.command), r.fingerprint,
              r.host, r.pid, to_string(r.mode), to_string(r.status), r.reason, r.exit_code,
              r.rate_per_hour, r.reserve, r.budget, to_ms_rounded_up(r.shutdown),
              to_ms_rounded_up(r.sync), r.started_at, r.day, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
-             r.would_stop_reason, r.elapsed_seconds);
+             r.would_stop_reason, r.elapsed_seconds, r.uid, r.reported_spend, r.overrun ? 1 : 0);
   q.run();
 }
 
@@ -505,10 +518,11 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
   auto q = query(
       "UPDATE runs SET status = ?, reason = ?, exit_code = ?, heartbeat_at = ?, reconcile_at = ?, "
       "finished_at = ?, spend_micros = ?, ceiling_micros = ?, allowed_micros = ?, reconciled = ?, "
-      "would_stop_at = ?, would_stop_reason = ?, elapsed_seconds = ? WHERE id = ?");
+      "would_stop_at = ?, would_stop_reason = ?, elapsed_seconds = ?, reported_spend_micros = ?, "
+      "overrun = ? WHERE id = ?");
   q.bind_all(to_string(r.status), r.reason, r.exit_code, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
-             r.would_stop_reason, r.elapsed_seconds, r.id);
+             r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0, r.id);
   q.run();
 }
 
@@ -545,6 +559,16 @@ std::int64_t SqliteStore::Impl::count_unfinished(const Scope& scope, DayRange da
   q.bind_all(days.first_day, days.last_day, to_string(scope.kind), scope.name);
   q.step();
   return q.i64(0);
+}
+
+Money SqliteStore::Impl::overrun(const Scope& scope, DayRange days) {
+  auto q = query(
+      "SELECT COALESCE(SUM(spend_micros - ceiling_micros), 0) FROM runs WHERE overrun = 1 AND "
+      "day BETWEEN ? AND ? AND CASE ? WHEN 'team' THEN team WHEN 'experiment' THEN experiment "
+      "WHEN 'project' THEN project WHEN 'user' THEN user_name END = ?");
+  q.bind_all(days.first_day, days.last_day, to_string(scope.kind), scope.name);
+  q.step();
+  return q.money(0);
 }
 
 // ---- budgets and usage ----

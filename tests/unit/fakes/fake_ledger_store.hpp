@@ -137,6 +137,17 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
                                      }).size());
   }
 
+  Money overrun(const Scope& scope, DayRange days) override {
+    Money sum;
+    for (const auto& [id, run] : data().runs) {
+      if (run.overrun && in_scope(run, scope) && run.day >= days.first_day &&
+          run.day <= days.last_day) {
+        sum += run.spend - run.ceiling;
+      }
+    }
+    return sum;
+  }
+
   std::optional<BudgetRule> budget_rule(const Scope& scope) override {
     auto found = data().rules.find(scope);
     if (found == data().rules.end()) return std::nullopt;

@@ -7,6 +7,9 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
 
 #include "ledger/ledger_conformance.hpp"
 #include "spendcap/base/error.hpp"
@@ -231,11 +234,11 @@ TEST_CASE("SqliteLedger: the schema is versioned and migrated once") {
   std::string path = dir.file("ledger.db");
   {
     SqliteLedger ledger(path, {});
-    CHECK(ledger.schema_version() == 1);
+    CHECK(ledger.schema_version() == 2);
   }
   {
     SqliteLedger reopened(path, {});
-    CHECK(reopened.schema_version() == 1);
+    CHECK(reopened.schema_version() == 2);
   }
   RawDb(path).exec("INSERT INTO schema_version (version) VALUES (99)");
   CHECK_THROWS_WITH_AS(SqliteLedger(path, {}), doctest::Contains("is newer than this spendcap's"),
@@ -357,7 +360,9 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
   TestClock clock(unix_time(2024, 1, 31, 12));
   SqliteLedger ledger(dir.file("ledger.db"), clock_options(clock));
   ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}}, true);
-  ledger.begin_run(run_start("r1", "vision", usd(1)));
+  RunStart r1 = run_start("r1", "vision", usd(1));
+  r1.host = SpoolReplayer::current().host;  // replayed only on the host it ran on
+  ledger.begin_run(r1);
   clock.advance(3600);
   REQUIRE(ledger.reconcile_lost_runs() == 1);
 
@@ -382,6 +387,139 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
 
   CHECK(replay_spool(ledger) == 0);
   CHECK_THROWS_AS(spool_final(ledger.url(), run_final("../escape", usd(1))), Error);
+}
+
+// Captures std::cerr while it lives.
+class CerrCapture {
+ public:
+  CerrCapture() : old_(std::cerr.rdbuf(text_.rdbuf())) {}
+  ~CerrCapture() { std::cerr.rdbuf(old_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::stringstream text_;
+  std::streambuf* old_;
+};
+
+TEST_CASE("Ledger spool: a row is replayed only when the ledger and the file vouch for it") {
+  TempDir dir;
+  ScopedEnv spool("SPENDCAP_SPOOL_DIR", dir.file("spool").c_str());
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  SqliteLedger ledger(dir.file("ledger.db"), clock_options(clock));
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(100), Period::month, {}}}, true);
+  const SpoolReplayer me{static_cast<std::int64_t>(getuid()), "testhost"};
+
+  // Each forged row differs from a genuine one in one thing only, so each refusal is that check's.
+  const std::vector<std::string> lost_runs = {"genuine", "other-user", "other-host", "above",
+                                              "below",   "symlink",    "wrong-mode", "wrong-owner"};
+  for (const std::string& id : lost_runs) {
+    RunStart start = run_start(id, "vision", usd(1));
+    if (id == "other-user") start.uid = me.uid + 1;
+    if (id == "other-host") start.host = "elsewhere";
+    ledger.begin_run(start);
+    ledger.heartbeat(id, usd(0.3), usd(1));
+  }
+  clock.advance(3600);
+  REQUIRE(ledger.reconcile_lost_runs() == static_cast<int>(lost_runs.size()));
+  ledger.begin_run(run_start("running", "vision", usd(1)));
+  ledger.heartbeat("running", usd(0.3), usd(1));
+  Money ceiling = ledger.find_run("genuine")->ceiling;
+  REQUIRE(ledger.find_run("genuine")->reported_spend == usd(0.3));
+
+  auto spool_row = [&](const std::string& id, Money spend) {
+    return spool_final(ledger.url(), run_final(id, spend, RunStatus::killed));
+  };
+  std::map<std::string, std::string> rows;
+  for (const std::string& id :
+       {"genuine", "other-user", "other-host", "running", "wrong-mode", "wrong-owner"}) {
+    rows[id] = spool_row(id, usd(0.5));
+  }
+  rows["above"] = spool_row("above", ceiling + usd(0.01));
+  rows["below"] = spool_row("below", usd(0.29));
+  // A symlink to a genuine row, kept outside the spool.
+  {
+    ScopedEnv elsewhere("SPENDCAP_SPOOL_DIR", dir.file("outside").c_str());
+    std::string target = spool_row("symlink", usd(0.5));
+    rows["symlink"] = dir.file("spool/symlink.json");
+    REQUIRE(::symlink(target.c_str(), rows["symlink"].c_str()) == 0);
+  }
+  REQUIRE(::chmod(rows["wrong-mode"].c_str(), 0640) == 0);
+  bool as_root = geteuid() == 0;
+  if (as_root) REQUIRE(::chown(rows["wrong-owner"].c_str(), 65534, 65534) == 0);
+
+  // A spool directory others may write vouches for nothing: no file in it is touched.
+  REQUIRE(::chmod(dir.file("spool").c_str(), 0755) == 0);
+  {
+    CerrCapture cerr;
+    CHECK(replay_spool(ledger, me) == 0);
+    CHECK(cerr.text().find("mode 0755, not 0700") != std::string::npos);
+  }
+  CHECK(exists(rows["genuine"]));
+  REQUIRE(::chmod(dir.file("spool").c_str(), 0700) == 0);
+
+  CerrCapture cerr;
+  CHECK(replay_spool(ledger, me) == 1);
+  std::string messages = cerr.text();
+  INFO(messages);
+  CHECK_FALSE(exists(rows["genuine"]));
+  CHECK(ledger.find_run("genuine")->spend == usd(0.5));
+  CHECK_FALSE(ledger.find_run("genuine")->reconciled);
+
+  // The running run's row waits (its wrapper may finish it); every other forged row is refused,
+  // reported, moved aside, and its run keeps its reconciled charge.
+  CHECK(exists(rows["running"]));
+  CHECK(messages.find("running.json waits: run running is still running") != std::string::npos);
+  CHECK(ledger.find_run("running")->status == RunStatus::running);
+  std::map<std::string, std::string> why = {
+      {"other-user", "admitted by uid " + std::to_string(me.uid + 1)},
+      {"other-host", "ran on elsewhere, not on testhost"},
+      {"above", "above its ceiling"},
+      {"below", "below the $0.3000 of its last heartbeat"},
+      {"symlink", "a symlink"},
+      {"wrong-mode", "mode 0640, not 0600"},
+      {"wrong-owner", "owned by uid 65534"}};
+  if (!as_root) why.erase("wrong-owner");
+  for (const auto& [id, reason] : why) {
+    INFO(id);
+    CHECK(messages.find(rows[id] + " is not replayed: ") != std::string::npos);
+    CHECK(messages.find(reason) != std::string::npos);
+    CHECK_FALSE(exists(rows[id]));
+    CHECK(exists(rows[id] + ".bad"));
+    std::optional<RunView> run = ledger.find_run(id);
+    CHECK(run->reconciled);
+    CHECK(run->spend == run->ceiling);
+  }
+  CHECK(exists(dir.file("outside/symlink.json")));  // the link's target is left alone
+
+  // The waiting row goes in once its run is lost and the row's spend is within bounds.
+  clock.advance(3600);
+  CHECK(replay_spool(ledger, me) == 1);
+  CHECK(ledger.find_run("running")->status == RunStatus::killed);
+}
+
+TEST_CASE("Ledger: a final spend above the ceiling is recorded as an overrun, never hidden") {
+  TempDir dir;
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  SqliteLedger ledger(dir.file("ledger.db"), clock_options(clock));
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}}, true);
+  ledger.begin_run(run_start("late", "vision", usd(1)));
+  ledger.begin_run(run_start("fine", "vision", usd(1)));
+  Money ceiling = ledger.find_run("late")->ceiling;
+  clock.advance(3600);
+  REQUIRE(ledger.reconcile_lost_runs() == 2);
+  CHECK(ledger.budgets()[0].overrun == Money{});
+  // The stopped supervisor wakes up and its real final row replaces the reconciled charge.
+  CHECK(ledger.finish_run(run_final("late", ceiling + usd(0.25), RunStatus::killed)));
+  CHECK(ledger.finish_run(run_final("fine", ceiling - usd(0.25), RunStatus::killed)));
+  std::optional<RunView> late = ledger.find_run("late");
+  CHECK(late->overrun);
+  CHECK(late->status == RunStatus::killed);
+  CHECK(late->spend == ceiling + usd(0.25));
+  CHECK_FALSE(ledger.find_run("fine")->overrun);
+  BudgetView team = ledger.budgets()[0];
+  CHECK(team.overrun == usd(0.25));
+  CHECK(team.spent == ceiling + ceiling);
+  CHECK(ledger.verify_aggregates().empty());
 }
 
 TEST_CASE("Ledger spool: where the spool is") {
