@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
+#include <ctime>
 
 #include "spendcap/base/error.hpp"
 
@@ -58,21 +58,17 @@ std::string xdg_dir(XdgDir which) {
 }
 
 void make_private_directories(const std::string& directory, const std::string& what) {
-  std::string prefix;
-  std::stringstream parts(directory);
-  std::string part;
-  if (!directory.empty() && directory.front() == '/') prefix = "/";
-  while (std::getline(parts, part, '/')) {
-    if (part.empty()) continue;
-    prefix += part;
+  // Each prefix that ends before a '/' (and the whole path), parents first.
+  for (std::size_t end = 0; end != std::string::npos;) {
+    end = directory.find('/', end + 1);
+    std::string prefix = directory.substr(0, end);
     if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
       int err = errno;
-      // (Built with append: GCC 12 warns falsely (-Wrestrict) about `what + " " + directory`.)
       std::string operand = what;
       operand.append(" ").append(directory);
-      throw Error(operand, "cannot create " + prefix + ": " + errno_text(err));
+      throw Error(operand,
+                  std::string("cannot create ").append(prefix).append(": ") + errno_text(err));
     }
-    prefix += "/";
   }
 }
 

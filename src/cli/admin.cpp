@@ -165,12 +165,7 @@ int budgets_apply_command(const LedgerChoice& choice, const std::string& policy_
   LedgerChoice target = choice;
   if (!target.ledger && policy.ledger) target.ledger = policy.ledger;
   auto ledger = open_chosen_ledger(target, nullptr);
-  std::vector<BudgetRule> rules;
-  for (const auto& [kind, named] : policy.budgets) {
-    for (const auto& [name, spec] : named) {
-      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run});
-    }
-  }
+  std::vector<BudgetRule> rules = budget_rules_of(policy);
   ledger->apply_budgets(rules, true);
   std::cout << "applied " << rules.size() << " budgets from " << policy_file << " to "
             << ledger->url() << "\n";

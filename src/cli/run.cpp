@@ -211,14 +211,12 @@ void require_a_locked_budget(const RunSettings& settings) {
   if (!settings.loaded.locked_policy) return;
   const auto& budgets = settings.loaded.locked_policy->budgets;
   if (budgets.empty()) return;
+  for (const Scope& scope : named_scopes(settings)) {
+    auto named = budgets.find(scope.kind);
+    if (named != budgets.end() && named->second.count(scope.name)) return;
+  }
   std::vector<std::string> choices;
   for (const auto& [kind, named] : budgets) {
-    const std::string* name = kind == ScopeKind::team         ? &settings.team
-                              : kind == ScopeKind::experiment ? &settings.experiment
-                              : kind == ScopeKind::project    ? &settings.project
-                              : kind == ScopeKind::user       ? &settings.user
-                                                              : nullptr;
-    if (name && named.count(*name)) return;
     std::vector<std::string> names;
     for (const auto& [budget_name, spec] : named) names.push_back(budget_name);
     choices.push_back("--" + to_string(kind) + " " + join(names, "|"));
@@ -295,16 +293,6 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
 
 namespace {
 
-std::vector<BudgetRule> budget_rules(const Policy& policy) {
-  std::vector<BudgetRule> rules;
-  for (const auto& [kind, budgets] : policy.budgets) {
-    for (const auto& [name, spec] : budgets) {
-      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run});
-    }
-  }
-  return rules;
-}
-
 // Opens the ledger, replays what earlier runs on this host spooled, and, on a personal ledger (the
 // caller's own file), applies the policy's budgets: loading the owner's policy applies it.
 std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestSwitches& switches,
@@ -319,7 +307,7 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
   // Under a locked policy only the locked policy's own budgets, never a user layer's.
   const Policy& owner_policy =
       settings.loaded.locked_policy ? *settings.loaded.locked_policy : settings.loaded.policy;
-  std::vector<BudgetRule> rules = budget_rules(owner_policy);
+  std::vector<BudgetRule> rules = budget_rules_of(owner_policy);
   if (!rules.empty() && ledger->is_personal()) ledger->apply_budgets(rules, false);
   return ledger;
 }
@@ -344,8 +332,8 @@ RunStart make_run_start(const RunSettings& settings, const std::vector<std::stri
   run.budget = settings.budget;
   run.shutdown = settings.on_trip.total();
   run.sync = settings.sync;
-  Nanos horizon = std::max(settings.claim_horizon, 2 * settings.sync);
-  run.want = cost_of_rounded_up(settings.rate_per_hour, horizon) + run.reserve;
+  run.want =
+      claim_ahead(settings.rate_per_hour, settings.claim_horizon, settings.sync, run.reserve);
   return run;
 }
 
@@ -369,7 +357,7 @@ class RunDir {
   RunDir& operator=(const RunDir&) = delete;
 
   const std::string& path() const { return path_; }
-  std::string checkpoint_done() const { return path_ + "/checkpoint-done"; }
+  std::string checkpoint_done() const { return checkpoint_done_path(path_); }
   void remove() noexcept {
     ::unlink(checkpoint_done().c_str());
     ::rmdir(path_.c_str());

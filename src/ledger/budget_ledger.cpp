@@ -26,17 +26,6 @@ std::string plural(std::int64_t count, const std::string& word) {
   return std::to_string(count) + " " + word + (count == 1 ? "" : "s");
 }
 
-// The usage scopes of a run: team, experiment, project, user, those that are named.
-std::vector<Scope> named_scopes(const RunRecord& run) {
-  std::vector<Scope> scopes;
-  for (auto [kind, name] :
-       {std::pair{ScopeKind::team, &run.team}, std::pair{ScopeKind::experiment, &run.experiment},
-        std::pair{ScopeKind::project, &run.project}, std::pair{ScopeKind::user, &run.user}}) {
-    if (!name->empty()) scopes.push_back({kind, *name});
-  }
-  return scopes;
-}
-
 // Every scope a stop order on the run may name. Unnamed ones match nothing: an order always
 // names its scope.
 std::vector<Scope> stop_scopes(const RunRecord& run) {

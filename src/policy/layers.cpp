@@ -1,4 +1,6 @@
 #include "spendcap/policy/layers.hpp"
+
+#include "spendcap/base/files.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/policy/keys.hpp"
 
@@ -301,12 +303,7 @@ PolicySearch PolicySearch::from_environment(std::optional<std::string> flag_path
     return std::string(value);
   };
   search.env_path = variable("SPENDCAP_POLICY");
-  // The XDG spec says a relative XDG_CONFIG_HOME is invalid and must be ignored.
-  if (auto xdg = variable("XDG_CONFIG_HOME"); xdg && xdg->starts_with("/")) {
-    search.xdg_path = *xdg + "/spendcap/policy.json";
-  } else if (auto home = variable("HOME")) {
-    search.xdg_path = *home + "/.config/spendcap/policy.json";
-  }
+  search.xdg_path = xdg_dir(XdgDir::config) + "/spendcap/policy.json";
   // system_path is deliberately not read from the environment: a variable that moved it would let
   // any user step out from under a locked policy.
   return search;

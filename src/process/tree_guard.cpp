@@ -55,7 +55,7 @@ void send(int fd, GuardEventKind kind, pid_t pid, int value, bool tree_empty) {
 // What the dead supervisor would have removed once the tree was empty.
 void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
   if (!options.run_dir.empty()) {
-    ::unlink((options.run_dir + "/checkpoint-done").c_str());
+    ::unlink(checkpoint_done_path(options.run_dir).c_str());
     ::rmdir(options.run_dir.c_str());
   }
   if (cgroup) cgroup->remove();

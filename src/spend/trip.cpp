@@ -6,6 +6,10 @@
 
 namespace spendcap {
 
+Money claim_ahead(Money rate_per_hour, Nanos claim_horizon, Nanos sync, Money reserve) {
+  return cost_of_rounded_up(rate_per_hour, std::max(claim_horizon, 2 * sync)) + reserve;
+}
+
 Money shutdown_reserve(Money rate_per_hour, const ShutdownTimes& times) {
   return cost_of_rounded_up(rate_per_hour, times.total());
 }

@@ -506,10 +506,8 @@ class Supervisor::Impl {
     if (heartbeat_in_flight_) return;  // a slow ledger: the trip timer guards the ceiling
     heartbeat_in_flight_ = true;
     Money spend = meter_.spend_at(now());
-    // Ask for the burn until the claim horizon, but at least two heartbeats' worth, so that a full
-    // grant always outlasts the next heartbeat.
-    Nanos horizon = std::max(plan_.claim_horizon, 2 * plan_.sync);
-    Money want = spend + cost_of_rounded_up(plan_.rate_per_hour, horizon) + reserve_;
+    Money want =
+        spend + claim_ahead(plan_.rate_per_hour, plan_.claim_horizon, plan_.sync, reserve_);
     // Once tripped the run only shuts down, within the ceiling it holds: it asks for nothing more,
     // leaving the rest of the budget to other runs.
     if (trip_) want = ceiling_;

@@ -35,6 +35,20 @@ struct Scope {
 };
 std::string to_string(const Scope& scope);  // "team:vision"
 
+// The policy-budgeted scopes of anything with team, experiment, project and user fields (a run's
+// record, its settings): those that are named, in that fixed order.
+template <typename Named>
+std::vector<Scope> named_scopes(const Named& named) {
+  std::vector<Scope> scopes;
+  for (auto [kind, name] :
+       {std::pair{ScopeKind::team, &named.team},
+        std::pair{ScopeKind::experiment, &named.experiment},
+        std::pair{ScopeKind::project, &named.project}, std::pair{ScopeKind::user, &named.user}}) {
+    if (!name->empty()) scopes.push_back({kind, *name});
+  }
+  return scopes;
+}
+
 // A budget as the ledger holds it (applied from the owner's policy).
 struct BudgetRule {
   Scope scope;  // team, experiment, project or user
@@ -42,6 +56,9 @@ struct BudgetRule {
   Period period = Period::month;
   std::optional<Money> max_run;
 };
+
+// The budgets a policy defines, as ledger rules.
+std::vector<BudgetRule> budget_rules_of(const Policy& policy);
 
 // Everything about a run that is known when it starts.
 struct RunStart {

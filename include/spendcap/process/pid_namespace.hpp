@@ -10,8 +10,9 @@
 //   - mounts: the same mounts, made private (mounts the job makes do not propagate out, and the
 //     host's later mounts do not propagate in); /proc is the namespace's own;
 //   - with a user namespace: the same uid and gid, but files and processes of other users show as
-//     the overflow ids (nobody / nogroup), supplementary groups show as nogroup (access checks still
-//     use them), setgroups() is refused, and setuid/setgid programs (sudo) do not gain privileges.
+//     the overflow ids (nobody / nogroup), supplementary groups show as nogroup (access checks
+//     still use them), setgroups() is refused, and setuid/setgid programs (sudo) do not gain
+//     privileges.
 //   Files, network, devices and GPUs, the environment, the cgroup and limits are unchanged.
 // Must be called while the caller is single-threaded (it forks like fork()).
 #pragma once

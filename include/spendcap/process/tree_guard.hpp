@@ -16,10 +16,10 @@
 // private mount namespace with a fresh /proc (as root with CLONE_NEWPID|CLONE_NEWNS; otherwise
 // inside a user namespace that maps only the caller's own uid and gid). It is then the namespace's
 // init: the tree cannot name spendcap (its /proc shows only the tree, its PPid chain ends at the
-// guard, pid 1), the kernel does not deliver SIGKILL or SIGSTOP from inside to the namespace's init,
-// the guard is not dumpable (no ptrace), and when the guard exits the kernel kills every process of
-// the namespace. The pids in GuardEvent are then the namespace's own; the supervisor never uses
-// them to signal: it walks the tree from the guard's host pid with the host's /proc.
+// guard, pid 1), the kernel does not deliver SIGKILL or SIGSTOP from inside to the namespace's
+// init, the guard is not dumpable (no ptrace), and when the guard exits the kernel kills every
+// process of the namespace. The pids in GuardEvent are then the namespace's own; the supervisor
+// never uses them to signal: it walks the tree from the guard's host pid with the host's /proc.
 //
 // The watchdog: the supervisor sends GuardOrder records over the control pipe, a tick every
 // interval and the kill deadline (the moment spend reaches the granted ceiling). No process of the
@@ -39,6 +39,12 @@
 namespace spendcap {
 
 class Cgroup;
+
+// $SPENDCAP_CHECKPOINT_DONE: the file in the run's directory the job creates when its checkpoint is
+// written (the supervisor watches it; the guard removes it when the supervisor died).
+inline std::string checkpoint_done_path(const std::string& run_dir) {
+  return run_dir + "/checkpoint-done";
+}
 
 enum class GuardEventKind : std::int32_t {
   launched = 1,       // pid = the main process
@@ -87,11 +93,11 @@ struct GuardOptions {
 };
 
 struct GuardHandle {
-  pid_t pid = -1;  // the host's pid, also when the guard runs in its own namespace
-  bool isolated = false;          // the guard is the init of its own PID namespace
-  std::string why_not_isolated;   // why a PID namespace was asked for and could not be made
-  int events_fd = -1;   // read end: GuardEvent records (close-on-exec, non-blocking)
-  int control_fd = -1;  // write end: closing it (or dying) tells the guard to clean up
+  pid_t pid = -1;                // the host's pid, also when the guard runs in its own namespace
+  bool isolated = false;         // the guard is the init of its own PID namespace
+  std::string why_not_isolated;  // why a PID namespace was asked for and could not be made
+  int events_fd = -1;            // read end: GuardEvent records (close-on-exec, non-blocking)
+  int control_fd = -1;           // write end: closing it (or dying) tells the guard to clean up
 };
 
 // Forks the guard, which launches `spec` at once. Throws Error if spendcap already has more than

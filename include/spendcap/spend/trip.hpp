@@ -27,6 +27,11 @@ struct ShutdownTimes {
 // What the run must hold back to pay for its own shutdown: rate x shutdown time, rounded up.
 Money shutdown_reserve(Money rate_per_hour, const ShutdownTimes& times);
 
+// What a run asks the ledger for beyond its spend, at admission and at each heartbeat: its burn
+// until the claim horizon, but at least two heartbeats' worth (so that a full grant always
+// outlasts the next heartbeat), plus its reserve.
+Money claim_ahead(Money rate_per_hour, Nanos claim_horizon, Nanos sync, Money reserve);
+
 // The moment spend + reserve reaches `ceiling`: the trip is computed, not found by polling.
 // nullopt when it never comes (rate 0). At or before `launched` when the ceiling is already short.
 std::optional<TimePoint> budget_trip_time(TimePoint launched, Money rate_per_hour, Money ceiling,

@@ -412,7 +412,7 @@ TEST_CASE("Ledger spool: a row is replayed only when the ledger and the file vou
   // Each forged row differs from a genuine one in one thing only, so each refusal is that check's.
   const std::vector<std::string> lost_runs = {"genuine", "other-user", "other-host", "above",
                                               "below",   "symlink",    "wrong-mode", "wrong-owner"};
-  for (const std::string& id : lost_runs) {
+  for (std::string id : lost_runs) {
     RunStart start = run_start(id, "vision", usd(1));
     if (id == "other-user") start.uid = me.uid + 1;
     if (id == "other-host") start.host = "elsewhere";
@@ -430,7 +430,7 @@ TEST_CASE("Ledger spool: a row is replayed only when the ledger and the file vou
     return spool_final(ledger.url(), run_final(id, spend, RunStatus::killed));
   };
   std::map<std::string, std::string> rows;
-  for (const std::string& id :
+  for (std::string id :
        {"genuine", "other-user", "other-host", "running", "wrong-mode", "wrong-owner"}) {
     rows[id] = spool_row(id, usd(0.5));
   }
