@@ -316,6 +316,11 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.on_signal = ShutdownTimes{std::min(d.grace, d.grace_on_signal),
                                      std::min(d.kill_after, d.kill_after_on_signal)};
   settings.checkpoint_signal = d.checkpoint_signal;
+  if (ignored_by_default(settings.checkpoint_signal)) {
+    std::cerr << "spendcap: checkpoint signal " << signal_name(settings.checkpoint_signal)
+              << ": ignored by default, so a job without a handler for it never checkpoints (as "
+                 "with none)\n";
+  }
   settings.isolation = d.isolation;
   settings.mode = policy.mode;
   settings.interval = d.interval;

@@ -130,6 +130,10 @@ constexpr SignalNameEntry kSignalNames[] = {
 
 // "none", a number written plainly ("10", not "010"), or a name in upper or lower case with or
 // without "SIG" ("SIGUSR1", "usr1", "SIGRTMIN+2"), never mixed case or "RTMIN2abc".
+bool ignored_by_default(int signal) {
+  return signal == SIGCHLD || signal == SIGWINCH || signal == SIGURG || signal == SIGCONT;
+}
+
 std::optional<int> parse_signal(std::string_view text) {
   if (text == "none" || text == "0") return 0;
   if (text.empty()) return std::nullopt;

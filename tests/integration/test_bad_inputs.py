@@ -211,6 +211,13 @@ class NumbersTest(BadInputTest):
         self.assertNotIn("internal error", result.stderr)
 
 
+class CheckpointSignalTest(BadInputTest):
+    def test_a_signal_ignored_by_default_is_warned_about(self):
+        result = self.run_spendcap(UNDER_BUDGET + ["--checkpoint-signal", "SIGWINCH", "--", "true"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("checkpoint signal SIGWINCH: ignored by default", result.stderr)
+
+
 class StatusFileSymlinkTest(BadInputTest):
     def test_a_symlink_at_the_status_path_is_replaced_not_followed(self):
         victim = self.path("victim")
