@@ -9,6 +9,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/exit_code.hpp"
+#include "spendcap/base/text.hpp"
 #include "spendcap/cli/admin.hpp"
 #include "spendcap/cli/run.hpp"
 #include "spendcap/process/launcher.hpp"
@@ -41,8 +42,9 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--sync", request.sync, "ledger heartbeat interval (default 5s)");
   run.add_option("--claim-horizon", request.claim_horizon,
                  "how far ahead a ceiling is claimed from shared budgets (default 5m)");
-  run.add_option("--isolation", request.isolation,
-                 "pid (default where the kernel allows it: the job cannot signal spendcap) or none");
+  run.add_option(
+      "--isolation", request.isolation,
+      "pid (default where the kernel allows it: the job cannot signal spendcap) or none");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH or a path");
@@ -125,11 +127,15 @@ int main(int argc, char** argv) {
     if (*ps) return spendcap::ps_command(choice, json);
     if (*stop) return spendcap::stop_command(choice, stop_request);
   } catch (const spendcap::Error& error) {
-    std::cerr << "spendcap: " << spendcap::format_error(error) << "\n";
-    for (const std::string& detail : error.details) std::cerr << "  " << detail << "\n";
+    std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
+              << "\n";
+    for (const std::string& detail : error.details) {
+      std::cerr << "  " << spendcap::escape_for_terminal(detail) << "\n";
+    }
     return spendcap::to_int(error.code());
   } catch (const std::exception& error) {
-    std::cerr << "spendcap: internal error: " << error.what() << "\n";
+    std::cerr << "spendcap: internal error: " << spendcap::escape_for_terminal(error.what())
+              << "\n";
     return spendcap::to_int(ExitCode::internal);
   }
   return spendcap::to_int(ExitCode::internal);

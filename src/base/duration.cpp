@@ -11,7 +11,7 @@ namespace spendcap {
 
 namespace {
 
-// Nanoseconds per unit; "ms" must be tried before "m".
+// Nanoseconds per unit, smallest first; "ms" must be tried before "m".
 struct Unit {
   std::string_view name;
   double nanos;
@@ -21,12 +21,14 @@ constexpr Unit kUnits[] = {{"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}, 
 // Longest duration accepted: 100 years keeps every sum far from int64 nanosecond overflow.
 constexpr double kMaxNanos = 100.0 * 365 * 86400e9;
 
-}  // namespace
-
-std::optional<Nanos> parse_duration(std::string_view text) {
+// The duration, or nullopt with `why` set to what is wrong with it.
+std::optional<Nanos> parse(std::string_view text, std::string& why) {
+  why = "not a duration";
   if (text.empty()) return std::nullopt;
   double total = 0;
   size_t i = 0;
+  // "1h30m" but not "1h1h" or "5m1h": each unit once, largest first, as format_duration writes.
+  const Unit* previous = nullptr;
   while (i < text.size()) {
     size_t start = i;
     bool seen_digit = false, seen_dot = false;
@@ -52,17 +54,35 @@ std::optional<Nanos> parse_duration(std::string_view text) {
       }
     }
     if (!unit) return std::nullopt;
+    if (previous && unit >= previous) {
+      why = unit == previous ? "gives the unit " + std::string(unit->name) + " twice"
+                             : "gives " + std::string(unit->name) + " after the smaller unit " +
+                                   std::string(previous->name);
+      return std::nullopt;
+    }
+    previous = unit;
     i += unit->name.size();
     total += number * unit->nanos;
   }
-  if (!std::isfinite(total) || total < 0 || total > kMaxNanos) return std::nullopt;
+  if (!std::isfinite(total) || total < 0 || total > kMaxNanos) {
+    why = "not a duration of at most 100 years";
+    return std::nullopt;
+  }
   return Nanos(static_cast<std::int64_t>(std::llround(total)));
 }
 
+}  // namespace
+
+std::optional<Nanos> parse_duration(std::string_view text) {
+  std::string why;
+  return parse(text, why);
+}
+
 Nanos parse_duration_or_throw(std::string_view text, std::string_view what) {
-  if (auto parsed = parse_duration(text)) return *parsed;
-  throw Error(std::string(what) + " " + std::string(text), "not a duration",
-              "write it like 90s, 5m, 1h30m or 250ms");
+  std::string why;
+  if (auto parsed = parse(text, why)) return *parsed;
+  throw Error(std::string(what) + " " + std::string(text), why,
+              "write it like 90s, 5m, 1h30m or 250ms: each unit once, largest first");
 }
 
 std::string format_duration(Nanos duration) {

@@ -1,5 +1,6 @@
 #include "spendcap/base/money.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -87,16 +88,37 @@ std::string to_decimal(Money amount) {
   return text;
 }
 
-Money cost_of(Money rate_per_hour, Nanos elapsed) {
-  if (elapsed.count() <= 0) return Money{};
+namespace {
+// rate x elapsed / 1 h in micro-units, exact: |rate| <= int64 max and elapsed <= int64 max keep
+// the product below 2^126. Saturating at kMaxMoney keeps the int64 result and its sums exact.
+int128 cost_micros(Money rate_per_hour, Nanos elapsed, bool round_up) {
+  if (elapsed.count() <= 0 || rate_per_hour.micros <= 0) return 0;
   int128 product = static_cast<int128>(rate_per_hour.micros) * elapsed.count();
-  return Money{static_cast<std::int64_t>(product / kNanosPerHour)};
+  return (product + (round_up ? kNanosPerHour - 1 : 0)) / kNanosPerHour;
+}
+Money saturate(int128 micros) {
+  return Money{static_cast<std::int64_t>(std::min<int128>(micros, kMaxMoney.micros))};
+}
+}  // namespace
+
+Money cost_of(Money rate_per_hour, Nanos elapsed) {
+  return saturate(cost_micros(rate_per_hour, elapsed, false));
 }
 
 Money cost_of_rounded_up(Money rate_per_hour, Nanos elapsed) {
-  if (elapsed.count() <= 0) return Money{};
-  int128 product = static_cast<int128>(rate_per_hour.micros) * elapsed.count();
-  return Money{static_cast<std::int64_t>((product + kNanosPerHour - 1) / kNanosPerHour)};
+  return saturate(cost_micros(rate_per_hour, elapsed, true));
+}
+
+std::optional<Money> checked_cost_of_rounded_up(Money rate_per_hour, Nanos elapsed) {
+  int128 micros = cost_micros(rate_per_hour, elapsed, true);
+  if (micros > kMaxMoney.micros) return std::nullopt;
+  return Money{static_cast<std::int64_t>(micros)};
+}
+
+std::optional<Money> checked_times(Money amount, std::int64_t count) {
+  int128 micros = static_cast<int128>(amount.micros) * count;
+  if (micros < 0 || micros > kMaxMoney.micros) return std::nullopt;
+  return Money{static_cast<std::int64_t>(micros)};
 }
 
 Nanos time_to_cost(Money rate_per_hour, Money amount) {

@@ -1,6 +1,113 @@
 #include "spendcap/base/text.hpp"
 
+#include <cstdint>
+#include <cstdio>
+
+#include "spendcap/base/error.hpp"
+
 namespace spendcap {
+
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[at], and its code point; 0 if there is none.
+size_t utf8_sequence(std::string_view text, size_t at, char32_t& code_point) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  unsigned char lead = byte(at);
+  if (lead < 0x80) {
+    code_point = lead;
+    return 1;
+  }
+  size_t length;
+  char32_t min;
+  if ((lead & 0xE0) == 0xC0) {
+    length = 2, min = 0x80, code_point = lead & 0x1F;
+  } else if ((lead & 0xF0) == 0xE0) {
+    length = 3, min = 0x800, code_point = lead & 0x0F;
+  } else if ((lead & 0xF8) == 0xF0) {
+    length = 4, min = 0x10000, code_point = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (at + length > text.size()) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(at + i) & 0xC0) != 0x80) return 0;
+    code_point = (code_point << 6) | (byte(at + i) & 0x3F);
+  }
+  if (code_point < min || code_point > 0x10FFFF) return 0;
+  if (code_point >= 0xD800 && code_point <= 0xDFFF) return 0;
+  return length;
+}
+
+bool is_control(char32_t c) {
+  return c < 0x20 || c == 0x7F || (c >= 0x80 && c <= 0x9F);
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view text) {
+  for (size_t at = 0; at < text.size();) {
+    char32_t c;
+    size_t length = utf8_sequence(text, at, c);
+    if (length == 0) return false;
+    at += length;
+  }
+  return true;
+}
+
+std::string escape_for_terminal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  char buffer[16];
+  for (size_t at = 0; at < text.size();) {
+    char32_t c;
+    size_t length = utf8_sequence(text, at, c);
+    if (length == 0) {
+      std::snprintf(buffer, sizeof buffer, "\\x%02X", static_cast<unsigned char>(text[at]));
+      out += buffer;
+      ++at;
+      continue;
+    }
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == 0x1B) {
+      out += "\\e";
+    } else if (c < 0x80 && is_control(c)) {
+      std::snprintf(buffer, sizeof buffer, "\\x%02X", static_cast<unsigned>(c));
+      out += buffer;
+    } else if (is_control(c)) {
+      std::snprintf(buffer, sizeof buffer, "\\u{%04X}", static_cast<unsigned>(c));
+      out += buffer;
+    } else {
+      out.append(text.substr(at, length));
+    }
+    at += length;
+  }
+  return out;
+}
+
+void require_printable_name(std::string_view value, std::string_view flag) {
+  bool control = false;
+  for (size_t at = 0; at < value.size();) {
+    char32_t c;
+    size_t length = utf8_sequence(value, at, c);
+    if (length == 0) {
+      throw Error(std::string(flag) + " " + std::string(value), "not valid UTF-8",
+                  "names are printed and stored as text: use UTF-8");
+    }
+    control |= is_control(c);
+    at += length;
+  }
+  if (control) {
+    throw Error(std::string(flag) + " " + std::string(value), "holds a control character",
+                "names are printed to terminals: use printable text");
+  }
+}
 
 std::string join(const std::vector<std::string>& items, std::string_view separator) {
   std::string out;

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "spendcap/base/json_text.hpp"
+#include "spendcap/base/text.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/layers.hpp"
@@ -53,8 +55,11 @@ std::string age(double seconds) {
   return format_duration(std::chrono::seconds(static_cast<std::int64_t>(seconds)));
 }
 
-// Prints rows as left-aligned columns.
-void print_table(const std::vector<std::vector<std::string>>& rows) {
+// Prints rows as left-aligned columns, each cell escaped: names come from other users' rows.
+void print_table(std::vector<std::vector<std::string>> rows) {
+  for (auto& row : rows) {
+    for (std::string& cell : row) cell = escape_for_terminal(cell);
+  }
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     widths.resize(std::max(widths.size(), row.size()));
@@ -103,8 +108,10 @@ int policy_check_command(const std::vector<std::string>& files) {
                 << policy.instance_rates.size() << " instance types, " << budgets << " budgets"
                 << (policy.locked ? ", locked" : "") << ")\n";
     } catch (const Error& error) {
-      std::cerr << "spendcap: " << format_error(error) << "\n";
-      for (const std::string& detail : error.details) std::cerr << "  " << detail << "\n";
+      std::cerr << "spendcap: " << escape_for_terminal(format_error(error)) << "\n";
+      for (const std::string& detail : error.details) {
+        std::cerr << "  " << escape_for_terminal(detail) << "\n";
+      }
       status = to_int(ExitCode::internal);
     }
   }
@@ -138,7 +145,7 @@ int budgets_command(const LedgerChoice& choice, bool json) {
            {"overrun", money_to_json(view.overrun)},
            {"remaining", money_to_json(view.remaining())}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << dump_json(out, 2) << "\n";
     return 0;
   }
   if (views.empty()) {
@@ -198,7 +205,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"heartbeat_at", run.heartbeat_at},
                      {"age_seconds", now - run.started_at}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << dump_json(out, 2) << "\n";
     return 0;
   }
   if (runs.empty()) {
@@ -225,6 +232,7 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
     throw Error("stop", "give exactly one of --team, --experiment, --project, --user, --run",
                 "e.g. spendcap stop --team vision --reason 'budget review'");
   }
+  require_printable_name(scope->name, "--" + to_string(scope->kind));
   auto ledger = open_chosen_ledger(choice, nullptr);
   std::string flag = "--" + to_string(scope->kind) + " " + scope->name;
   if (request.clear) {
@@ -242,17 +250,18 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
     }
     int cleared = ledger->clear_stop_orders(*scope);
     std::cout << "cleared " << cleared << " stop order" << (cleared == 1 ? "" : "s") << " on "
-              << to_string(*scope) << "\n";
+              << escape_for_terminal(to_string(*scope)) << "\n";
     return 0;
   }
   ledger->place_stop_order(*scope, request.reason, user_name() + "@" + host_name());
   int affected = 0;
   for (const RunView& run : ledger->active_runs()) affected += in_scope(run, *scope);
-  std::cout << "stop order placed on " << to_string(*scope) << ": " << affected
+  std::cout << "stop order placed on " << escape_for_terminal(to_string(*scope)) << ": " << affected
             << " running wrapper" << (affected == 1 ? "" : "s")
             << " in scope stop within one sync interval";
   if (scope->kind != ScopeKind::run) {
-    std::cout << "; new runs are refused until `spendcap stop --clear " << flag << "`";
+    std::cout << "; new runs are refused until `spendcap stop --clear " << escape_for_terminal(flag)
+              << "`";
   }
   std::cout << "\n";
   return 0;

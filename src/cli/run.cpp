@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 #include <stdexcept>
 
 #include "spendcap/base/text.hpp"
@@ -185,7 +186,13 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
   if (d.gpu) {
     int gpus = d.gpus ? *d.gpus : gpus_from_environment(env).value_or(1);
     Money gpu_price = price_of(policy.gpu_rates, *d.gpu, d.pricing, "--gpu", "GPU");
-    per_instance += Money{gpu_price.micros * gpus};
+    auto gpus_price = checked_times(gpu_price, gpus);
+    if (!gpus_price) {
+      throw Error("--gpus " + std::to_string(gpus) + " --gpu " + *d.gpu,
+                  "the burn rate is beyond the largest amount spendcap handles",
+                  "check --gpus and the policy's prices");
+    }
+    per_instance += *gpus_price;
     source = std::to_string(gpus) + " x " + *d.gpu;
     settings.tags["gpu"] = *d.gpu;
     settings.tags["gpus"] = std::to_string(gpus);
@@ -196,7 +203,13 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
     source += (source.empty() ? "" : " + ") + *d.instance;
     settings.tags["instance"] = *d.instance;
   }
-  settings.rate_per_hour = Money{per_instance.micros * instances};
+  auto rate = checked_times(per_instance, instances);
+  if (!rate || per_instance > kMaxMoney) {
+    throw Error("--instances " + std::to_string(instances),
+                "the burn rate is beyond the largest amount spendcap handles",
+                "check --instances, --gpus and the policy's prices");
+  }
+  settings.rate_per_hour = *rate;
   if (instances != 1) source = std::to_string(instances) + " x (" + source + ")";
   settings.rate_source = source + " " + to_string(d.pricing);
   if (settings.rate_per_hour.micros == 0) {
@@ -248,11 +261,37 @@ TestSwitches TestSwitches::from(const Environment& env) {
   return switches;
 }
 
+namespace {
+
+// The reserve (rate x (grace + kill-after)) and the first claim (rate x horizon) are exact 128-bit
+// products, but must fit the ledger's int64 micro-units: `--rate 1000000000000 --grace 5000h`
+// once wrapped to a small reserve and started. Refused instead, naming the flags that set them.
+void require_money_fits(const RunRequest& request, const RunSettings& settings) {
+  Nanos horizon = std::max(settings.claim_horizon, 2 * settings.sync);
+  auto reserve = checked_cost_of_rounded_up(settings.rate_per_hour, settings.on_trip.total());
+  auto claim = checked_cost_of_rounded_up(settings.rate_per_hour, horizon);
+  if (reserve && claim && *reserve + *claim <= kMaxMoney) return;
+  std::string flags = request.rate ? "--rate " + *request.rate : settings.rate_source;
+  if (request.grace) flags += " --grace " + *request.grace;
+  if (request.kill_after) flags += " --kill-after " + *request.kill_after;
+  if (request.claim_horizon) flags += " --claim-horizon " + *request.claim_horizon;
+  throw Error(flags,
+              "the shutdown reserve and first claim are beyond the largest amount spendcap "
+              "handles (" +
+                  format_money(kMaxMoney) + ")",
+              "lower --rate, --grace, --kill-after or --claim-horizon");
+}
+
+}  // namespace
+
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
                                  const PolicySearch& search) {
   if (request.command.empty()) {
     throw Error("run", "no command given", "put the command after --, e.g. -- python3 train.py");
   }
+  require_printable_name(request.team, "--team");
+  require_printable_name(request.experiment, "--experiment");
+  require_printable_name(request.project, "--project");
   RunSettings settings;
   settings.loaded = load_policy_naming_flags(search, flags_layer(request));
   const Policy& policy = settings.loaded.policy;
@@ -263,6 +302,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
     if (eq == std::string::npos || eq == 0) {
       throw Error("--tag " + tag, "not KEY=VALUE", "write it like --tag lr=3e-4");
     }
+    require_printable_name(tag.substr(0, eq), "--tag");
     settings.tags[tag.substr(0, eq)] = tag.substr(eq + 1);
   }
   for (const auto& [key, value] : scheduler_tags(env)) settings.tags.try_emplace(key, value);
@@ -274,6 +314,11 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.on_signal = ShutdownTimes{std::min(d.grace, d.grace_on_signal),
                                      std::min(d.kill_after, d.kill_after_on_signal)};
   settings.checkpoint_signal = d.checkpoint_signal;
+  if (ignored_by_default(settings.checkpoint_signal)) {
+    std::cerr << "spendcap: checkpoint signal " << signal_name(settings.checkpoint_signal)
+              << ": ignored by default, so a job without a handler for it never checkpoints (as "
+                 "with none)\n";
+  }
   settings.isolation = d.isolation;
   settings.mode = policy.mode;
   settings.interval = d.interval;
@@ -281,6 +326,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.claim_horizon = d.claim_horizon;
   settings.warn_at = d.warn_at;
   settings.ledger_url = policy.ledger ? *policy.ledger : default_ledger_url();
+  require_money_fits(request, settings);
   settings.team = request.team;
   settings.experiment = request.experiment;
   settings.project = request.project;
@@ -542,7 +588,11 @@ void record_final(Supervisor& supervisor, const std::string& ledger_url, const R
 
 }  // namespace
 
-int run_command(const RunRequest& request, const Inherited& inherited) {
+namespace {
+
+// The steps of run_command; an Error thrown by one unwinds (the run directory, an admitted run)
+// before run_command looks for a stop signal that came meanwhile.
+int run_steps(const RunRequest& request, const Inherited& inherited) {
   // No stop signal may kill spendcap half-way (a run admitted but never launched): they stay
   // blocked until the supervisor's event loop handles them. The command gets the caller's mask.
   block_stop_signals(true);
@@ -634,6 +684,22 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
     reraise(signal);
   }
   return outcome.exit_code;
+}
+
+}  // namespace
+
+int run_command(const RunRequest& request, const Inherited& inherited) {
+  try {
+    return run_steps(request, inherited);
+  } catch (const Error& error) {
+    // Setup gives up at once when a stop signal comes while it waits (a locked ledger): spendcap
+    // dies by that signal, as it would have without the block, once it has said why.
+    if (int signal = take_pending_stop_signal()) {
+      std::cerr << "spendcap: " << escape_for_terminal(format_error(error)) << "\n";
+      reraise(signal);
+    }
+    throw;
+  }
 }
 
 }  // namespace spendcap

@@ -159,7 +159,11 @@ std::optional<std::string> violation(const PolicyKey& rule, const json* locked, 
       if (!theirs || *theirs == 0) return std::nullopt;
       std::optional<int> mine =
           upper.is_string() ? parse_signal(upper.get<std::string>()) : std::nullopt;
-      if (mine && *mine != 0) return std::nullopt;
+      if (mine && *mine != 0 && !ignored_by_default(*mine)) return std::nullopt;
+      if (mine && *mine != 0) {
+        return got + " is ignored by default, so for most jobs it would turn off the locked " +
+               "checkpoint signal " + signal_name(*theirs);
+      }
       return got + " would turn off the locked checkpoint signal " + signal_name(*theirs);
     }
   }

@@ -4,6 +4,7 @@
 #include "reader.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,6 +130,10 @@ constexpr SignalNameEntry kSignalNames[] = {
 
 // "none", a number written plainly ("10", not "010"), or a name in upper or lower case with or
 // without "SIG" ("SIGUSR1", "usr1", "SIGRTMIN+2"), never mixed case or "RTMIN2abc".
+bool ignored_by_default(int signal) {
+  return signal == SIGCHLD || signal == SIGWINCH || signal == SIGURG || signal == SIGCONT;
+}
+
 std::optional<int> parse_signal(std::string_view text) {
   if (text == "none" || text == "0") return 0;
   if (text.empty()) return std::nullopt;
@@ -273,6 +278,13 @@ class DuplicateKeys {
   }
   std::vector<std::string> errors;
 
+  // Where the parser is: the path of the value it reads now.
+  Pointer here() const {
+    Pointer at;
+    for (const Frame& frame : frames_) at = frame.is_array ? at / frame.index : at / frame.key;
+    return at;
+  }
+
  private:
   struct Frame {
     bool is_array;
@@ -283,20 +295,36 @@ class DuplicateKeys {
   void element_done() {
     if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
   }
-  Pointer here() const {
-    Pointer at;
-    for (const Frame& frame : frames_) at = frame.is_array ? at / frame.index : at / frame.key;
-    return at;
-  }
   std::vector<Frame> frames_;
 };
 
 // A policy is a few kilobytes; the bound keeps `--policy /dev/zero` from eating memory.
 constexpr std::size_t kMaxPolicyBytes = 16 << 20;
 
+std::string file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
 std::string read_whole_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading blocks until a writer comes, and run reads the policy
+  // with its stop signals blocked, so `--policy FIFO` hung for good. Only regular files are read.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path, errno_text(errno));
+  struct stat st {};
+  // A directory goes on to read(), which says EISDIR.
+  if (::fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+    int err = errno;
+    ::close(fd);
+    if (st.st_mode != 0) {
+      throw Error(path, "is " + file_kind(st.st_mode) + ", not a regular file",
+                  "give a policy file");
+    }
+    throw Error(path, errno_text(err));
+  }
   std::string text;
   char buffer[65536];
   while (true) {
@@ -356,6 +384,13 @@ nlohmann::json read_policy_file(const std::string& path) {
     });
   } catch (const json::parse_error& error) {
     throw PolicyError(path, {parse_error_text(error)});
+  } catch (const json::out_of_range& error) {
+    // 1e999: a number no double holds (nlohmann's error 406), reported where it stands.
+    std::string message = error.what();
+    std::size_t bracket = message.find("] ");
+    if (bracket != std::string::npos) message = message.substr(bracket + 2);
+    throw PolicyError(path, {path_text(duplicates.here()) + ": " + message +
+                             " (out of range of a JSON number spendcap can read)"});
   }
   if (!duplicates.errors.empty()) throw PolicyError(path, std::move(duplicates.errors));
   return document;

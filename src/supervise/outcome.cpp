@@ -9,6 +9,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/files.hpp"
+#include "spendcap/base/json_text.hpp"
 #include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
@@ -47,7 +48,7 @@ nlohmann::json to_json(const RunOutcome& outcome) {
 }
 
 void write_status_file(const std::string& path, const RunOutcome& outcome) {
-  write_file_atomically(path, to_json(outcome).dump(2) + "\n", 0644, "--status-file " + path);
+  write_file_atomically(path, dump_json(to_json(outcome), 2) + "\n", 0644, "--status-file " + path);
 }
 
 }  // namespace spendcap

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "spendcap/base/text.hpp"
+
 namespace spendcap {
 
 namespace {
@@ -95,7 +97,7 @@ void Reporter::line(const std::string& text) const {
 }
 
 void Reporter::error(const std::string& text) const {
-  write((tty_ ? "\r\033[K" : "") + std::string("spendcap: ") + text + "\n");
+  write((tty_ ? "\r\033[K" : "") + std::string("spendcap: ") + escape_for_terminal(text) + "\n");
 }
 
 void Reporter::title(const std::string& text) {
@@ -105,7 +107,7 @@ void Reporter::title(const std::string& text) {
     sequence = "\033[22;0t";  // push the current title, restored on exit
     title_pushed_ = true;
   }
-  write(sequence + "\033]0;" + text + "\007");
+  write(sequence + "\033]0;" + escape_for_terminal(text) + "\007");
 }
 
 }  // namespace spendcap

@@ -49,10 +49,15 @@ double money_to_json(Money amount);
 // The amount as a plain decimal, trailing zeros trimmed: "0.1", "36", "0.000125".
 std::string to_decimal(Money amount);
 
-// What `rate_per_hour` costs over `elapsed`, rounded down to the micro-unit.
+// What `rate_per_hour` costs over `elapsed`, rounded down to the micro-unit. Never wraps: a cost
+// beyond kMaxMoney is kMaxMoney (callers that must refuse it use checked_cost_of_rounded_up).
 Money cost_of(Money rate_per_hour, Nanos elapsed);
-// The same, rounded up: for reserves, which must never be too small.
+// The same, rounded up: for reserves, which must never be too small. Saturates as cost_of.
 Money cost_of_rounded_up(Money rate_per_hour, Nanos elapsed);
+// cost_of_rounded_up, or nullopt when the cost is beyond kMaxMoney.
+std::optional<Money> checked_cost_of_rounded_up(Money rate_per_hour, Nanos elapsed);
+// amount x count, or nullopt when it is negative or beyond kMaxMoney.
+std::optional<Money> checked_times(Money amount, std::int64_t count);
 // The shortest time over which `rate_per_hour` costs at least `amount`. Nanos::max() at rate 0.
 Nanos time_to_cost(Money rate_per_hour, Money amount);
 

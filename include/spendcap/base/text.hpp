@@ -17,4 +17,18 @@ std::vector<std::string> split(std::string_view text, char separator);
 // "?password=***"): ledger URLs may carry one, and messages go to terminals and CI logs.
 std::string redact_password(std::string url);
 
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool is_valid_utf8(std::string_view text);
+
+// `text` made safe to print to a terminal: control characters (C0, DEL, and C1 written in UTF-8)
+// become \n, \t, \e, \xNN or \u{NNNN}, a byte that is not part of valid UTF-8 becomes \xNN,
+// and a backslash is doubled. Everything that reaches a screen from a name, a reason or a command
+// that another user wrote goes through here, so an ESC sequence cannot rewrite someone's screen.
+std::string escape_for_terminal(std::string_view text);
+
+// Refuses (spendcap::Error, exit 125) a name (--team, --experiment, --project, a tag key) holding
+// a control character or bytes that are not UTF-8, naming `flag` and quoting the value (the
+// printers escape it).
+void require_printable_name(std::string_view value, std::string_view flag);
+
 }  // namespace spendcap

@@ -43,6 +43,9 @@ std::optional<ScopeKind> parse_scope_kind(std::string_view text);
 // Signal names: "SIGUSR1", "USR1", "usr1" or a number. 0 means "none".
 std::optional<int> parse_signal(std::string_view text);
 std::string signal_name(int signal);  // "SIGUSR1"; "none" for 0
+// SIGCHLD, SIGWINCH, SIGURG, SIGCONT: their default action is to ignore them, so as a checkpoint
+// signal they act as none for a job that installs no handler.
+bool ignored_by_default(int signal);
 
 struct PriceSheet {
   std::optional<Money> on_demand, spot, reserved;  // per hour

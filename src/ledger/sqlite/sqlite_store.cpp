@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/json_text.hpp"
 
 namespace spendcap {
 
@@ -129,6 +131,20 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
+
+// A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT: supervisor.hpp's kStopSignals) waiting while
+// this thread has it blocked. `spendcap run` blocks them during setup so that it is never killed
+// half-way; a wait on a locked ledger then ended only at the lock timeout (10 s, then exit 125).
+// The wait gives up at once instead, and run re-raises the signal after cleaning up. Not consumed
+// here: the caller takes it.
+int pending_stop_signal() {
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return 0;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+    if (sigismember(&pending, signal)) return signal;
+  }
+  return 0;
+}
 
 // Durations are stored in whole milliseconds (RunRecord's are already whole: rounding up only
 // guards a caller that forgot).
@@ -311,6 +327,7 @@ struct SqliteStore::Impl final : StoreTxn {
     auto now = std::chrono::steady_clock::now();
     if (tries == 0) impl.busy_since = now;
     if (now - impl.busy_since >= impl.sqlite_options.lock_timeout) return 0;
+    if (pending_stop_signal()) return 0;
     int most_us = 50 * std::min(tries + 1, 40);  // up to 2 ms
     std::this_thread::sleep_for(std::chrono::microseconds(20 + impl.jitter() % most_us));
     return 1;
@@ -326,6 +343,11 @@ struct SqliteStore::Impl final : StoreTxn {
       try {
         return body();
       } catch (const Busy&) {
+        if (int signal = pending_stop_signal()) {
+          throw error(
+              "locked; gave up waiting for its write lock on signal " + std::to_string(signal),
+              "a stop signal came while waiting");
+        }
         if (std::chrono::steady_clock::now() - started >= sqlite_options.lock_timeout) {
           throw error("locked for more than " + format_duration(sqlite_options.lock_timeout),
                       "another process holds its write lock; if no spendcap is running, look "
@@ -414,7 +436,7 @@ struct SqliteStore::Impl final : StoreTxn {
 namespace {
 
 std::string json_of(const auto& value) {
-  return nlohmann::json(value).dump();
+  return dump_json(nlohmann::json(value));
 }
 
 // Tags as written by json_of: an object of strings (anything else, written by hand, is dropped).

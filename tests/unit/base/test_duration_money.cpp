@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "spendcap/base/duration.hpp"
 #include "spendcap/base/error.hpp"
@@ -83,4 +84,30 @@ TEST_CASE("time_to_cost inverts cost_of") {
     CHECK(cost_of(Money{3333333}, t).micros >= micros);
     CHECK(cost_of(Money{3333333}, t - Nanos(1)).micros < micros);
   }
+}
+
+TEST_CASE("a duration gives each unit once, largest first") {
+  CHECK(parse_duration("1h30m") == minutes(90));
+  CHECK(parse_duration("1d2h3m4s5ms").has_value());
+  CHECK_FALSE(parse_duration("1h1h").has_value());
+  CHECK_FALSE(parse_duration("5m1h").has_value());
+  CHECK_FALSE(parse_duration("1s500ms1s").has_value());
+  CHECK_THROWS_WITH_AS(parse_duration_or_throw("1h1h", "--grace"),
+                       doctest::Contains("--grace 1h1h: gives the unit h twice"), Error);
+  CHECK_THROWS_WITH_AS(parse_duration_or_throw("5m1h", "--grace"),
+                       doctest::Contains("--grace 5m1h: gives h after the smaller unit m"), Error);
+}
+
+TEST_CASE("money products never wrap") {
+  Money huge = parse_money("1000000000000").value();  // kMaxMoney per hour
+  Nanos long_grace = hours(5000);
+  CHECK(cost_of(huge, long_grace) == kMaxMoney);
+  CHECK(cost_of_rounded_up(huge, long_grace) == kMaxMoney);
+  CHECK_FALSE(checked_cost_of_rounded_up(huge, long_grace).has_value());
+  CHECK(checked_cost_of_rounded_up(parse_money("36").value(), hours(2)) ==
+        parse_money("72").value());
+  CHECK(cost_of(Money{std::numeric_limits<std::int64_t>::max()}, Nanos::max()) == kMaxMoney);
+  CHECK_FALSE(checked_times(huge, 2).has_value());
+  CHECK_FALSE(checked_times(Money{1}, -1).has_value());
+  CHECK(checked_times(parse_money("1.5").value(), 4) == parse_money("6").value());
 }

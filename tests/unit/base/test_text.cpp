@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "spendcap/base/error.hpp"
 #include "spendcap/base/text.hpp"
 
 using namespace spendcap;
@@ -20,4 +21,36 @@ TEST_CASE("passwords in URLs are redacted") {
   CHECK(redact_password("sqlite:/var/lib/spendcap/ledger.db") ==
         "sqlite:/var/lib/spendcap/ledger.db");
   CHECK(redact_password("host:5432") == "host:5432");
+}
+
+TEST_CASE("UTF-8 is checked strictly") {
+  CHECK(is_valid_utf8("plain"));
+  CHECK(is_valid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
+  CHECK_FALSE(is_valid_utf8("\xFF"));
+  CHECK_FALSE(is_valid_utf8("\xC3"));              // cut short
+  CHECK_FALSE(is_valid_utf8("\xC0\xAF"));          // overlong "/"
+  CHECK_FALSE(is_valid_utf8("\xED\xA0\x80"));      // a surrogate
+  CHECK_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));  // past U+10FFFF
+}
+
+TEST_CASE("text for a terminal has its control characters escaped") {
+  CHECK(escape_for_terminal("vision-team") == "vision-team");
+  CHECK(escape_for_terminal("caf\xC3\xA9") == "caf\xC3\xA9");
+  CHECK(escape_for_terminal("a\x1B]0;pwned\x07z") == "a\\e]0;pwned\\x07z");
+  CHECK(escape_for_terminal("x\ny\tz\r") == "x\\ny\\tz\\r");
+  CHECK(escape_for_terminal("\x7F") == "\\x7F");
+  CHECK(escape_for_terminal("\xC2\x9B"
+                            "2J") == "\\u{009B}2J");  // C1 CSI
+  CHECK(escape_for_terminal("\xFF\xFE") == "\\xFF\\xFE");
+  CHECK(escape_for_terminal("a\\b") == "a\\\\b");
+}
+
+TEST_CASE("names refuse control characters and bytes that are not UTF-8") {
+  CHECK_NOTHROW(require_printable_name("vision", "--team"));
+  CHECK_NOTHROW(require_printable_name("\xC3\xA9quipe", "--team"));
+  CHECK_NOTHROW(require_printable_name("", "--team"));
+  CHECK_THROWS_WITH_AS(require_printable_name("a\x1B[2Jb", "--team"),
+                       doctest::Contains("--team a\x1B[2Jb: holds a control character"), Error);
+  CHECK_THROWS_WITH_AS(require_printable_name("bad\xFF", "--tag"),
+                       doctest::Contains("--tag bad\xFF: not valid UTF-8"), Error);
 }
