@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/layers.hpp"
@@ -17,17 +18,25 @@ namespace spendcap {
 
 namespace {
 
+// The ledger `--ledger`, or else the policy's, names. While setgid the locked policy must be in
+// force, and --ledger is checked against it like any flag (it may not name another ledger).
 std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency) {
+  refuse_redirecting_environment(current_environment());
+  LedgerOptions options;
   std::string url;
-  if (choice.ledger) {
+  if (choice.ledger && !installed_setgid()) {
     url = *choice.ledger;
   } else {
+    nlohmann::json flags = nlohmann::json::object();
+    if (choice.ledger) flags["ledger"] = *choice.ledger;
     LoadedPolicy loaded = load_policy(PolicySearch::from_environment(choice.policy),
-                                      PolicyLayer{"command line", nlohmann::json::object()});
+                                      PolicyLayer{"--ledger", flags});
+    require_locked_policy_when_setgid(loaded.locked, choice.ledger.value_or(""));
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     if (currency) *currency = loaded.policy.currency;
+    if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
   }
-  std::unique_ptr<Ledger> ledger = open_ledger(url);
+  std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);
   replay_spool(*ledger);
   return ledger;
 }
@@ -157,12 +166,7 @@ int budgets_apply_command(const LedgerChoice& choice, const std::string& policy_
   LedgerChoice target = choice;
   if (!target.ledger && policy.ledger) target.ledger = policy.ledger;
   auto ledger = open_chosen_ledger(target, nullptr);
-  std::vector<BudgetRule> rules;
-  for (const auto& [kind, named] : policy.budgets) {
-    for (const auto& [name, spec] : named) {
-      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run});
-    }
-  }
+  std::vector<BudgetRule> rules = budget_rules_of(policy);
   ledger->apply_budgets(rules, true);
   std::cout << "applied " << rules.size() << " budgets from " << policy_file << " to "
             << ledger->url() << "\n";

@@ -14,6 +14,16 @@
 
 namespace spendcap {
 
+std::vector<BudgetRule> budget_rules_of(const Policy& policy) {
+  std::vector<BudgetRule> rules;
+  for (const auto& [kind, budgets] : policy.budgets) {
+    for (const auto& [name, spec] : budgets) {
+      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run});
+    }
+  }
+  return rules;
+}
+
 std::string to_string(const Scope& scope) {
   return to_string(scope.kind) + ":" + scope.name;
 }
