@@ -161,7 +161,8 @@ std::optional<BudgetRule> rule_in_force(std::optional<BudgetRule> row, const Sco
   if (!row) return *cap;
   BudgetRule rule = *cap;
   rule.amount = std::min(row->amount, cap->amount);
-  if (row->max_run) rule.max_run = cap->max_run ? std::min(*row->max_run, *cap->max_run) : *row->max_run;
+  if (row->max_run)
+    rule.max_run = cap->max_run ? std::min(*row->max_run, *cap->max_run) : *row->max_run;
   return rule;
 }
 
@@ -330,7 +331,8 @@ namespace {
 // Every budget in force: the ledger's rows, capped, and the caps that have no row.
 std::vector<BudgetRule> sorted_rules(StoreTxn& txn, const std::vector<BudgetRule>& caps) {
   std::vector<BudgetRule> rules;
-  for (const BudgetRule& row : txn.budget_rules()) rules.push_back(*rule_in_force(row, row.scope, caps));
+  for (const BudgetRule& row : txn.budget_rules())
+    rules.push_back(*rule_in_force(row, row.scope, caps));
   for (const BudgetRule& cap : caps) {
     bool has_row = std::any_of(rules.begin(), rules.end(),
                                [&](const BudgetRule& rule) { return rule.scope == cap.scope; });
