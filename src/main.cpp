@@ -11,6 +11,7 @@
 #include "spendcap/base/exit_code.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/run.hpp"
 #include "spendcap/process/launcher.hpp"
 
@@ -62,6 +63,14 @@ void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Installed setgid for a shared ledger: act as the caller until the ledger is opened
+  // (cli/ledger_group.hpp).
+  try {
+    spendcap::set_aside_ledger_group();
+  } catch (const spendcap::Error& error) {
+    std::cerr << "spendcap: " << spendcap::format_error(error) << "\n";
+    return spendcap::to_int(ExitCode::internal);
+  }
   // First of all: the fds and signal dispositions spendcap inherited, which the job gets back.
   spendcap::Inherited inherited = spendcap::Inherited::capture();
   // A closed stdin, stdout or stderr would hand its number to spendcap's next pipe, which the job

@@ -10,6 +10,7 @@
 
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
+#include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/layers.hpp"
@@ -19,17 +20,25 @@ namespace spendcap {
 
 namespace {
 
+// The ledger `--ledger`, or else the policy's, names. While setgid the locked policy must be in
+// force, and --ledger is checked against it like any flag (it may not name another ledger).
 std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency) {
+  refuse_redirecting_environment(current_environment());
+  LedgerOptions options;
   std::string url;
-  if (choice.ledger) {
+  if (choice.ledger && !installed_setgid()) {
     url = *choice.ledger;
   } else {
-    LoadedPolicy loaded = load_policy(PolicySearch::from_environment(choice.policy),
-                                      PolicyLayer{"command line", nlohmann::json::object()});
+    nlohmann::json flags = nlohmann::json::object();
+    if (choice.ledger) flags["ledger"] = *choice.ledger;
+    LoadedPolicy loaded =
+        load_policy(PolicySearch::from_environment(choice.policy), PolicyLayer{"--ledger", flags});
+    require_locked_policy_when_setgid(loaded.locked, choice.ledger.value_or(""));
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     if (currency) *currency = loaded.policy.currency;
+    if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
   }
-  std::unique_ptr<Ledger> ledger = open_ledger(url);
+  std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);
   replay_spool(*ledger);
   return ledger;
 }

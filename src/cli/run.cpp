@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "spendcap/base/text.hpp"
+#include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -345,7 +346,16 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
                                         const Reporter& reporter) {
   LedgerOptions options;
   options.ignore_other_runs = switches.no_ceilings;
-  std::shared_ptr<Ledger> ledger = open_ledger(settings.ledger_url, options);
+  if (settings.loaded.locked_policy) {
+    options.budget_caps = budget_rules_of(*settings.loaded.locked_policy);
+  }
+  std::shared_ptr<Ledger> ledger = open_ledger_as_installed(settings.ledger_url, options);
+  // The switches weaken what spendcap enforces: only on a ledger that is the caller's alone.
+  if (switches.any() && !ledger->is_personal()) {
+    throw Error("SPENDCAP_TEST_SWITCHES",
+                "test-only switches are refused on a shared ledger (" + ledger->url() + ")",
+                "unset SPENDCAP_TEST_SWITCHES; they work on a personal ledger only");
+  }
   if (int replayed = replay_spool(*ledger)) {
     reporter.line("replayed " + std::to_string(replayed) + " spooled final rows into " +
                   ledger->url());
@@ -599,9 +609,11 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   for (int signal : kIgnoredBySupervisor) ::signal(signal, SIG_IGN);
   Reporter reporter(request.quiet, request.title);
   Environment env = current_environment();
+  refuse_redirecting_environment(env);
   TestSwitches switches = TestSwitches::from(env);
   RunSettings settings =
       resolve_run_settings(request, env, PolicySearch::from_environment(request.policy));
+  require_locked_policy_when_setgid(settings.loaded.locked, settings.ledger_url);
   if (switches.any()) {
     if (settings.loaded.locked) {
       throw Error("SPENDCAP_TEST_SWITCHES",

@@ -2,6 +2,7 @@
 #include "spendcap/ledger/backends.hpp"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -29,6 +30,11 @@ std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions option
   }
   if (path->empty())
     throw Error("ledger " + redact_password(url), "no file named", "write sqlite:/path/ledger.db");
+  struct stat file_status {};
+  if (!options.create_if_missing && ::stat(path->c_str(), &file_status) != 0) {
+    throw Error("ledger " + url, "cannot open it: " + errno_text(errno),
+                "the runner's owner creates it with scripts/install-shared-runner.sh");
+  }
   return std::make_unique<SqliteLedger>(*path, std::move(options));
 }
 

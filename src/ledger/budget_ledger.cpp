@@ -145,8 +145,24 @@ Money job_use_of_others(StoreTxn& txn, const RunRecord& run) {
   return used;
 }
 
+// The budget in force for `scope`: its ledger row, lowered by a locked policy's cap (ledger.hpp,
+// LedgerOptions::budget_caps).
+std::optional<BudgetRule> rule_in_force(std::optional<BudgetRule> row, const Scope& scope,
+                                        const std::vector<BudgetRule>& caps) {
+  auto cap = std::find_if(caps.begin(), caps.end(),
+                          [&](const BudgetRule& rule) { return rule.scope == scope; });
+  if (cap == caps.end()) return row;
+  if (!row) return *cap;
+  BudgetRule rule = *cap;
+  rule.amount = std::min(row->amount, cap->amount);
+  if (row->max_run)
+    rule.max_run = cap->max_run ? std::min(*row->max_run, *cap->max_run) : *row->max_run;
+  return rule;
+}
+
 // Takes the run's scopes' locks, then reads what the grant depends on.
-GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money want, bool ignore_other_runs) {
+GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money want, bool ignore_other_runs,
+                     const std::vector<BudgetRule>& caps) {
   std::vector<Scope> scopes = named_scopes(run);
   std::vector<Scope> locked = scopes;
   std::sort(locked.begin(), locked.end());
@@ -158,7 +174,7 @@ GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money want, bool ignor
   GrantPlan plan;
   std::vector<BudgetRule> rules;
   for (const Scope& scope : scopes) {
-    if (auto rule = txn.budget_rule(scope)) rules.push_back(*rule);
+    if (auto rule = rule_in_force(txn.budget_rule(scope), scope, caps)) rules.push_back(*rule);
   }
   std::vector<ScopeHeadroom> headrooms;
   for (const BudgetRule& rule : rules) {
@@ -247,7 +263,9 @@ RunRecord new_record(const RunStart& start, double now) {
 // ---- BudgetLedger ----
 
 BudgetLedger::BudgetLedger(std::unique_ptr<LedgerStore> store, const LedgerOptions& options)
-    : store_(std::move(store)), ignore_other_runs_(options.ignore_other_runs) {}
+    : store_(std::move(store)),
+      ignore_other_runs_(options.ignore_other_runs),
+      budget_caps_(options.budget_caps) {}
 
 template <class Body>
 auto BudgetLedger::transact(Access access, Body&& body) {
@@ -305,8 +323,16 @@ void BudgetLedger::apply_budgets(const std::vector<BudgetRule>& rules, bool remo
 }
 
 namespace {
-std::vector<BudgetRule> sorted_rules(StoreTxn& txn) {
-  std::vector<BudgetRule> rules = txn.budget_rules();
+// Every budget in force: the ledger's rows, capped, and the caps that have no row.
+std::vector<BudgetRule> sorted_rules(StoreTxn& txn, const std::vector<BudgetRule>& caps) {
+  std::vector<BudgetRule> rules;
+  for (const BudgetRule& row : txn.budget_rules())
+    rules.push_back(*rule_in_force(row, row.scope, caps));
+  for (const BudgetRule& cap : caps) {
+    bool has_row = std::any_of(rules.begin(), rules.end(),
+                               [&](const BudgetRule& rule) { return rule.scope == cap.scope; });
+    if (!has_row) rules.push_back(cap);
+  }
   std::sort(rules.begin(), rules.end(),
             [](const BudgetRule& a, const BudgetRule& b) { return a.scope < b.scope; });
   return rules;
@@ -314,15 +340,15 @@ std::vector<BudgetRule> sorted_rules(StoreTxn& txn) {
 }  // namespace
 
 std::vector<BudgetRule> BudgetLedger::budget_rules() {
-  return transact(Access::read, [](StoreTxn& txn) { return sorted_rules(txn); });
+  return transact(Access::read, [this](StoreTxn& txn) { return sorted_rules(txn, budget_caps_); });
 }
 
 std::vector<BudgetView> BudgetLedger::budgets() {
   reconcile_if_due();
-  return transact(Access::read, [](StoreTxn& txn) {
+  return transact(Access::read, [this](StoreTxn& txn) {
     std::int64_t today = utc_day(txn.now());
     std::vector<BudgetView> views;
-    for (const BudgetRule& rule : sorted_rules(txn)) {
+    for (const BudgetRule& rule : sorted_rules(txn, budget_caps_)) {
       DayRange days = period_days(rule.period, today);
       Usage sums = txn.usage(rule.scope, days);
       double period_start = rule.period == Period::total ? 0.0 : days.first_day * 86400.0;
@@ -345,7 +371,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
     if (txn.find_run(start.id)) throw Error("run " + start.id, "is already in the ledger " + url());
     RunRecord run = new_record(start, now);
 
-    GrantPlan plan = plan_grant(txn, run, start.want, ignore_other_runs_);
+    GrantPlan plan = plan_grant(txn, run, start.want, ignore_other_runs_, budget_caps_);
     if (!plan.run_budget.amount && plan.scopes.empty()) {
       throw Error("run", "no budget applies to this run",
                   "give --budget USD, or define a team, experiment, project or user budget in "
@@ -403,7 +429,7 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
     double now = txn.now();
     reconcile(txn, now);
     RunRecord run = load_run_or_throw(txn, run_id, url());
-    GrantPlan plan = plan_grant(txn, run, want, ignore_other_runs_);
+    GrantPlan plan = plan_grant(txn, run, want, ignore_other_runs_, budget_caps_);
     Grant grant;
     grant.stop = txn.first_stop_order(stop_scopes(run));
     if (run.status != RunStatus::running) {  // final already: it holds nothing more

@@ -16,7 +16,8 @@ namespace spendcap {
 
 class BudgetLedger : public Ledger {
  public:
-  // `options.ignore_other_runs` is the test-only negative control; the clock is the store's.
+  // `options.ignore_other_runs` is the test-only negative control; `options.budget_caps` lower the
+  // budget rows wherever they are read; the clock is the store's.
   BudgetLedger(std::unique_ptr<LedgerStore> store, const LedgerOptions& options);
   BudgetLedger(const BudgetLedger&) = delete;
   BudgetLedger& operator=(const BudgetLedger&) = delete;
@@ -50,6 +51,7 @@ class BudgetLedger : public Ledger {
 
   std::unique_ptr<LedgerStore> store_;
   bool ignore_other_runs_ = false;
+  std::vector<BudgetRule> budget_caps_;  // LedgerOptions::budget_caps
 };
 
 }  // namespace spendcap

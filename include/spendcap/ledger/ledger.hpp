@@ -244,6 +244,13 @@ struct LedgerOptions {
   // Test-only (the negative control of the concurrency test): grants ignore every other run, so
   // concurrent runs overshoot shared budgets. Never set outside tests.
   bool ignore_other_runs = false;
+  // A locked policy's budgets. For a scope capped here, the amount and max_run in force are the
+  // lower of its ledger row's and the cap's, in the cap's period (a cap without a row is in force
+  // as it is), so that a row raised in the ledger cannot loosen what the runner's owner locked.
+  // Grants, heartbeats and views all read budgets through this.
+  std::vector<BudgetRule> budget_caps;
+  // False: open only a ledger that exists (a setgid install's ledger is created by its owner).
+  bool create_if_missing = true;
 };
 
 }  // namespace spendcap

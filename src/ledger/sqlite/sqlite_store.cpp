@@ -191,6 +191,9 @@ struct SqliteStore::Impl final : StoreTxn {
   SqliteOptions sqlite_options;
   sqlite3* db = nullptr;
   std::unordered_map<std::string, sqlite3_stmt*> statements;
+  // The file's owner when it was opened: a setgid spendcap can no longer stat a file in the
+  // ledger's 2770 directory once it has dropped the group (cli/ledger_group.hpp).
+  std::optional<uid_t> owner_at_open;
 
   ~Impl() {
     for (auto& [sql, statement] : statements) sqlite3_finalize(statement);
@@ -839,6 +842,8 @@ void SqliteStore::Impl::open() {
   // run's spooled one. What it buys: a heartbeat costs no fsync.
   exec("PRAGMA synchronous = NORMAL");
   migrate();
+  struct stat file_status {};
+  if (stat(path.c_str(), &file_status) == 0) owner_at_open = file_status.st_uid;
 }
 
 // ---- SqliteStore ----
@@ -874,11 +879,13 @@ int SqliteStore::schema_version() {
 
 bool SqliteStore::caller_is_owner() {
   struct stat file_status {};
-  if (stat(impl_->path.c_str(), &file_status) != 0) {
+  if (stat(impl_->path.c_str(), &file_status) == 0) {
+    impl_->owner_at_open = file_status.st_uid;
+  } else if (!impl_->owner_at_open) {
     throw impl_->error("cannot inspect " + impl_->path + ": " + errno_text(errno));
   }
   uid_t caller = impl_->sqlite_options.effective_uid.value_or(geteuid());
-  return caller == 0 || caller == file_status.st_uid;
+  return caller == 0 || caller == *impl_->owner_at_open;
 }
 
 bool SqliteStore::is_personal() {
@@ -895,9 +902,11 @@ bool SqliteStore::is_personal() {
 
 std::string SqliteStore::owner_name() {
   struct stat file_status {};
-  if (stat(impl_->path.c_str(), &file_status) != 0) return "its owner";
-  const passwd* entry = getpwuid(file_status.st_uid);
-  return entry ? entry->pw_name : "uid " + std::to_string(file_status.st_uid);
+  std::optional<uid_t> owner = impl_->owner_at_open;
+  if (stat(impl_->path.c_str(), &file_status) == 0) owner = file_status.st_uid;
+  if (!owner) return "its owner";
+  const passwd* entry = getpwuid(*owner);
+  return entry ? entry->pw_name : "uid " + std::to_string(*owner);
 }
 
 // ---- aggregates ----

@@ -147,3 +147,38 @@ TEST_CASE("BudgetLedger: a refused transaction leaves the store as it was") {
 }
 
 }  // namespace spendcap::testing
+
+namespace spendcap::testing {
+
+TEST_CASE("BudgetLedger: a locked policy's caps lower the ledger's rows wherever they are read") {
+  FakeLedger t;  // its ledger writes the rows, uncapped: a row raised above the locked amount
+  t.ledger.apply_budgets({{kVision, usd(1000), Period::month, usd(1000)}}, false);
+  LedgerOptions options;
+  options.budget_caps = {{kVision, usd(100), Period::month, usd(10)},
+                         {kSweep, usd(5), Period::total, std::nullopt}};
+  BudgetLedger capped(std::make_unique<FakeLedgerStore>(t.state, [&t] { return t.clock.now(); }),
+                      options);
+
+  std::vector<BudgetRule> rules = capped.budget_rules();
+  REQUIRE(rules.size() == 2);
+  CHECK(rules[0].scope == kVision);
+  CHECK(rules[0].amount == usd(100));
+  CHECK(rules[0].max_run == usd(10));
+  CHECK(rules[1].scope == kSweep);  // a cap without a row is in force as it is
+  CHECK(rules[1].amount == usd(5));
+  CHECK(capped.budgets().at(0).rule.amount == usd(100));
+
+  RunStart start = run_start("r1", "vision", usd(500));
+  start.budget = usd(50);
+  Admission admission = capped.begin_run(start);
+  REQUIRE(admission.admitted);
+  CHECK(admission.run_budget == usd(10));  // the locked max_run, not the row's 1000
+  CHECK(admission.grant.ceiling <= usd(10));
+
+  // Negative control: the same rows without the caps grant what the raised row allows.
+  RunStart uncapped = run_start("r2", "vision", usd(500));
+  uncapped.budget = usd(50);
+  CHECK(t.ledger.begin_run(uncapped).run_budget == usd(50));
+}
+
+}  // namespace spendcap::testing

@@ -1,0 +1,48 @@
+// The setgid install (DESIGN.md "Ledger", whom a ledger trusts; scripts/install-shared-runner.sh):
+// spendcap is installed setgid `spendcap`, the ledger directory is root:spendcap 2770, and users
+// are not in the group. Only spendcap's code can then write the shared ledger, and it holds the
+// group only while it opens it:
+//
+//   set_aside_ledger_group()   first thing in main: the effective gid becomes the caller's (the
+//                              saved gid keeps spendcap's), so every file the user names (--policy,
+//                              ./spendcap.json, the run directory, the status file, the spool) is
+//                              read and written as the user;
+//   open_ledger_as_installed() raises the group for the open only, then drops it for good (real,
+//                              effective and saved gid the caller's; checked), before anything of
+//                              the user's runs. The ledger's open descriptors (SQLite's, O_CLOEXEC)
+//                              keep the access they were opened with; nothing else does.
+//
+// While setgid, nothing the user controls may redirect spendcap: refuse_redirecting_environment()
+// refuses the test and redirect variables, and a locked /etc/spendcap/policy.json must name the
+// ledger (a --ledger other than its ledger is refused by the policy layering).
+//
+// Process-wide credentials: call from the main thread before any thread is started.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "spendcap/ledger/ledger.hpp"
+#include "spendcap/supervise/run_env.hpp"
+
+namespace spendcap {
+
+// Whether spendcap was started setgid (effective gid other than the real one at start).
+bool installed_setgid();
+
+// See above. A no-op when not setgid.
+void set_aside_ledger_group();
+
+// While setgid: throws Error (125) for SPENDCAP_TEST_SWITCHES and every other variable that would
+// redirect spendcap (SPENDCAP_SPOOL_DIR, SPENDCAP_NVML_LIBRARY, SPENDCAP_TEST_*).
+void refuse_redirecting_environment(const Environment& env);
+
+// While setgid: throws Error unless a locked system policy is in force (`locked_source` empty).
+void require_locked_policy_when_setgid(bool locked, const std::string& ledger_url);
+
+// open_ledger(url, options); while setgid, with the group raised for the open and dropped for good
+// after it. The shared ledger must exist (the install creates it, owned by root) and must not be
+// the caller's own file.
+std::unique_ptr<Ledger> open_ledger_as_installed(const std::string& url, LedgerOptions options);
+
+}  // namespace spendcap
