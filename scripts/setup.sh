@@ -8,8 +8,10 @@ packages=(
   build-essential cmake pkg-config git ca-certificates
   libboost1.81-dev libboost-filesystem1.81-dev nlohmann-json3-dev libcli11-dev
   libsqlite3-dev doctest-dev
-  python3 python3-jsonschema sqlite3 procps util-linux
+  python3 python3-jsonschema sqlite3 procps util-linux passwd
 )
+# The tests' real PyTorch job (tests/integration/test_torch.py): only when tests are run.
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch); fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -24,5 +26,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+# SPENDCAP_CMAKE_ARGS: extra configure options (scripts/test.sh passes -DSPENDCAP_WERROR=ON).
+# shellcheck disable=SC2086
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${SPENDCAP_CMAKE_ARGS:-}
 cmake --build build -j"${JOBS:-2}"

@@ -576,21 +576,25 @@ std::vector<RunRecord> SqliteStore::Impl::runs_of_job(const std::string& job_key
   return read_runs(q);
 }
 
+// The runs of one scope (bound: first day, last day, scope kind, scope name) started in a range of
+// days: the scope's kind names the column that holds its name.
+constexpr const char* kRunsOfScopeInDays =
+    "day BETWEEN ? AND ? AND CASE ? WHEN 'team' THEN team WHEN 'experiment' THEN experiment "
+    "WHEN 'project' THEN project WHEN 'user' THEN user_name END = ?";
+
 std::int64_t SqliteStore::Impl::count_unfinished(const Scope& scope, DayRange days) {
-  auto q = query(
-      "SELECT count(*) FROM runs WHERE status = 'running' AND day BETWEEN ? AND ? AND "
-      "CASE ? WHEN 'team' THEN team WHEN 'experiment' THEN experiment "
-      "WHEN 'project' THEN project WHEN 'user' THEN user_name END = ?");
+  auto q = query(std::string("SELECT count(*) FROM runs WHERE status = 'running' AND ") +
+                 kRunsOfScopeInDays);
   q.bind_all(days.first_day, days.last_day, to_string(scope.kind), scope.name);
   q.step();
   return q.i64(0);
 }
 
 Money SqliteStore::Impl::overrun(const Scope& scope, DayRange days) {
-  auto q = query(
-      "SELECT COALESCE(SUM(spend_micros - ceiling_micros), 0) FROM runs WHERE overrun = 1 AND "
-      "day BETWEEN ? AND ? AND CASE ? WHEN 'team' THEN team WHEN 'experiment' THEN experiment "
-      "WHEN 'project' THEN project WHEN 'user' THEN user_name END = ?");
+  auto q =
+      query(std::string("SELECT COALESCE(SUM(spend_micros - ceiling_micros), 0) FROM runs WHERE "
+                        "overrun = 1 AND ") +
+            kRunsOfScopeInDays);
   q.bind_all(days.first_day, days.last_day, to_string(scope.kind), scope.name);
   q.step();
   return q.money(0);
