@@ -20,6 +20,9 @@ namespace spendcap {
 
 namespace {
 
+// How long `ps` keeps listing a finished run that overran its ceiling.
+constexpr int kOverrunsShownDays = 7;
+
 // The ledger `--ledger`, or else the policy's, names. While setgid the locked policy must be in
 // force, and --ledger is checked against it like any flag (it may not name another ledger).
 std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency) {
@@ -192,10 +195,14 @@ int ps_command(const LedgerChoice& choice, bool json) {
   std::string currency = "USD";
   auto ledger = open_chosen_ledger(choice, &currency);
   std::vector<RunView> runs = ledger->active_runs();
+  // Overruns are never hidden: finished, but listed here for a week after they started.
+  std::vector<RunView> overruns = ledger->overrun_runs(kOverrunsShownDays);
   double now = wall_now();
   if (json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const RunView& run : runs) {
+    std::vector<RunView> listed = runs;
+    listed.insert(listed.end(), overruns.begin(), overruns.end());
+    for (const RunView& run : listed) {
       out.push_back({{"id", run.id},
                      {"host", run.host},
                      {"pid", run.pid},
@@ -217,20 +224,24 @@ int ps_command(const LedgerChoice& choice, bool json) {
     std::cout << dump_json(out, 2) << "\n";
     return 0;
   }
-  if (runs.empty()) {
+  if (runs.empty() && overruns.empty()) {
     std::cout << "no running or lost runs in " << ledger->url() << "\n";
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
       {"RUN", "HOST", "PID", "TEAM", "EXPERIMENT", "STATUS", "SPEND", "CEILING", "BURN/H", "AGE"}};
-  for (const RunView& run : runs) {
-    std::string status = to_string(run.status);
-    if (run.status == RunStatus::lost) status += " (silent " + age(now - run.heartbeat_at) + ")";
+  auto add_row = [&](const RunView& run, const std::string& status) {
     rows.push_back({run.id.substr(0, 8), run.host, std::to_string(run.pid), run.team,
                     run.experiment, status, format_money(run.spend, currency),
                     format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
                     age(now - run.started_at)});
+  };
+  for (const RunView& run : runs) {
+    std::string status = to_string(run.status);
+    if (run.status == RunStatus::lost) status += " (silent " + age(now - run.heartbeat_at) + ")";
+    add_row(run, status);
   }
+  for (const RunView& run : overruns) add_row(run, to_string(run.status) + " (OVERRUN)");
   print_table(rows);
   return 0;
 }

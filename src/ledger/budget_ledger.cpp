@@ -510,6 +510,18 @@ std::vector<RunView> BudgetLedger::active_runs() {
   });
 }
 
+std::vector<RunView> BudgetLedger::overrun_runs(int days) {
+  reconcile_if_due();
+  return transact(Access::read, [&](StoreTxn& txn) {
+    double now = txn.now();
+    std::vector<RunView> views;
+    for (const RunRecord& run : txn.overrun_runs(utc_day(now) - days + 1)) {
+      views.push_back(view_of(run, now));
+    }
+    return views;
+  });
+}
+
 std::optional<RunView> BudgetLedger::find_run(const std::string& run_id) {
   reconcile_if_due();
   return transact(Access::read, [&](StoreTxn& txn) -> std::optional<RunView> {

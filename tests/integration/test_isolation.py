@@ -115,6 +115,7 @@ class OverrunTest(LedgerTest):
             self.assertEqual(row["spend_micros"], row["ceiling_micros"])
             self.assertEqual(row["overrun"], 0)
             self.assertEqual(self.spendcap_json(["budgets"])[0]["overrun"], 0)
+            self.assertFalse(any(run["overrun"] for run in self.spendcap_json(["ps"])))
         finally:
             for pid in stopped:
                 os.kill(pid, signal.SIGCONT)
@@ -129,6 +130,12 @@ class OverrunTest(LedgerTest):
         self.assertAlmostEqual(budget["overrun"],
                                (row["spend_micros"] - row["ceiling_micros"]) / 1e6, places=5)
         self.assertAlmostEqual(budget["spent"], row["spend_micros"] / 1e6, places=5)
+        # `ps` lists it though it is finished: an overrun is never hidden.
+        listed = [run for run in self.spendcap_json(["ps"]) if run["id"] == row["id"]]
+        self.assertEqual(len(listed), 1, "ps does not list the overrun")
+        self.assertTrue(listed[0]["overrun"])
+        self.assertAlmostEqual(listed[0]["spend"], row["spend_micros"] / 1e6, places=5)
+        self.assertIn("(OVERRUN)", self.run_spendcap(["ps"]).stdout)
         self.assert_tree_gone(timeout=5.0)
 
 

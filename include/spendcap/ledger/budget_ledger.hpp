@@ -33,6 +33,7 @@ class BudgetLedger : public Ledger {
   void record_would_stop(const std::string& run_id, const std::string& reason) override;
   bool finish_run(const RunFinal& final) override;
   std::vector<RunView> active_runs() override;
+  std::vector<RunView> overrun_runs(int days) override;
   std::optional<RunView> find_run(const std::string& run_id) override;
   int reconcile_lost_runs() override;
   StopOrder place_stop_order(const Scope& scope, const std::string& reason,

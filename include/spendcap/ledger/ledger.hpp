@@ -224,6 +224,9 @@ class Ledger {
   virtual bool finish_run(const RunFinal& final) = 0;
   // Unfinished runs (running, and lost ones not yet reconciled), oldest first.
   virtual std::vector<RunView> active_runs() = 0;
+  // Runs whose final spend went above their ceiling (an overrun: the supervisor and its guard were
+  // stopped), started within the last `days` UTC days, oldest first.
+  virtual std::vector<RunView> overrun_runs(int days) = 0;
   virtual std::optional<RunView> find_run(const std::string& run_id) = 0;
   // Charges every lost run whose reconciliation time has passed its ceiling. Every transaction
   // above does this first; returns how many it reconciled.

@@ -89,6 +89,8 @@ class StoreTxn {
   virtual void update_run(const RunRecord& run) = 0;
   // Unfinished runs, oldest first (started_at, then id).
   virtual std::vector<RunRecord> unfinished_runs() = 0;
+  // Runs recorded as overruns that started on or after `since_day`, oldest first.
+  virtual std::vector<RunRecord> overrun_runs(std::int64_t since_day) = 0;
   // Unfinished runs whose reconcile_at <= `now` (a few, found by an index: every write asks).
   virtual std::vector<RunRecord> runs_due(double now) = 0;
   virtual bool any_run_due(double now) = 0;

@@ -408,6 +408,7 @@ struct SqliteStore::Impl final : StoreTxn {
   void insert_run(const RunRecord& run) override;
   void update_run(const RunRecord& run) override;
   std::vector<RunRecord> unfinished_runs() override;
+  std::vector<RunRecord> overrun_runs(std::int64_t since_day) override;
   std::vector<RunRecord> runs_due(double now) override;
   bool any_run_due(double now) override;
   std::vector<RunRecord> runs_of_job(const std::string& job_key) override;
@@ -554,6 +555,13 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
 std::vector<RunRecord> SqliteStore::Impl::unfinished_runs() {
   auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
                  " FROM runs WHERE status = 'running' ORDER BY started_at, id");
+  return read_runs(q);
+}
+
+std::vector<RunRecord> SqliteStore::Impl::overrun_runs(std::int64_t since_day) {
+  auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
+                 " FROM runs WHERE overrun = 1 AND day >= ? ORDER BY started_at, id");
+  q.bind_all(since_day);
   return read_runs(q);
 }
 

@@ -119,6 +119,16 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
     });
     return runs;
   }
+  std::vector<RunRecord> overrun_runs(std::int64_t since_day) override {
+    std::vector<RunRecord> runs;
+    for (const auto& [id, run] : data().runs) {
+      if (run.overrun && run.day >= since_day) runs.push_back(run);
+    }
+    std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {
+      return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
+    });
+    return runs;
+  }
   std::vector<RunRecord> runs_due(double now) override {
     return select([&](const RunRecord& run) { return run.reconcile_at <= now; });
   }

@@ -520,6 +520,12 @@ TEST_CASE("Ledger: a final spend above the ceiling is recorded as an overrun, ne
   CHECK(team.overrun == usd(0.25));
   CHECK(team.spent == ceiling + ceiling);
   CHECK(ledger.verify_aggregates().empty());
+  // Listed (for `ps`) while recent: only the overrun, and no longer once its week has passed.
+  std::vector<RunView> overruns = ledger.overrun_runs(7);
+  REQUIRE(overruns.size() == 1);
+  CHECK(overruns[0].id == "late");
+  clock.advance(8 * 86400.0);
+  CHECK(ledger.overrun_runs(7).empty());
 }
 
 TEST_CASE("Ledger spool: where the spool is") {
