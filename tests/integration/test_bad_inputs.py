@@ -260,3 +260,26 @@ class StatusFileSymlinkTest(BadInputTest):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class CorruptLedgerTest(BadInputTest):
+    """A corrupt ledger is an error for every command, never an empty answer."""
+
+    def test_every_command_refuses_a_corrupt_ledger(self):
+        self.first_run()
+        path = self.ledger_file()
+        with sqlite3.connect(path) as db:  # everything into the main file, then damage it
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with open(path, "r+b") as f:
+            f.seek(4096)  # past the header page: the schema and runs pages
+            f.write(b"garbage" * 2000)
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.unlink(path + suffix)
+        for args in (["ps"], ["ps", "--json"], ["budgets"], ["stop", "--team", "earlier"],
+                     UNDER_BUDGET + ["--", "true"]):
+            with self.subTest(args=args):
+                result = self.run_spendcap(args)
+                self.assertEqual(result.returncode, 125, result.stdout + result.stderr)
+                self.assertIn("malformed", result.stderr)
+                self.assertNotIn("no running or lost runs", result.stdout)

@@ -227,5 +227,19 @@ TEST_CASE("policy keys: each locked rule refuses a loosening and keeps the locke
   }
 }
 
+TEST_CASE("policy keys: a checkpoint signal that is ignored by default counts as none when locked") {
+  json locked = {{"defaults", {{"checkpoint_signal", "SIGUSR1"}}}};
+  // A signal whose default action is to ignore reaches no job that does not catch it: the same as
+  // turning the checkpoint signal off, which a locked policy refuses.
+  for (const char* ignored : {"SIGCHLD", "SIGWINCH", "SIGURG", "SIGCONT", "none"}) {
+    CAPTURE(ignored);
+    json upper = {{"defaults", {{"checkpoint_signal", ignored}}}};
+    CHECK(loosening_violations(locked, upper).size() == 1);
+  }
+  // Another signal that terminates by default is a fine change.
+  json other = {{"defaults", {{"checkpoint_signal", "SIGUSR2"}}}};
+  CHECK(loosening_violations(locked, other).empty());
+}
+
 }  // namespace
 }  // namespace spendcap
