@@ -29,7 +29,8 @@ constexpr const char* kStepNames[] = {"", "making / private", "mounting /proc", 
 // glibc's fork() takes no flags; clone with a null stack forks the same way (as bubblewrap does).
 // The caller is single-threaded, so no lock of another thread is left held in the child.
 pid_t raw_clone(unsigned long flags) {
-  return static_cast<pid_t>(::syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+  return static_cast<pid_t>(
+      ::syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
 }
 
 bool write_file(const std::string& path, const std::string& text, std::string* why_not) {
@@ -106,8 +107,9 @@ pid_t try_clone(unsigned long flags, std::string* why_not) {
                                           : "clone(CLONE_NEWPID|CLONE_NEWNS)") +
                ": " + errno_text(clone_errno);
     if (user_namespace && (clone_errno == EPERM || clone_errno == ENOSPC)) {
-      *why_not += " (user namespaces are off here: see sysctl user.max_user_namespaces and "
-                  "kernel.unprivileged_userns_clone)";
+      *why_not +=
+          " (user namespaces are off here: see sysctl user.max_user_namespaces and "
+          "kernel.unprivileged_userns_clone)";
     }
   }
   if (ok && user_namespace) {

@@ -227,7 +227,8 @@ TEST_CASE("policy keys: each locked rule refuses a loosening and keeps the locke
   }
 }
 
-TEST_CASE("policy keys: a checkpoint signal that is ignored by default counts as none when locked") {
+TEST_CASE(
+    "policy keys: a checkpoint signal that is ignored by default counts as none when locked") {
   json locked = {{"defaults", {{"checkpoint_signal", "SIGUSR1"}}}};
   // A signal whose default action is to ignore reaches no job that does not catch it: the same as
   // turning the checkpoint signal off, which a locked policy refuses.
