@@ -13,6 +13,7 @@
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/policy/keys.hpp"
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/supervise/run_env.hpp"
 
@@ -113,12 +114,16 @@ int policy_check_command(const std::vector<std::string>& files) {
   int status = 0;
   for (const std::string& file : files) {
     try {
-      Policy policy = parse_policy(read_policy_file(file), file);
+      nlohmann::json document = read_policy_file(file);
+      Policy policy = parse_policy(document, file);
       size_t budgets = 0;
       for (const auto& [kind, named] : policy.budgets) budgets += named.size();
       std::cout << file << ": ok (" << policy.gpu_rates.size() << " GPU types, "
                 << policy.instance_rates.size() << " instance types, " << budgets << " budgets"
                 << (policy.locked ? ", locked" : "") << ")\n";
+      for (const std::string& key : keys_without_effect(document)) {
+        std::cout << file << ": warning: " << escape_for_terminal(key) << "\n";
+      }
     } catch (const Error& error) {
       std::cerr << "spendcap: " << escape_for_terminal(format_error(error)) << "\n";
       for (const std::string& detail : error.details) {

@@ -320,6 +320,10 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
               << ": ignored by default, so a job without a handler for it never checkpoints (as "
                  "with none)\n";
   }
+  // Nothing accepted that does nothing: keys that are validated but not acted on yet are said.
+  for (const std::string& key : keys_without_effect(settings.loaded.document)) {
+    std::cerr << "spendcap: policy " << escape_for_terminal(key) << "\n";
+  }
   settings.isolation = d.isolation;
   settings.mode = policy.mode;
   settings.interval = d.interval;

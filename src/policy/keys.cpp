@@ -159,6 +159,10 @@ class Row {
     key_.flag = std::move(name);
     return *this;
   }
+  Row& no_effect_yet(std::string what) {
+    key_.no_effect_yet = std::move(what);
+    return *this;
+  }
   operator PolicyKey() const { return key_; }
 
  private:
@@ -227,7 +231,8 @@ std::vector<PolicyKey> build_keys() {
             .same_present(rates_note));
   }
   add(Row("/rates/storage_per_gb_month", value(&Policy::storage_per_gb_month, price))
-          .same_present(rates_note));
+          .same_present(rates_note)
+          .no_effect_yet("checkpoint storage pricing"));
 
   add(Row("/defaults", section(&Policy::defaults, "/defaults")).by_key());
   add(Row("/defaults/pricing",
@@ -295,16 +300,23 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/budgets/*/*/max_run", value(&BudgetSpec::max_run, positive_money))
           .at_most(Scale::number, "more"));
   add(Row("/budgets/*/*/expected_per_hour", value(&BudgetSpec::expected_per_hour, positive_money))
-          .at_most(Scale::number, "more"));
-  add(Row("/budgets/*/*/metric", value(&BudgetSpec::metric, text)).any());
+          .at_most(Scale::number, "more")
+          .no_effect_yet("the burn-rate guard"));
+  add(Row("/budgets/*/*/metric", value(&BudgetSpec::metric, text))
+          .any()
+          .no_effect_yet("cost per metric point in reports"));
   add(Row("/budgets/*/*/baseline_metric", value(&BudgetSpec::baseline_metric, number_in({})))
-          .any());
+          .any()
+          .no_effect_yet("cost per metric point in reports"));
   add(Row("/budgets/*/*/metric_goal", value(&BudgetSpec::metric_goal, text_in({"max", "min"})))
-          .any());
+          .any()
+          .no_effect_yet("cost per metric point in reports"));
 
   // A guard the locked policy leaves off, a layer may add with any values; one it turns on keeps
   // at least its defaults.
-  add(Row("/guards", section(&Policy::guards, "/guards")).by_key());
+  add(Row("/guards", section(&Policy::guards, "/guards"))
+          .by_key()
+          .no_effect_yet("the runaway guards"));
   add(Row("/guards/crash_loop", optional_section(&Guards::crash_loop, "/guards/crash_loop"))
           .by_key());
   add(Row("/guards/crash_loop/max_failures", value(&CrashLoopGuard::max_failures, count))
@@ -340,14 +352,16 @@ std::vector<PolicyKey> build_keys() {
           .implied(with_parent, burn_rate.factor));
 
   // PUE is total facility power over IT power: never below 1.
-  add(Row("/energy", section(&Policy::energy, "/energy")).by_key());
+  add(Row("/energy", section(&Policy::energy, "/energy"))
+          .by_key()
+          .no_effect_yet("GPU measurement (NVML)"));
   add(Row("/energy/pue", value(&Energy::pue, number_in({1}))).same(energy_note));
   add(Row("/energy/kg_co2_per_kwh", value(&Energy::kg_co2_per_kwh, number_in({0})))
           .same(energy_note));
   add(Row("/energy/usd_per_kwh", value(&Energy::usd_per_kwh, number_in({0}))).same(energy_note));
 
   // Appended by the merge, never replaced: a layer adds notifications, it cannot silence any.
-  add(Row("/webhooks", webhook_list()).any());
+  add(Row("/webhooks", webhook_list()).any().no_effect_yet("webhook delivery"));
   // Webhook URLs (Slack's included) are credentials: the file names the variables that hold them.
   add(Row("/webhooks/*/url_env", value(&Webhook::url_env, env_name)).required().any());
   add(Row("/webhooks/*/format", value(&Webhook::format, text_in({"json", "slack"}))).any());
@@ -364,7 +378,9 @@ std::vector<PolicyKey> build_keys() {
           .unlisted()
           .any());
 
-  add(Row("/metrics_dir", value(&Policy::metrics_dir, text)).any());
+  add(Row("/metrics_dir", value(&Policy::metrics_dir, text))
+          .any()
+          .no_effect_yet("the Prometheus metrics files"));
   return keys;
 }
 
@@ -373,6 +389,46 @@ std::vector<PolicyKey> build_keys() {
 const std::vector<PolicyKey>& policy_keys() {
   static const std::vector<PolicyKey> keys = build_keys();
   return keys;
+}
+
+namespace {
+
+void collect_without_effect(const json& node, std::vector<std::string>& path,
+                            std::vector<std::string>& out) {
+  if (!path.empty()) {
+    if (const PolicyKey* key = find_policy_key(path); key && !key->no_effect_yet.empty()) {
+      json::json_pointer pointer;
+      for (const std::string& name : path) pointer /= name;
+      out.push_back(pointer.to_string() + ": has no effect yet (not built: " + key->no_effect_yet +
+                    ")");
+      return;
+    }
+  }
+  if (!node.is_object()) return;
+  for (const auto& [name, child] : node.items()) {
+    path.push_back(name);
+    collect_without_effect(child, path, out);
+    path.pop_back();
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> keys_without_effect(const json& document) {
+  std::vector<std::string> out;
+  std::vector<std::string> path;
+  collect_without_effect(document, path, out);
+  // One value of an implemented key: spend is always billed on the allocated rate so far.
+  const json* billing = document.contains("defaults") && document["defaults"].is_object() &&
+                                document["defaults"].contains("billing")
+                            ? &document["defaults"]["billing"]
+                            : nullptr;
+  if (billing && *billing == "measured") {
+    out.push_back(
+        "/defaults/billing: \"measured\" has no effect yet (GPU measurement (NVML) is "
+        "not built yet; spend is billed at the allocated rate)");
+  }
+  return out;
 }
 
 bool path_matches(std::string_view pattern, const std::vector<std::string>& path) {

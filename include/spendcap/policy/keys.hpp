@@ -62,6 +62,9 @@ struct PolicyKey {
   Implied implied = Implied::no;
   nlohmann::json default_value = nullptr;  // as written in a file: "60s", 5, "on_demand"
   std::string flag = {};                   // the `spendcap run` flag that sets it: "--grace"
+  // Not implemented yet: what will make it act ("the runaway guards"). Such a key is validated,
+  // said to have no effect (policy check, the start line), and refused in a locked policy.
+  std::string no_effect_yet = {};
 };
 
 // Every key, objects too, in the order of policies/README.md (the order errors come out in).
@@ -72,6 +75,11 @@ const PolicyKey* find_policy_key(const std::vector<std::string>& path);
 
 // Whether `pattern` ("/budgets/*/*/amount") names `path` ({"budgets", "team", "vision", "amount"}).
 bool path_matches(std::string_view pattern, const std::vector<std::string>& path);
+
+// The keys of `document` that are accepted but do nothing yet, one message each
+// ("/guards: has no effect yet (not built: the runaway guards)"); the outermost such key of
+// a subtree only. Empty once every key acts.
+std::vector<std::string> keys_without_effect(const nlohmann::json& document);
 
 // The row a flag sets ("--grace" -> /defaults/grace); nullptr for a flag that sets no policy key.
 const PolicyKey* policy_key_for_flag(std::string_view flag);
