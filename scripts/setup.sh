@@ -11,7 +11,7 @@ packages=(
   python3 python3-jsonschema sqlite3 procps util-linux passwd
 )
 # The tests' real PyTorch job (tests/integration/test_torch.py): only when tests are run.
-if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch); fi
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch clang); fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz, clang) into build-fuzz/ (or $SPENDCAP_FUZZ_BUILD) and
+# runs each for a bounded time over its corpus (tests/fuzz/corpus/<target>/, read only; new inputs go to a scratch
+# directory). Exits non-zero on the first crash, leak or sanitizer report; the reproducer is left
+# in that directory (crash-*). Usage: scripts/fuzz.sh [SECONDS_EACH] (default 20).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-20}"
+repo="$(pwd)"
+build="${SPENDCAP_FUZZ_BUILD:-build-fuzz}"
+mkdir -p "$build"
+build="$(cd "$build" && pwd)"
+command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing: install clang (scripts/setup.sh does with SPENDCAP_SETUP_TESTS=1)" >&2; exit 2; }
+cmake -S tests/fuzz -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"${JOBS:-2}" >/dev/null
+for target in policy duration money; do
+  scratch="$(mktemp -d)"
+  echo "fuzz: $target for ${seconds}s"
+  status=0
+  (cd "$build" && ./fuzz_"$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 "$scratch" "$repo/tests/fuzz/corpus/$target") \
+    >"$build/$target.log" 2>&1 || status=$?
+  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|SUMMARY)|ERROR" \
+    "$build/$target.log" || true
+  rm -rf "$scratch"
+  [ "$status" -eq 0 ] || { echo "fuzz: $target failed (reproducer in $build/)" >&2; exit 1; }
+done
+echo "fuzz: no findings"
