@@ -680,6 +680,11 @@ class Supervisor::Impl {
     } else {
       outcome_.exit_code = command_exit_status(main_status_);
       outcome_.status = outcome_.exit_code == 0 ? RunStatus::succeeded : RunStatus::failed;
+      // A SIGTERM that spendcap did not send is the scheduler's: a plain scancel signals every
+      // process of the job at once, and the job may die of it before spendcap's own is handled.
+      if (WIFSIGNALED(main_status_) && WTERMSIG(main_status_) == SIGTERM) {
+        outcome_.status = RunStatus::preempted;
+      }
       outcome_.reason = "exited";
       // Ctrl-C on the terminal went to the job alone: dying by the same signal tells the calling
       // shell to stop its loop, as it would have without spendcap.

@@ -105,6 +105,33 @@ class SigtermIsPreemptionTest(LedgerTest):
         self.assertEqual(self.read_json("status.json")["status"], "killed")
         self.assertEqual([row["status"] for row in self.runs()], ["killed"])
 
+    def job_killed_from_outside(self, signum):
+        process = self.start_spendcap(["run", "--rate", "1", "--budget", "10", "--status-file",
+                                       self.path("status.json"), "--", "sh", "-c",
+                                       "echo $$ > job.pid; exec sleep 60"])
+        self.wait_for_file("job.pid")
+
+        def job_pid():
+            with open(self.path("job.pid")) as f:
+                text = f.read().strip()
+            return text and self.host_pid(int(text))
+        job = wait_until(job_pid, 10, what="the job's host pid")
+        os.kill(job, signum)  # as a plain scancel does: to every process of the job at once
+        process.communicate(timeout=60)
+        return process.returncode, self.read_json("status.json")
+
+    def test_a_job_killed_by_an_outside_sigterm_is_preempted(self):
+        rc, status = self.job_killed_from_outside(signal.SIGTERM)
+        self.assertEqual(rc, 143)  # the command's own status
+        self.assertEqual(status["status"], "preempted")
+        self.assertEqual([row["status"] for row in self.runs()], ["preempted"])
+
+    def test_a_job_killed_by_sigkill_failed(self):
+        # Negative control: only SIGTERM is a scheduler's stop; SIGKILL (the OOM killer) is not.
+        rc, status = self.job_killed_from_outside(signal.SIGKILL)
+        self.assertEqual(rc, 137)
+        self.assertEqual(status["status"], "failed")
+
     def test_a_later_run_with_the_same_job_key_continues_the_budget(self):
         # $0.10/s; the job key's budget is $1 ($0.30 of it the shutdown reserve). The first run is
         # preempted as soon as it has reported some spend.
@@ -130,6 +157,38 @@ class SigtermIsPreemptionTest(LedgerTest):
         # Negative control of the claim: it had only what the first run left, not a whole budget.
         self.assertLess(spent_second, budget - spent_first + 0.005)
         self.assertEqual([row["status"] for row in self.runs()], ["preempted", "killed"])
+
+
+class LedgerMigrationTest(LedgerTest):
+    def test_a_schema_2_ledger_takes_preempted_rows_after_migrating(self):
+        import sqlite3
+        first = self.run_spendcap(["run", "--rate", "1", "--", "true"])
+        self.assertEqual(first.returncode, 0, first.stderr)
+        # Turn the ledger back into schema 2: the status check without 'preempted'.
+        connection = sqlite3.connect(self.ledger_file(), isolation_level=None)
+        connection.executescript("""
+            BEGIN;
+            PRAGMA writable_schema = ON;
+            UPDATE sqlite_master SET sql = replace(sql, ", 'preempted')", ")")
+              WHERE type = 'table' AND name = 'runs';
+            PRAGMA writable_schema = OFF;
+            DELETE FROM schema_version WHERE version >= 3;
+            COMMIT;""")
+        connection.close()
+        connection = sqlite3.connect(self.ledger_file(), isolation_level=None)
+        with self.assertRaises(sqlite3.IntegrityError):  # negative control: schema 2 refuses it
+            connection.execute("UPDATE runs SET status = 'preempted'")
+        connection.close()
+        process = self.start_spendcap(["run", "--rate", "1", "--budget", "10", "--grace", "5s",
+                                       "--kill-after", "1s"] + self.tree_args(["--signal-done"]))
+        self.wait_for_file("ready")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+        self.assertEqual([row["status"] for row in self.runs()], ["succeeded", "preempted"], err)
+        connection = sqlite3.connect(self.ledger_file())
+        self.assertEqual(connection.execute("PRAGMA integrity_check").fetchall(), [("ok",)])
+        self.assertIn(3, [v for (v,) in connection.execute("SELECT version FROM schema_version")])
+        connection.close()
 
 
 class SpotNoticeTest(LedgerTest):
