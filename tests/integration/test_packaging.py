@@ -136,7 +136,7 @@ class PackagingTest(unittest.TestCase):
         # Unpacked, the binary runs (statically linked libstdc++ and SQLite).
         unpacked = os.path.join(self.tmp, "unpacked")
         subprocess.run(["dpkg-deb", "-x", deb, unpacked], check=True)
-        ran = subprocess.run([os.path.join(unpacked, "usr/bin/spendcap"), "run", "--rate", "0",
+        ran = subprocess.run([os.path.join(unpacked, "usr/bin/spendcap"), "run", "--rate", "1", "--budget", "1",
                               "--ledger", os.path.join(self.tmp, "l.db"), "--", "true"],
                              capture_output=True, text=True,
                              env=dict(os.environ, XDG_CONFIG_HOME=self.tmp, TMPDIR=self.tmp))

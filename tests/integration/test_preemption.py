@@ -162,7 +162,7 @@ class SigtermIsPreemptionTest(LedgerTest):
 class LedgerMigrationTest(LedgerTest):
     def test_a_schema_2_ledger_takes_preempted_rows_after_migrating(self):
         import sqlite3
-        first = self.run_spendcap(["run", "--rate", "1", "--", "true"])
+        first = self.run_spendcap(["run", "--rate", "1", "--budget", "1", "--", "true"])
         self.assertEqual(first.returncode, 0, first.stderr)
         # Turn the ledger back into schema 2: the status check without 'preempted'.
         connection = sqlite3.connect(self.ledger_file(), isolation_level=None)
