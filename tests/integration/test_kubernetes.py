@@ -140,7 +140,8 @@ class ContainerLikeRunTest(LedgerTest):
         self.assertLess(took, grace_period, "done before the kubelet's SIGKILL")
         # As PID 1 re-raising SIGTERM cannot kill spendcap: it exits 128 + 15.
         self.assertEqual(container.returncode, 143, err)
-        self.assertEqual(open(self.path("checkpoint")).read(), "saved")
+        with open(self.path("checkpoint")) as f:
+            self.assertEqual(f.read(), "saved")
         status = self.read_json("status.json")
         self.assertEqual(status["status"], "preempted")
         rows = self.runs()

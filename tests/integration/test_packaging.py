@@ -59,7 +59,8 @@ class PackagingTest(unittest.TestCase):
         self.assertEqual(version.returncode, 0, version.stderr)
 
         # man -l renders the installed page; it names every subcommand and every exit status.
-        rendered = subprocess.run(["man", "-l", os.path.join(root, "usr/share/man/man1/spendcap.1")],
+        page_file = os.path.join(root, "usr/share/man/man1/spendcap.1")
+        rendered = subprocess.run(["man", "-l", page_file],
                                   capture_output=True, text=True,
                                   env=dict(os.environ, MANWIDTH="200", MAN_KEEP_FORMATTING="0"))
         self.assertEqual(rendered.returncode, 0, rendered.stderr)
@@ -136,7 +137,8 @@ class PackagingTest(unittest.TestCase):
         # Unpacked, the binary runs (statically linked libstdc++ and SQLite).
         unpacked = os.path.join(self.tmp, "unpacked")
         subprocess.run(["dpkg-deb", "-x", deb, unpacked], check=True)
-        ran = subprocess.run([os.path.join(unpacked, "usr/bin/spendcap"), "run", "--rate", "1", "--budget", "1",
+        ran = subprocess.run([os.path.join(unpacked, "usr/bin/spendcap"), "run", "--rate", "1",
+                              "--budget", "1",
                               "--ledger", os.path.join(self.tmp, "l.db"), "--", "true"],
                              capture_output=True, text=True,
                              env=dict(os.environ, XDG_CONFIG_HOME=self.tmp, TMPDIR=self.tmp))

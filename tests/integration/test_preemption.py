@@ -84,7 +84,7 @@ class SigtermIsPreemptionTest(LedgerTest):
         process.communicate(timeout=60)
         # spendcap re-raises the signal (DESIGN: exit by signal), as the bare job would have died.
         self.assertEqual(process.returncode, -signal.SIGTERM)
-        self.assertTrue(os.path.exists(self.path("checkpoint")), "the job got the checkpoint signal")
+        self.assertTrue(os.path.exists(self.path("checkpoint")), "the job checkpointed")
         status = self.read_json("status.json")
         self.assertEqual(status["status"], "preempted")
         self.assertEqual(status["reason"], "signal:SIGTERM")
@@ -217,7 +217,7 @@ class SpotNoticeTest(LedgerTest):
             "SPENDCAP_SPOT_METADATA_URL": self.metadata.url})
         self.assertEqual(rc, 122, err)
         self.assertIn("spot notice (aws)", err)
-        self.assertTrue(os.path.exists(self.path("checkpoint")), "the job got the checkpoint signal")
+        self.assertTrue(os.path.exists(self.path("checkpoint")), "the job checkpointed")
         status = self.read_json("status.json")
         self.assertEqual(status["status"], "preempted")
         self.assertEqual(status["reason"], "spot-notice:aws")
