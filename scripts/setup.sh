@@ -12,6 +12,10 @@ packages=(
 )
 # The tests' real PyTorch job (tests/integration/test_torch.py): only when tests are run.
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch clang); fi
+# Issue 13's tests: man(1) renders spendcap(1), YAML for the Kubernetes manifest, a real Slurm.
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then
+  packages+=(man-db groff-base python3-yaml slurm-wlm munge)
+fi
 
 missing=()
 for package in "${packages[@]}"; do

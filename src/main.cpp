@@ -51,6 +51,12 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH or a path");
   run.add_flag("--quiet,-q", request.quiet, "print errors only");
   run.add_flag("--title", request.title, "show live spend in the terminal title");
+  run.add_option("--spot-notice", request.spot_notice,
+                 "aws, gcp or an http:// URL: poll for a spot termination notice; one stops the "
+                 "run as preempted (exit 122)");
+  run.add_option("--spot-notice-url", request.spot_notice_url,
+                 "metadata server for --spot-notice aws|gcp (default http://169.254.169.254; "
+                 "env SPENDCAP_SPOT_METADATA_URL)");
   run.add_option("command", request.command, "the command and its arguments, after --")->required();
   run.positionals_at_end();
 }

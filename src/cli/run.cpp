@@ -285,6 +285,31 @@ void require_money_fits(const RunRequest& request, const RunSettings& settings) 
 
 }  // namespace
 
+namespace {
+
+// --spot-notice, its base URL (--spot-notice-url, else $SPENDCAP_SPOT_METADATA_URL), and the
+// shutdown times that fit its notice window.
+void resolve_spot_notice(const RunRequest& request, const Environment& env, RunSettings& settings) {
+  if (!request.spot_notice) {
+    if (request.spot_notice_url) {
+      throw Error("--spot-notice-url " + *request.spot_notice_url, "given without --spot-notice",
+                  "add --spot-notice aws or --spot-notice gcp");
+    }
+    return;
+  }
+  std::string base;
+  if (request.spot_notice_url) {
+    base = *request.spot_notice_url;
+  } else if (auto it = env.find("SPENDCAP_SPOT_METADATA_URL"); it != env.end()) {
+    base = it->second;
+  }
+  settings.spot_notice = parse_spot_notice(*request.spot_notice, base);
+  settings.on_preemption =
+      preemption_times(*settings.spot_notice, settings.on_trip, settings.on_signal);
+}
+
+}  // namespace
+
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
                                  const PolicySearch& search) {
   if (request.command.empty()) {
@@ -339,6 +364,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.user = user_name();
   settings.host = host_name();
   require_a_locked_budget(settings);
+  resolve_spot_notice(request, env, settings);
   return settings;
 }
 
@@ -571,6 +597,10 @@ SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
   plan.interval = settings.interval;
   plan.checkpoint_done_path = run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
+  if (settings.spot_notice) {
+    plan.preemption_part = spot_notice_part(*settings.spot_notice);
+    plan.on_preemption = settings.on_preemption;
+  }
   return plan;
 }
 

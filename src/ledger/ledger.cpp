@@ -29,8 +29,9 @@ std::string to_string(const Scope& scope) {
 }
 
 namespace {
-constexpr RunStatus kRunStatuses[] = {RunStatus::running, RunStatus::succeeded, RunStatus::failed,
-                                      RunStatus::killed,  RunStatus::refused,   RunStatus::lost};
+constexpr RunStatus kRunStatuses[] = {RunStatus::running,  RunStatus::succeeded, RunStatus::failed,
+                                      RunStatus::killed,   RunStatus::refused,   RunStatus::lost,
+                                      RunStatus::preempted};
 }  // namespace
 
 std::string to_string(RunStatus status) {
@@ -47,6 +48,8 @@ std::string to_string(RunStatus status) {
       return "refused";
     case RunStatus::lost:
       return "lost";
+    case RunStatus::preempted:
+      return "preempted";
   }
   return "?";
 }

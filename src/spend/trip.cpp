@@ -64,6 +64,8 @@ ExitCode exit_code_for(const Trip& trip) {
       return ExitCode::runaway;
     case TripKind::ledger_unreachable:
       return ExitCode::ledger_unreachable;
+    case TripKind::preemption:
+      return ExitCode::preempted;
     case TripKind::signal:
       return static_cast<ExitCode>(128 + trip.signal);
   }

@@ -202,6 +202,13 @@ class Supervisor::Impl {
     }
     parts_.push_back(std::make_unique<RunThresholds>(io_, reporter_, meter_, plan_));
     parts_.push_back(std::make_unique<Title>(io_, reporter_, meter_, plan_));
+    if (plan_.preemption_part) {
+      parts_.push_back(plan_.preemption_part(io_, reporter_, [this](const std::string& reason) {
+        if (running() && meter_.launched_at()) {
+          trip(Trip{TripKind::preemption, reason, 0}, now());
+        }
+      }));
+    }
     outcome_.run_id = plan_.run_id;
     outcome_.currency = plan_.currency;
     outcome_.rate_per_hour = plan_.rate_per_hour;
@@ -408,7 +415,9 @@ class Supervisor::Impl {
       would_stop(trip.reason);
       return;
     }
-    const ShutdownTimes& times = trip.kind == TripKind::signal ? plan_.on_signal : plan_.on_trip;
+    const ShutdownTimes& times = trip.kind == TripKind::signal       ? plan_.on_signal
+                                 : trip.kind == TripKind::preemption ? plan_.on_preemption
+                                                                     : plan_.on_trip;
     trip_ = trip;
     trip_at_ = at;
     stopping();
@@ -655,7 +664,10 @@ class Supervisor::Impl {
       outcome_.stopped_by_spendcap = true;
       outcome_.exit_code = to_int(ExitCode::internal);
     } else if (trip_) {
-      outcome_.status = RunStatus::killed;
+      // SIGTERM is how Slurm and Kubernetes take a node back (preemption, scancel, eviction).
+      bool preempted = trip_->kind == TripKind::preemption ||
+                       (trip_->kind == TripKind::signal && trip_->signal == SIGTERM);
+      outcome_.status = preempted ? RunStatus::preempted : RunStatus::killed;
       outcome_.reason = trip_->reason;
       outcome_.stopped_by_spendcap = true;
       outcome_.exit_code = to_int(exit_code_for(*trip_));
@@ -668,6 +680,11 @@ class Supervisor::Impl {
     } else {
       outcome_.exit_code = command_exit_status(main_status_);
       outcome_.status = outcome_.exit_code == 0 ? RunStatus::succeeded : RunStatus::failed;
+      // A SIGTERM that spendcap did not send is the scheduler's: a plain scancel signals every
+      // process of the job at once, and the job may die of it before spendcap's own is handled.
+      if (WIFSIGNALED(main_status_) && WTERMSIG(main_status_) == SIGTERM) {
+        outcome_.status = RunStatus::preempted;
+      }
       outcome_.reason = "exited";
       // Ctrl-C on the terminal went to the job alone: dying by the same signal tells the calling
       // shell to stop its loop, as it would have without spendcap.

@@ -9,6 +9,7 @@ enum class ExitCode : int {
   ok = 0,
   refused = 120,             // refused to start: no budget left, stop order, reserve >= budget
   ledger_unreachable = 121,  // stopped: the ledger stayed unreachable past the granted ceiling
+  preempted = 122,           // stopped for a preemption notice (--spot-notice)
   runaway = 123,             // stopped by a runaway guard or a stop order
   budget = 124,              // stopped because a budget tripped
   internal = 125,            // spendcap itself failed (usage, policy, ledger)

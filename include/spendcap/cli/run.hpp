@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/integrations/spot_notice.hpp"
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/process/launcher.hpp"
 #include "spendcap/spend/trip.hpp"
@@ -29,6 +30,7 @@ struct RunRequest {
   bool quiet = false;
   bool title = false;
   std::vector<std::string> command;
+  std::optional<std::string> spot_notice, spot_notice_url;  // aws|gcp|URL; the metadata base URL
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -56,6 +58,8 @@ struct RunSettings {
   std::string ledger_url;
   std::map<std::string, std::string> tags;
   std::string team, experiment, project, job_key, user, host;
+  std::optional<SpotNotice> spot_notice;  // --spot-notice
+  ShutdownTimes on_preemption;            // its times, fitting the notice window
 };
 
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,

@@ -117,7 +117,9 @@ struct Admission {
   std::optional<Scope> refused_by;
 };
 
-enum class RunStatus { running, succeeded, failed, killed, refused, lost };
+// preempted: stopped because the scheduler or the cloud took the machine back (SIGTERM to
+// spendcap, a spot notice): not the job's failure, so the crash-loop guard does not count it.
+enum class RunStatus { running, succeeded, failed, killed, refused, lost, preempted };
 std::string to_string(RunStatus status);
 std::optional<RunStatus> parse_run_status(std::string_view text);
 

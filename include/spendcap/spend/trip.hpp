@@ -66,7 +66,8 @@ class ThresholdTracker {
   size_t fired_ = 0;
 };
 
-enum class TripKind { budget, runaway, stop_order, signal, ledger_unreachable };
+// preemption: a notice that the machine is being taken back (--spot-notice).
+enum class TripKind { budget, runaway, stop_order, signal, ledger_unreachable, preemption };
 
 struct Trip {
   TripKind kind = TripKind::budget;
@@ -74,8 +75,8 @@ struct Trip {
   int signal = 0;      // for TripKind::signal: the signal to re-raise afterwards
 };
 
-// 124 budget, 123 runaway or stop order, 121 ledger unreachable; a signal trip exits by the signal
-// (128 + N where re-raising cannot kill, e.g. as PID 1).
+// 124 budget, 123 runaway or stop order, 122 preemption notice, 121 ledger unreachable; a signal
+// trip exits by the signal (128 + N where re-raising cannot kill, e.g. as PID 1).
 ExitCode exit_code_for(const Trip& trip);
 
 // The exit status of a command from its wait status: its code, or 128 + N for signal N.

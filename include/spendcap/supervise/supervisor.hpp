@@ -27,8 +27,18 @@
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
+#include "spendcap/supervise/run_part.hpp"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace spendcap {
+
+// Starts the run's preemption-notice part (--spot-notice) on the supervisor's loop; the part calls
+// `preempt(reason)` on that loop when the machine is being taken back.
+using PreemptionPartFactory = std::function<std::unique_ptr<RunPart>(
+    boost::asio::io_context& io, Reporter& reporter, std::function<void(std::string)> preempt)>;
 
 // Signals to spendcap that stop the job: the kill path with the signal's grace, then spendcap
 // re-raises the signal. They stay blocked from the start of `spendcap run` until the event loop
@@ -67,6 +77,10 @@ struct SupervisorPlan {
   std::string isolation;
   // Builds the tree rooted at `root`: the guard, or spendcap itself if the guard dies.
   std::function<std::unique_ptr<ProcessTree>(pid_t root)> make_tree;
+  // A preemption notice (--spot-notice): its part, and the shutdown times that fit the notice
+  // window. A SIGTERM to spendcap (the scheduler's preemption) also ends the run as preempted.
+  PreemptionPartFactory preemption_part;
+  ShutdownTimes on_preemption;
 };
 
 class Supervisor {

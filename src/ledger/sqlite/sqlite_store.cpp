@@ -118,6 +118,19 @@ ALTER TABLE runs ADD COLUMN overrun INTEGER NOT NULL DEFAULT 0;
 -- A reconciled run's spend is its ceiling; its last heartbeat's spend is not known any more.
 UPDATE runs SET reported_spend_micros = spend_micros WHERE status = 'running';
 )sql",
+    // v3: the status `preempted`. Widening a CHECK constraint leaves every stored row valid, the
+    // case SQLite documents for editing the schema text in place ("Making Other Kinds Of Table
+    // Schema Changes"): no table rebuild, so columns that other migrations added are kept. The
+    // CREATE/DROP bumps the schema cookie, so other connections reparse; migrate() resets this one.
+    R"sql(
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+  SET sql = replace(sql, '''refused'', ''lost'')', '''refused'', ''lost'', ''preempted'')')
+  WHERE type = 'table' AND name = 'runs';
+PRAGMA writable_schema = OFF;
+CREATE TABLE spendcap_schema_bump (x);
+DROP TABLE spendcap_schema_bump;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -817,6 +830,8 @@ void SqliteStore::Impl::migrate() {
           .run();
     }
   });
+  // A migration that edited the schema text in place (v3) is seen by this connection after a reset.
+  exec("PRAGMA writable_schema = RESET");
   if (version > kSchemaVersion) {
     throw error("its schema version " + std::to_string(version) +
                     " is newer than this spendcap's (" + std::to_string(kSchemaVersion) + ")",

@@ -244,7 +244,8 @@ TEST_CASE_TEMPLATE("Ledger conformance: a job key shares one budget across its r
   const Scope job{ScopeKind::job, "resnet-42"};
 
   CHECK(t.ledger->begin_run(job_run("r1", 0.7)).grant.ceiling == usd(0.7));
-  t.ledger->finish_run(run_final("r1", usd(0.6), RunStatus::killed));  // preempted
+  t.ledger->finish_run(run_final("r1", usd(0.6), RunStatus::preempted));
+  CHECK(t.ledger->find_run("r1")->status == RunStatus::preempted);
 
   Admission second = t.ledger->begin_run(job_run("r2", 0.7));
   CHECK(second.grant.ceiling == usd(0.4));
