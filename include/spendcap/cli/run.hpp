@@ -29,6 +29,9 @@ struct RunRequest {
   bool quiet = false;
   bool title = false;
   std::vector<std::string> command;
+  std::optional<std::string> log;          // --log FILE: spendcap's own lines go there
+  std::optional<std::string> exit_window;  // --exit-window DURATION
+  std::vector<std::string> forward;        // --forward SIG (repeatable)
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -56,6 +59,8 @@ struct RunSettings {
   std::string ledger_url;
   std::map<std::string, std::string> tags;
   std::string team, experiment, project, job_key, user, host;
+  Nanos exit_window = std::chrono::seconds(5);  // --exit-window
+  std::vector<int> forward_signals;             // --forward, beyond SIGUSR1 and SIGUSR2
 };
 
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
