@@ -70,7 +70,8 @@ void SignalForwarder::wait() {
                      (signalled == 0
                           ? "no process of the job catches it; not passed on"
                           : "passed on to " + std::to_string(signalled) +
-                                (signalled == 1 ? " process" : " processes") + " that catch it"));
+                                (signalled == 1 ? " process that catches it"
+                                                : " processes that catch it")));
     }
     wait();
   });
