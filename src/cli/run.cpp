@@ -629,6 +629,20 @@ void warn_about_reserve(const RunSettings& settings, const Admission& admission,
                 ": the run trips when little is spent (lower --grace or raise --budget)");
 }
 
+// A job key's budget is the latest --budget: raising (or lowering) it is said, never silent.
+void say_job_budget_change(const RunSettings& settings, const Admission& admission,
+                           const Reporter& reporter) {
+  if (settings.job_key.empty() || !settings.budget || !admission.job_budget_before) return;
+  const Money before = *admission.job_budget_before;
+  if (*settings.budget == before) return;
+  const std::string& currency = settings.loaded.policy.currency;
+  reporter.line(std::string("--budget ") + format_money(*settings.budget, currency) +
+                (before < *settings.budget ? " raises" : " lowers") + " the budget of job " +
+                settings.job_key + " from " + format_money(before, currency) +
+                " (its earlier runs spent " +
+                format_money(admission.job_spent_before.value_or(Money{}), currency) + ")");
+}
+
 // Records the final row, or spools it on this host when the ledger does not take it in time.
 void record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
                   const Reporter& reporter) {
@@ -693,6 +707,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   if (!admission.admitted) return refuse(request, settings, run_id, admission, reporter);
   AdmittedRun admitted(*ledger, run_id);
   warn_about_reserve(settings, admission, reporter);
+  say_job_budget_change(settings, admission, reporter);
   if (admission.lowered_by && settings.budget) {
     reporter.line("--budget " + format_money(*settings.budget, settings.loaded.policy.currency) +
                   " lowered to " +
@@ -750,7 +765,16 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   write_status(request, outcome, reporter);
   run_dir.remove();
   if (cgroup) cgroup->remove();
-  reporter.line(summary_line(outcome));
+  std::string summary = summary_line(outcome);
+  if (admission.job_spent_before) {
+    // A job key's budget spans its runs: its total is what the user compares with it.
+    summary +=
+        "; job " + settings.job_key + " total " +
+        format_money(*admission.job_spent_before + outcome.spend, outcome.currency) +
+        (admission.run_budget ? " of " + format_money(*admission.run_budget, outcome.currency)
+                              : std::string());
+  }
+  reporter.line(summary);
   int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
   if (signal) {
     reporter.flush();

@@ -67,11 +67,10 @@ void SignalForwarder::wait() {
       } catch (...) {
       }
       reporter_.line("got " + signal_name(signal) + ": " +
-                     (signalled == 0
-                          ? "no process of the job catches it; not passed on"
-                          : "passed on to " + std::to_string(signalled) +
-                                (signalled == 1 ? " process that catches it"
-                                                : " processes that catch it")));
+                     (signalled == 0 ? "no process of the job catches it; not passed on"
+                                     : "passed on to " + std::to_string(signalled) +
+                                           (signalled == 1 ? " process that catches it"
+                                                           : " processes that catch it")));
     }
     wait();
   });

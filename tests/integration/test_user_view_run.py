@@ -309,6 +309,25 @@ class TruthfulLinesTest(LedgerTest):
         self.assertEqual(self.read_json("status.json")["reason"], "reserve-exceeds-budget")
 
 
+class JobKeyLinesTest(LedgerTest):
+    """A job key's end line gives the job's total; a later --budget that changes it is said."""
+
+    def test_job_total_and_raised_budget(self):
+        args = ["run", "--job-key", "k1", "--rate", "36", "--grace", "0s", "--kill-after", "0s"]
+        first = self.run_spendcap(args + ["--budget", "1", "--", "python3", "-c", "pass"])
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertNotIn("raises", first.stderr)
+        second = self.run_spendcap(args + ["--budget", "2", "--", "python3", "-c", "pass"])
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertRegex(second.stderr,
+                         r"--budget \$2\.00 raises the budget of job k1 from \$1\.00")
+        spends = [row["spend_micros"] / 1e6 for row in self.runs()]
+        self.assertEqual(len(spends), 2)
+        total = re.search(r"job k1 total \$([\d.]+) of \$2\.00", second.stderr)
+        self.assertTrue(total, second.stderr)
+        self.assertAlmostEqual(float(total.group(1)), sum(spends), delta=0.0002)
+
+
 class ForwardedSignalsTest(SpendcapTest):
     """SIGUSR1 and SIGUSR2 to spendcap reach the job's catchers, as --forward SIGWINCH does."""
 
