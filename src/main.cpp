@@ -57,6 +57,13 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--spot-notice-url", request.spot_notice_url,
                  "metadata server for --spot-notice aws|gcp (default http://169.254.169.254; "
                  "env SPENDCAP_SPOT_METADATA_URL)");
+  run.add_option("--log", request.log, "write spendcap's own lines to this file (appended)");
+  run.add_option("--exit-window", request.exit_window,
+                 "after the checkpoint is written, time the job has to exit before SIGTERM "
+                 "(default 5s, within the grace)");
+  run.add_option("--forward", request.forward,
+                 "pass this signal to spendcap on to the job's processes that catch it, as "
+                 "SIGUSR1 and SIGUSR2 are (repeatable)");
   run.add_option("command", request.command, "the command and its arguments, after --")->required();
   run.positionals_at_end();
 }

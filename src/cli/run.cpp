@@ -1,5 +1,6 @@
 #include "spendcap/cli/run.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -19,6 +20,7 @@
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
+#include "spendcap/supervise/signal_forward.hpp"
 #include "spendcap/supervise/supervisor.hpp"
 
 namespace spendcap {
@@ -361,6 +363,12 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.experiment = request.experiment;
   settings.project = request.project;
   settings.job_key = request.job_key;
+  if (request.exit_window) {
+    settings.exit_window = parse_duration_or_throw(*request.exit_window, "--exit-window");
+  }
+  for (const std::string& name : request.forward) {
+    settings.forward_signals.push_back(forwardable_signal_or_throw(name));
+  }
   settings.user = user_name();
   settings.host = host_name();
   require_a_locked_budget(settings);
@@ -500,7 +508,9 @@ std::string run_label(const RunSettings& settings) {
 }
 
 std::string summary_line(const RunOutcome& outcome) {
-  std::string line = "run " + outcome.run_id.substr(0, 8) + " " + to_string(outcome.status);
+  std::string status =
+      outcome.reason == "interrupted" ? std::string("interrupted") : to_string(outcome.status);
+  std::string line = "run " + outcome.run_id.substr(0, 8) + " " + status;
   if (outcome.stopped_by_spendcap) line += " (" + outcome.reason + ")";
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.2fs", outcome.elapsed_seconds);
@@ -540,16 +550,31 @@ void write_status(const RunRequest& request, const RunOutcome& outcome, const Re
 // Refused at admission (120): says why, and writes the status file.
 int refuse(const RunRequest& request, const RunSettings& settings, const std::string& run_id,
            const Admission& admission, const Reporter& reporter) {
-  reporter.error("refused: " + admission.refusal);
+  // The run's own budget cannot even hold the shutdown reserve: no other run is to blame, and
+  // the fix is in the caller's flags.
+  Money reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
+  bool reserve_too_big = admission.run_budget && *admission.run_budget <= reserve &&
+                         (!admission.refused_by || admission.refused_by->kind == ScopeKind::run);
+  std::string refusal = admission.refusal;
+  if (reserve_too_big) {
+    refusal = "the shutdown reserve " + format_money(reserve, settings.loaded.policy.currency) +
+              " (grace " + format_duration(settings.on_trip.grace) + " + kill-after " +
+              format_duration(settings.on_trip.kill_after) + " + 1s at " +
+              format_money(settings.rate_per_hour, settings.loaded.policy.currency) +
+              "/h) does not fit in the budget " +
+              format_money(*admission.run_budget, settings.loaded.policy.currency) +
+              " (lower --grace or raise --budget)";
+  }
+  reporter.error("refused: " + refusal);
   RunOutcome refused;
   refused.run_id = run_id;
   refused.status = RunStatus::refused;
-  refused.reason = "refused";
+  refused.reason = reserve_too_big ? "reserve-exceeds-budget" : "refused";
   refused.exit_code = to_int(ExitCode::refused);
   refused.currency = settings.loaded.policy.currency;
   refused.rate_per_hour = settings.rate_per_hour;
   refused.budget = admission.run_budget;
-  refused.message = admission.refusal;
+  refused.message = refusal;
   write_status(request, refused, reporter);
   if (int signal = take_pending_stop_signal()) reraise(signal);
   return refused.exit_code;
@@ -601,7 +626,51 @@ SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
     plan.preemption_part = spot_notice_part(*settings.spot_notice);
     plan.on_preemption = settings.on_preemption;
   }
+  plan.exit_window = settings.exit_window;
+  plan.forward_signals.assign(std::begin(kForwardedByDefault), std::end(kForwardedByDefault));
+  plan.forward_signals.insert(plan.forward_signals.end(), settings.forward_signals.begin(),
+                              settings.forward_signals.end());
   return plan;
+}
+
+// --log FILE: appended to, made if missing; -1 without the flag.
+int open_log(const RunRequest& request) {
+  if (!request.log) return -1;
+  int fd = ::open(request.log->c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
+  if (fd < 0) {
+    throw Error("--log " + *request.log, "cannot open it: " + errno_text(errno),
+                "give a file in a directory you can write");
+  }
+  return fd;
+}
+
+// "the shutdown reserve $0.71 is 71% of the budget $1.00": a budget mostly eaten by the reserve
+// stops the run soon after it starts.
+void warn_about_reserve(const RunSettings& settings, const Admission& admission,
+                        const Reporter& reporter) {
+  if (!admission.run_budget || admission.run_budget->micros <= 0) return;
+  Money reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
+  double share = static_cast<double>(reserve.micros) / admission.run_budget->micros;
+  if (share <= 0.5) return;
+  const std::string& currency = settings.loaded.policy.currency;
+  reporter.line("the shutdown reserve " + format_money(reserve, currency) + " is " +
+                std::to_string(static_cast<int>(share * 100 + 0.5)) + "% of the budget " +
+                format_money(*admission.run_budget, currency) +
+                ": the run trips when little is spent (lower --grace or raise --budget)");
+}
+
+// A job key's budget is the latest --budget: raising (or lowering) it is said, never silent.
+void say_job_budget_change(const RunSettings& settings, const Admission& admission,
+                           const Reporter& reporter) {
+  if (settings.job_key.empty() || !settings.budget || !admission.job_budget_before) return;
+  const Money before = *admission.job_budget_before;
+  if (*settings.budget == before) return;
+  const std::string& currency = settings.loaded.policy.currency;
+  reporter.line(std::string("--budget ") + format_money(*settings.budget, currency) +
+                (before < *settings.budget ? " raises" : " lowers") + " the budget of job " +
+                settings.job_key + " from " + format_money(before, currency) +
+                " (its earlier runs spent " +
+                format_money(admission.job_spent_before.value_or(Money{}), currency) + ")");
 }
 
 // Records the final row, or spools it on this host when the ledger does not take it in time.
@@ -641,7 +710,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   // blocked until the supervisor's event loop handles them. The command gets the caller's mask.
   block_stop_signals(true);
   for (int signal : kIgnoredBySupervisor) ::signal(signal, SIG_IGN);
-  Reporter reporter(request.quiet, request.title);
+  Reporter reporter(request.quiet, request.title, open_log(request));
   Environment env = current_environment();
   refuse_redirecting_environment(env);
   TestSwitches switches = TestSwitches::from(env);
@@ -667,6 +736,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   Admission admission = ledger->begin_run(make_run_start(settings, request.command, run_id));
   if (!admission.admitted) return refuse(request, settings, run_id, admission, reporter);
   AdmittedRun admitted(*ledger, run_id);
+  warn_about_reserve(settings, admission, reporter);
+  say_job_budget_change(settings, admission, reporter);
   if (admission.lowered_by && settings.budget) {
     reporter.line("--budget " + format_money(*settings.budget, settings.loaded.policy.currency) +
                   " lowered to " +
@@ -704,6 +775,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
+  plan.ledger = ledger->url();
   plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
   };
@@ -723,7 +795,16 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   write_status(request, outcome, reporter);
   run_dir.remove();
   if (cgroup) cgroup->remove();
-  reporter.line(summary_line(outcome));
+  std::string summary = summary_line(outcome);
+  if (admission.job_spent_before) {
+    // A job key's budget spans its runs: its total is what the user compares with it.
+    summary +=
+        "; job " + settings.job_key + " total " +
+        format_money(*admission.job_spent_before + outcome.spend, outcome.currency) +
+        (admission.run_budget ? " of " + format_money(*admission.run_budget, outcome.currency)
+                              : std::string());
+  }
+  reporter.line(summary);
   int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
   if (signal) {
     reporter.flush();

@@ -145,6 +145,22 @@ Money job_use_of_others(StoreTxn& txn, const RunRecord& run) {
   return used;
 }
 
+// The job's earlier runs, for the lines the run prints: what the finished ones spent, and the
+// --budget of the latest one.
+void note_job_history(StoreTxn& txn, const RunRecord& run, Admission& admission) {
+  Money spent;
+  double latest = -1;
+  for (const RunRecord& other : txn.runs_of_job(run.job_key)) {
+    if (other.id == run.id) continue;
+    if (other.status != RunStatus::running) spent += other.spend;
+    if (other.budget && other.started_at >= latest) {
+      latest = other.started_at;
+      admission.job_budget_before = other.budget;
+    }
+  }
+  admission.job_spent_before = spent;
+}
+
 // The budget in force for `scope`: its ledger row, lowered by a locked policy's cap (ledger.hpp,
 // LedgerOptions::budget_caps).
 std::optional<BudgetRule> rule_in_force(std::optional<BudgetRule> row, const Scope& scope,
@@ -378,6 +394,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
                   "the policy");
     }
     Admission admission;
+    if (!run.job_key.empty()) note_job_history(txn, run, admission);
     admission.run_budget = plan.run_budget.amount;
     admission.lowered_by = plan.run_budget.lowered_by;
     admission.grant.allowed = plan.decision.allowed;

@@ -114,7 +114,12 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
     int status = 0, main_status = 0;
     bool main_reaped = false, empty = false;
     while (true) {
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED);
+      if (pid > 0 && WIFSTOPPED(status)) {
+        // Not reaped: said, so that spendcap can stop with it on a terminal (job control).
+        if (pid == launched.pid) send(events_fd, GuardEventKind::main_stopped, pid, 0, false);
+        continue;
+      }
       if (pid > 0) {
         if (pid == launched.pid) {
           main_reaped = true;

@@ -37,9 +37,9 @@ bool KillPath::trip(TimePoint at, const ShutdownTimes& times, std::optional<Time
   say_(headline);
   if (signalled == 0) {
     grace_skipped_ = true;
-    say_(checkpoint_signal_ == 0 ? "no checkpoint signal: terminating now"
+    say_(checkpoint_signal_ == 0 ? "no checkpoint signal: no checkpoint was taken; terminating now"
                                  : "no process catches " + signal_name(checkpoint_signal_) +
-                                       ": grace skipped, terminating now");
+                                       ": no checkpoint was taken; grace skipped, terminating now");
     terminate();
     return true;
   }
@@ -73,8 +73,21 @@ void KillPath::main_exited(TimePoint at, const std::string& how, Nanos kill_afte
 
 bool KillPath::checkpoint_done() noexcept {
   if (phase_ != KillPhase::grace) return false;
-  say_("the job wrote its checkpoint: terminating now");
-  terminate();
+  if (checkpoint_written_) return true;
+  checkpoint_written_ = true;
+  TimePoint at = timer_.now();
+  TimePoint exit_by = std::min(deadlines_.term_at, at + exit_window_);
+  if (exit_by <= at) {
+    say_("the job wrote its checkpoint: terminating now");
+    terminate();
+    return true;
+  }
+  // The grace now ends at exit_by: the main process exiting before it ends it sooner, and what
+  // it leaves behind gets SIGTERM then (main_exited).
+  deadlines_.term_at = exit_by;
+  say_("the job wrote its checkpoint: it has " + format_duration(exit_by - at) +
+       " to exit by itself before SIGTERM");
+  timer_.arm(exit_by);
   return true;
 }
 

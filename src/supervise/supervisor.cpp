@@ -2,7 +2,9 @@
 
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -19,6 +21,7 @@
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/kill_path.hpp"
 #include "spendcap/supervise/run_part.hpp"
+#include "spendcap/supervise/signal_forward.hpp"
 
 namespace asio = boost::asio;
 
@@ -34,6 +37,15 @@ std::string describe_wait_status(int status) {
 
 std::string percent(double fraction) {
   return std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%";
+}
+
+// "79% of the run budget spent: $0.3163 of $0.4000": the percentage is the figures' own ratio at
+// the moment printed, not the threshold crossed (a heartbeat can cross several at once).
+std::string spent_of(Money spent, Money budget, const std::string& what,
+                     const std::string& currency) {
+  double fraction = budget.micros > 0 ? static_cast<double>(spent.micros) / budget.micros : 0;
+  return percent(fraction) + " of the " + what + " spent: " + format_money(spent, currency) +
+         " of " + format_money(budget, currency);
 }
 
 // "budget:run", "budget:job:KEY", "budget:team:vision".
@@ -94,10 +106,8 @@ class RunThresholds final : public RunPart {
     timer_.async_wait([this](auto error) {
       if (error || stopped_) return;
       Money spend = meter_.spend_at(now());
-      for (double crossed : tracker_.crossed(spend, *plan_.run_budget)) {
-        reporter_.line(percent(crossed) +
-                       " of the run budget spent: " + format_money(spend, plan_.currency) + " of " +
-                       format_money(*plan_.run_budget, plan_.currency));
+      if (!tracker_.crossed(spend, *plan_.run_budget).empty()) {
+        reporter_.line(spent_of(spend, *plan_.run_budget, "run budget", plan_.currency));
       }
       arm();
     });
@@ -209,6 +219,9 @@ class Supervisor::Impl {
         }
       }));
     }
+    parts_.push_back(std::make_unique<SignalForwarder>(
+        io_, reporter_, [this]() -> ProcessTree& { return *tree_; }, plan_.forward_signals));
+    kill_path_.set_exit_window(plan_.exit_window);
     outcome_.run_id = plan_.run_id;
     outcome_.currency = plan_.currency;
     outcome_.rate_per_hour = plan_.rate_per_hour;
@@ -277,6 +290,9 @@ class Supervisor::Impl {
         break;
       case GuardEventKind::tree_empty:
         on_tree_empty(at);
+        break;
+      case GuardEventKind::main_stopped:
+        on_job_stopped();
         break;
     }
   }
@@ -351,8 +367,123 @@ class Supervisor::Impl {
   void pass_on_job_control() {
     job_control_.async_wait([this](auto error, int signal) {
       if (error || finished()) return;
-      if (meter_.launched_at()) tree_->signal_all(signal);
+      if (signal == SIGCONT && (paused_ || in_background_)) {
+        on_continued();
+      } else if (meter_.launched_at()) {
+        tree_->signal_all(signal);
+      }
       pass_on_job_control();
+    });
+  }
+
+  // ---- job control on a terminal (see supervisor.hpp) ----
+
+  // Ctrl-Z stopped the job while it had the terminal: say so, arm the waker, stop spendcap.
+  void on_job_stopped() {
+    if (!plan_.gave_terminal || !running() || paused_ || !meter_.launched_at()) return;
+    paused_ = true;
+    pid_t foreground = ::tcgetpgrp(STDIN_FILENO);
+    if (foreground > 0 && foreground != ::getpgrp()) job_pgrp_ = foreground;
+    std::string line =
+        "job paused; still accruing " + format_money(plan_.rate_per_hour, plan_.currency) + "/h";
+    std::optional<TimePoint> wake = wake_for_trip();
+    if (wake) line += "; the trip stays armed";
+    reporter_.line(line + " (fg resumes it)");
+    reporter_.flush();  // the line comes before the shell's "Stopped"
+    if (wake) start_waker(*wake);
+    stop_self();
+  }
+
+  // A heartbeat before the budget's trip (the grant may be raised by then), and never later
+  // than the trip: the moment a stopped spendcap must be running again to enforce it.
+  std::optional<TimePoint> wake_for_trip() const {
+    if (plan_.mode != Mode::enforce || plan_.rate_per_hour.micros == 0) return std::nullopt;
+    auto at = budget_trip_time(*meter_.launched_at(), plan_.rate_per_hour, allowed_, reserve_);
+    if (!at) return std::nullopt;
+    return std::max(now(), *at - plan_.sync);
+  }
+
+  // A child of spendcap (not of the tree) that sleeps until `at`, then SIGCONTs spendcap and
+  // exits 0. Forked from a process with threads: the child makes only async-signal-safe calls.
+  // PDEATHSIG: it never outlives spendcap.
+  void start_waker(TimePoint at) {
+    pid_t parent = ::getpid();
+    timespec until{};
+    std::int64_t ns = to_ns(at);
+    until.tv_sec = ns / 1000000000;
+    until.tv_nsec = ns % 1000000000;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(1);
+      ::close_range(3, ~0U, 0);  // the guard's control pipe must see EOF when spendcap dies
+      while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+      }
+      ::kill(parent, SIGCONT);
+      ::_exit(0);
+    }
+    if (pid > 0) {
+      waker_pid_ = pid;
+      wake_at_ = at;
+    }
+  }
+
+  // Stops spendcap by SIGTSTP's default action, so the shell reports it as Ctrl-Z would.
+  void stop_self() {
+    in_background_ = true;
+    struct sigaction stop {};
+    stop.sa_handler = SIG_DFL;
+    sigemptyset(&stop.sa_mask);
+    struct sigaction asio_handler {};
+    ::sigaction(SIGTSTP, &stop, &asio_handler);
+    ::raise(SIGTSTP);  // returns once continued: by the shell (fg, bg) or by the waker
+    ::sigaction(SIGTSTP, &asio_handler, nullptr);
+  }
+
+  // Whether the waker woke spendcap (it exited after its SIGCONT); either way it is gone after.
+  bool collect_waker() {
+    if (waker_pid_ <= 0) {
+      bool fired = waker_fired_;
+      waker_fired_ = false;
+      return fired;
+    }
+    int status = 0;
+    pid_t reaped = ::waitpid(waker_pid_, &status, WNOHANG);
+    if (reaped == 0) {
+      ::kill(waker_pid_, SIGKILL);
+      while (::waitpid(waker_pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    waker_pid_ = -1;
+    waker_fired_ = false;
+    return WIFEXITED(status) || now() >= wake_at_;
+  }
+
+  // SIGCONT to spendcap while it was paused or left in the background.
+  void on_continued() {
+    bool foreground = ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+    if (paused_ && collect_waker() && !foreground) {
+      // Woken for the trip: the job stays paused, spendcap enforces from the background.
+      reporter_.line("awake to enforce the trip; the job stays paused (fg resumes it)");
+      arm_heartbeat_now();
+      return;
+    }
+    if (foreground) {
+      in_background_ = false;
+      if (job_pgrp_ > 0) ::tcsetpgrp(STDIN_FILENO, job_pgrp_);  // SIGTTOU is ignored
+    }
+    if (paused_) {
+      paused_ = false;
+      tree_->signal_all(SIGCONT);
+      reporter_.line(std::string("job resumed") + (foreground ? "" : " in the background"));
+    }
+  }
+
+  // After a stop, the grant is stale: ask at once rather than a sync later.
+  void arm_heartbeat_now() {
+    if (!ledger_) return;
+    asio::post(io_, [this] {
+      if (!finished()) heartbeat();
     });
   }
 
@@ -372,6 +503,10 @@ class Supervisor::Impl {
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
       if (pid > 0) {
         if (pid == guard_.pid) guard_reaped_ = true;
+        if (pid == waker_pid_) {
+          waker_pid_ = -1;
+          waker_fired_ = WIFEXITED(status);
+        }
         continue;
       }
       if (pid < 0 && errno == EINTR) continue;
@@ -422,7 +557,13 @@ class Supervisor::Impl {
     trip_at_ = at;
     stopping();
     outcome_.tripped_after_seconds = to_seconds(at - *meter_.launched_at());
-    if (!kill_path_.trip(at, times, empty_by(), trip_headline(trip, at))) return;
+    bool started = kill_path_.trip(at, times, empty_by(), trip_headline(trip, at));
+    // A trip while the job is paused still stops it: continued, it can take its checkpoint.
+    if (paused_) {
+      paused_ = false;
+      tree_->signal_all(SIGCONT);
+    }
+    if (!started) return;
     outcome_.checkpoint_signalled = kill_path_.checkpoint_signalled();
     outcome_.grace_skipped = kill_path_.grace_skipped();
     // Watching starts once the grace is armed: a checkpoint already written ends it at once. The
@@ -545,13 +686,14 @@ class Supervisor::Impl {
     apply_grant(grant);
     tell_guard_deadline();
     for (const ScopeUse& use : grant.scopes) {
+      // A run that is shutting down warns no more: a warning after the trip only confuses.
+      if (!running() || trip_) break;
       auto& tracker =
           scope_thresholds_.try_emplace(to_string(use.scope), plan_.warn_at).first->second;
-      for (double crossed : tracker.crossed(use.spent, use.amount)) {
-        reporter_.line(percent(crossed) + " of the " + to_string(use.scope) + " budget (" +
-                       to_string(use.period) +
-                       ") spent: " + format_money(use.spent, plan_.currency) + " of " +
-                       format_money(use.amount, plan_.currency));
+      if (!tracker.crossed(use.spent, use.amount).empty()) {
+        reporter_.line(spent_of(use.spent, use.amount,
+                                to_string(use.scope) + " budget (" + to_string(use.period) + ")",
+                                plan_.currency));
       }
     }
     if (grant.stop && !trip_ && meter_.launched_at()) {
@@ -614,8 +756,16 @@ class Supervisor::Impl {
       return format_duration(in) + " at " +
              format_money(cost_of(plan_.rate_per_hour, in), plan_.currency);
     };
+    std::optional<ScopeUse> tightest = tightest_scope();
     if (plan_.rate_per_hour.micros == 0) {
       line += "; burn rate 0: it never trips";
+    } else if (!binding_ && tightest) {
+      // A shared budget's remaining amount binds before the run's own: it is what stops the run,
+      // unless other runs release some.
+      Money left = tightest->amount - tightest->spent - (tightest->held - ceiling_);
+      line += "; " + trips + " in " + trip_in(left) + " (" + budget_reason(tightest->scope) + ": " +
+              format_money(left, plan_.currency) + " left of " +
+              format_money(tightest->amount, plan_.currency) + ")";
     } else if (binding_) {
       // The budget that limits the grant is what stops the run, unless other runs release some.
       line += "; " + trips + " in " + trip_in(allowed_) + " (" + budget_reason(*binding_) + ")";
@@ -628,7 +778,28 @@ class Supervisor::Impl {
     }
     if (plan_.mode == Mode::warn) line += " (warn mode: nothing is stopped)";
     if (!plan_.isolation.empty()) line += "; isolation: " + plan_.isolation;
+    if (!plan_.ledger.empty()) line += "; ledger " + plan_.ledger;
     reporter_.line(line);
+  }
+
+  // The shared scope whose remaining amount (its budget less what is spent and what other runs
+  // hold) is smallest, when it is below the run's own budget: what will bind first.
+  std::optional<ScopeUse> tightest_scope() const {
+    std::optional<ScopeUse> tightest;
+    std::optional<Money> tightest_left = plan_.run_budget;
+    for (const ScopeUse& use : plan_.grant.scopes) {
+      if (use.scope.kind == ScopeKind::run) continue;
+      Money left = use.amount - use.spent - (use.held - ceiling_);
+      if (!tightest_left || left < *tightest_left) {
+        tightest = use;
+        tightest_left = left;
+      }
+    }
+    if (tightest &&
+        !budget_trip_time(*meter_.launched_at(), plan_.rate_per_hour, *tightest_left, reserve_)) {
+      return std::nullopt;
+    }
+    return tightest;
   }
 
   // ---- the end ----
@@ -651,7 +822,9 @@ class Supervisor::Impl {
       }
     }
     children_.cancel();
-    if (plan_.gave_terminal) take_back_terminal();
+    // Not from the background: the shell holds the terminal then.
+    if (plan_.gave_terminal && !in_background_) take_back_terminal();
+    if (waker_pid_ > 0) collect_waker();
 
     TimePoint end = *meter_.ended_at();
     outcome_.spend = meter_.spend_at(end);
@@ -691,6 +864,12 @@ class Supervisor::Impl {
       bool interrupted = WIFSIGNALED(main_status_) &&
                          (WTERMSIG(main_status_) == SIGINT || WTERMSIG(main_status_) == SIGQUIT);
       if (plan_.gave_terminal && interrupted) outcome_.reraise_signal = WTERMSIG(main_status_);
+      // Ctrl-C: the user ended it, it did not fail. The ledger keeps its statuses (killed: ended
+      // by a signal); the reason and the end line say "interrupted".
+      if (WIFSIGNALED(main_status_) && WTERMSIG(main_status_) == SIGINT) {
+        outcome_.status = RunStatus::killed;
+        outcome_.reason = "interrupted";
+      }
     }
     io_.stop();
   }
@@ -735,6 +914,13 @@ class Supervisor::Impl {
 
   std::optional<Trip> trip_;
   TimePoint trip_at_{};
+  // Job control on a terminal.
+  bool paused_ = false;         // Ctrl-Z stopped the job and it was not resumed
+  bool in_background_ = false;  // spendcap stopped itself and did not get the terminal back
+  pid_t job_pgrp_ = -1;         // the job's group, which had the terminal
+  pid_t waker_pid_ = -1;
+  bool waker_fired_ = false;
+  TimePoint wake_at_{};
   int pending_signal_ = 0;
   bool main_exited_ = false;
   int main_status_ = 0;

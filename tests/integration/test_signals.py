@@ -16,7 +16,9 @@ from spendcap_testlib import (SPENDCAP, SpendcapTest, alive, children_of, proc_s
 class SignalToSpendcapTest(SpendcapTest):
     def test_sigterm_checkpoints_then_stops_the_tree_and_the_shell_sees_143(self):
         # The calling shell runs spendcap and reports its status as a shell would see it.
-        script = ('"%s" run --rate 1 --budget 10 --grace 5s --kill-after 1s --status-file "%s" %s & '
+        # The job keeps running after its checkpoint: a 1 s exit window, then SIGTERM.
+        script = ('"%s" run --rate 1 --budget 10 --grace 5s --kill-after 1s --exit-window 1s '
+                  '--status-file "%s" %s & '
                   'echo $! > "%s"; wait $!; echo "rc=$?"') % (
                       SPENDCAP, self.path("status.json"),
                       " ".join("'%s'" % a for a in self.tree_args(["--signal-done"])),

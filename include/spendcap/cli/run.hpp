@@ -31,6 +31,9 @@ struct RunRequest {
   bool title = false;
   std::vector<std::string> command;
   std::optional<std::string> spot_notice, spot_notice_url;  // aws|gcp|URL; the metadata base URL
+  std::optional<std::string> log;          // --log FILE: spendcap's own lines go there
+  std::optional<std::string> exit_window;  // --exit-window DURATION
+  std::vector<std::string> forward;        // --forward SIG (repeatable)
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -60,6 +63,8 @@ struct RunSettings {
   std::string team, experiment, project, job_key, user, host;
   std::optional<SpotNotice> spot_notice;  // --spot-notice
   ShutdownTimes on_preemption;            // its times, fitting the notice window
+  Nanos exit_window = std::chrono::seconds(5);  // --exit-window
+  std::vector<int> forward_signals;             // --forward, beyond SIGUSR1 and SIGUSR2
 };
 
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,

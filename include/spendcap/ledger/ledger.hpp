@@ -115,6 +115,10 @@ struct Admission {
   std::optional<Scope> lowered_by;  // the scope whose max_run lowered --budget
   std::string refusal;              // why not admitted, for the message and the ledger row
   std::optional<Scope> refused_by;
+  // With a job key: what its finished runs spent, and the --budget of its latest earlier run
+  // (so that the end line can give the job's total and a changed --budget can be said).
+  std::optional<Money> job_spent_before;
+  std::optional<Money> job_budget_before;
 };
 
 // preempted: stopped because the scheduler or the cloud took the machine back (SIGTERM to

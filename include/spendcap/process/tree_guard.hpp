@@ -51,6 +51,7 @@ enum class GuardEventKind : std::int32_t {
   launch_failed = 2,  // value = errno of exec (the child still exits 126/127 and is reaped)
   main_exited = 3,    // value = wait status; tree_empty = 1 when nothing else was left
   tree_empty = 4,     // every process of the tree is reaped; the guard exits next
+  main_stopped = 5,   // the main process stopped (Ctrl-Z, SIGTTIN): job control on a terminal
 };
 
 // One fixed-size record per event: a pipe write this small is atomic.

@@ -1,7 +1,7 @@
 // The kill path of one run, as a phase machine over the process tree and a timer:
 //
 //   running --trip--> grace (checkpoint signal sent to the processes that catch it)
-//                       | deadline, checkpoint done, main exited, second signal
+//                       | deadline, checkpoint done + exit window, main exited, second signal
 //                       v
 //   running --trip, nobody catches--> terminating (SIGTERM + SIGCONT to the tree)
 //                       | kill-after, second signal
@@ -70,8 +70,13 @@ class KillPath {
   void main_exited(TimePoint at, const std::string& how, Nanos kill_after,
                    std::optional<TimePoint> empty_by) noexcept;
 
-  // The job wrote its checkpoint ($SPENDCAP_CHECKPOINT_DONE appeared): the grace ends now.
-  // Returns false outside the grace.
+  // How long the main process has to exit by itself once the checkpoint is written (--exit-window,
+  // default 5 s): its last lines (wandb.finish()) are not cut off. Never past the grace's end, so
+  // the reserve still holds; 0: SIGTERM at once.
+  void set_exit_window(Nanos window) { exit_window_ = window; }
+
+  // The job wrote its checkpoint ($SPENDCAP_CHECKPOINT_DONE appeared): the grace ends after the
+  // exit window (the main process exiting ends it sooner). Returns false outside the grace.
   bool checkpoint_done() noexcept;
 
   // A second signal to spendcap: one step ahead (grace -> SIGTERM, SIGTERM -> SIGKILL).
@@ -100,6 +105,8 @@ class KillPath {
   Nanos kill_after_{};  // of the kill path under way
   int checkpoint_signalled_ = 0;
   bool grace_skipped_ = false;
+  Nanos exit_window_ = std::chrono::seconds(5);
+  bool checkpoint_written_ = false;
 };
 
 }  // namespace spendcap

@@ -5,6 +5,13 @@
 // terminal title with --title (pushed and popped with the xterm title stack), never to a
 // refreshing line. --quiet prints errors only.
 //
+// Off a terminal every line starts at the beginning of a line, so that `grep '^spendcap:'` finds
+// it after a progress bar's "\r" updates: when stderr is a regular file, its byte before the write
+// position is read (pread) and a newline is written first when that byte is not one; on a pipe (or
+// anything else that cannot be read back) a newline always comes first once the job runs, since
+// the job may have written half a line. --log FILE sends the lines to FILE instead (appended;
+// errors go to stderr as well).
+//
 // Once the job runs, lines are written by a thread of their own (write_in_background): stderr may
 // be a pipe that nobody reads, and a write that blocks must never stall the event loop that
 // enforces the budget. A full queue drops lines; at exit what is queued gets a bounded wait.
@@ -18,6 +25,8 @@ namespace spendcap {
 class Reporter {
  public:
   Reporter(bool quiet, bool title);
+  // --log: the lines go to `log_fd` (owned, closed by the destructor) instead of stderr.
+  Reporter(bool quiet, bool title, int log_fd);
   ~Reporter();  // waits at most 200 ms for queued lines
 
   // "spendcap: TEXT" unless quiet.
@@ -38,12 +47,17 @@ class Reporter {
 
  private:
   struct Queue;
+  struct Line;
   void write(std::string text) const;
+  void write_line(const std::string& text, bool error) const;
+  void enqueue(Line line) const;
+  static void write_line_now(const Line& line);
 
   bool quiet_;
   bool title_;
   bool tty_;
   bool title_pushed_ = false;
+  int log_fd_ = -1;
   std::shared_ptr<Queue> queue_;  // null until write_in_background()
 };
 

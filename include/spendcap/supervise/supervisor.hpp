@@ -50,9 +50,16 @@ void block_stop_signals(bool block);
 int take_pending_stop_signal();
 
 // What the supervisor does about the other signals: SIGTSTP and SIGCONT are passed on to the tree
-// (Ctrl-Z on spendcap pauses the job, and spendcap goes on accruing and enforcing: a stopped
-// supervisor could not trip); SIGPIPE (a closed stderr), SIGTTOU and SIGTTIN (a terminal owned by
-// the job), SIGUSR1, SIGUSR2 and SIGALRM are ignored, so none of them can stop or kill spendcap.
+// (`kill -TSTP spendcap` pauses the job, and spendcap goes on accruing and enforcing); SIGPIPE (a
+// closed stderr), SIGTTOU and SIGTTIN (a terminal owned by the job), SIGUSR1, SIGUSR2 and SIGALRM
+// are ignored, so none of them can stop or kill spendcap; once the job runs, SIGUSR1, SIGUSR2 and
+// the --forward signals are passed on to the tree's catchers (signal_forward.hpp).
+//
+// Job control on a terminal: when the job has the terminal and Ctrl-Z stops it, spendcap stops
+// itself too (SIGTSTP), so the shell prints "Stopped" and gets its prompt back; `fg` and `bg`
+// resume both. Spend goes on while paused (the GPUs are still held), so the trip stays armed: a
+// waker process SIGCONTs spendcap a heartbeat before the trip, and spendcap then enforces it in
+// the background (the trip SIGCONTs the tree, as the kill path does, so the job can checkpoint).
 inline constexpr int kIgnoredBySupervisor[] = {SIGPIPE, SIGTTOU, SIGTTIN,
                                                SIGUSR1, SIGUSR2, SIGALRM};
 
@@ -81,6 +88,12 @@ struct SupervisorPlan {
   // window. A SIGTERM to spendcap (the scheduler's preemption) also ends the run as preempted.
   PreemptionPartFactory preemption_part;
   ShutdownTimes on_preemption;
+  // After the checkpoint is written, how long the main process has to exit before SIGTERM.
+  Nanos exit_window = std::chrono::seconds(5);
+  // Signals to spendcap passed on to the tree's catchers: SIGUSR1, SIGUSR2 and --forward.
+  std::vector<int> forward_signals;
+  // For the start line: the ledger in use (its URL or path).
+  std::string ledger;
 };
 
 class Supervisor {
