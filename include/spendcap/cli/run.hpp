@@ -29,6 +29,8 @@ struct RunRequest {
   bool quiet = false;
   bool title = false;
   std::vector<std::string> command;
+  std::vector<std::string> webhook_envs;  // --webhook-env NAME: a webhook added to the policy's
+  std::vector<std::string> webhook_urls;  // --webhook URL (visible to any user's ps)
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -56,6 +58,7 @@ struct RunSettings {
   std::string ledger_url;
   std::map<std::string, std::string> tags;
   std::string team, experiment, project, job_key, user, host;
+  std::vector<std::string> webhook_urls;  // --webhook
 };
 
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,

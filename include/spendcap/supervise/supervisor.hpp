@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/notify/notifier.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/trip.hpp"
@@ -67,6 +68,8 @@ struct SupervisorPlan {
   std::string isolation;
   // Builds the tree rooted at `root`: the guard, or spendcap itself if the guard dies.
   std::function<std::unique_ptr<ProcessTree>(pid_t root)> make_tree;
+  // Webhook events (notify/): none when null. Outlives the supervisor.
+  Notifier* notifier = nullptr;
 };
 
 class Supervisor {
