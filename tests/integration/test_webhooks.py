@@ -276,5 +276,23 @@ class WebhookTest(LedgerTest):
         self.assertNotIn("secretpathXYZ", job_env)
 
 
+    def test_7_the_next_run_flushes_the_outbox(self):
+        failing = self.endpoint([503])
+        self.policy_with({"url_env": "HOOK_URL", "secret_env": "HOOK_SECRET"})
+        result = self.run_killed(extra_env={"HOOK_URL": failing.url, "HOOK_SECRET": SECRET})
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertEqual(len(self.outbox_rows()), 1)
+        spooled_id = json.loads(failing.requests[0]["body"])["event_id"]
+        # The next run, with the variable now pointing at a working endpoint, sends it first.
+        working = self.endpoint([200])
+        result = self.run_killed(extra_env={"HOOK_URL": working.url, "HOOK_SECRET": SECRET},
+                                 status="next.json")
+        self.assertEqual(result.returncode, 124, result.stderr)
+        ids = [e["event_id"] for e in working.events()]
+        self.assertEqual(len(ids), 2, result.stderr)  # the spooled event, then this run's
+        self.assertEqual(ids[0], spooled_id)
+        self.assertTrue(all(signature_ok(r, SECRET) for r in working.requests))
+        self.assertEqual(self.outbox_rows(), [])
+
 if __name__ == "__main__":
     unittest.main()
