@@ -294,5 +294,26 @@ class WebhookTest(LedgerTest):
         self.assertTrue(all(signature_ok(r, SECRET) for r in working.requests))
         self.assertEqual(self.outbox_rows(), [])
 
+    def test_8_refused_event_and_notify_test(self):
+        endpoint = self.endpoint([200])
+        self.policy_with({"url_env": "HOOK_URL"}, events=("refused",))
+        env = {"HOOK_URL": endpoint.url}
+        stop = self.run_spendcap(["stop", "--team", "vision", "--reason", "audit"])
+        self.assertEqual(stop.returncode, 0, stop.stderr)
+        result = self.run_killed(extra_env=env)
+        self.assertEqual(result.returncode, 120, result.stderr)
+        self.assertEqual([e["event"] for e in endpoint.events()], ["refused"], result.stderr)
+        self.assertIn("stop order", endpoint.events()[0]["reason"])
+        self.assertEqual(endpoint.events()[0]["exit_code"], 120)
+
+        tested = self.run_spendcap(["notify", "test"], extra_env=env)
+        self.assertEqual(tested.returncode, 0, tested.stderr)
+        self.assertIn("webhook $HOOK_URL (json): delivered", tested.stdout)
+        self.assertEqual(endpoint.events()[-1]["event"], "test")
+        rejecting = self.endpoint([404])
+        tested = self.run_spendcap(["notify", "test", "--webhook", rejecting.url], extra_env=env)
+        self.assertEqual(tested.returncode, 1, tested.stderr)
+        self.assertIn("not delivered: HTTP 404", tested.stdout)
+
 if __name__ == "__main__":
     unittest.main()
