@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config git ca-certificates
   libboost1.81-dev libboost-filesystem1.81-dev nlohmann-json3-dev libcli11-dev
   libsqlite3-dev doctest-dev
+  libcurl4-openssl-dev  # <curl/curl.h> for webhooks (libcurl is dlopened, never linked)
   python3 python3-jsonschema sqlite3 procps util-linux passwd
 )
 # The tests' real PyTorch job (tests/integration/test_torch.py): only when tests are run.

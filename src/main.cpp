@@ -13,6 +13,7 @@
 #include "spendcap/cli/admin.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/run.hpp"
+#include "spendcap/cli/webhooks.hpp"
 #include "spendcap/process/launcher.hpp"
 
 namespace {
@@ -49,6 +50,10 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH or a path");
+  run.add_option("--webhook-env", request.webhook_envs,
+                 "a webhook whose URL is in this environment variable (repeatable)");
+  run.add_option("--webhook", request.webhook_urls,
+                 "a webhook URL (repeatable; any user's ps shows it: prefer --webhook-env)");
   run.add_flag("--quiet,-q", request.quiet, "print errors only");
   run.add_flag("--title", request.title, "show live spend in the terminal title");
   run.add_option("--spot-notice", request.spot_notice,
@@ -134,6 +139,25 @@ int main(int argc, char** argv) {
   stop->add_option("--reason", stop_request.reason, "why (shown to the runs' owners)");
   stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
 
+  CLI::App* outbox = app.add_subcommand("outbox", "webhook events not delivered yet");
+  outbox->require_subcommand(1);
+  CLI::App* outbox_list = outbox->add_subcommand("list", "your undelivered webhook events");
+  add_ledger_options(*outbox_list, choice);
+  outbox_list->add_flag("--json", json, "print JSON");
+  CLI::App* outbox_flush =
+      outbox->add_subcommand("flush", "send your events whose webhook variables are set here");
+  add_ledger_options(*outbox_flush, choice);
+
+  spendcap::NotifyTestRequest notify_request;
+  CLI::App* notify = app.add_subcommand("notify", "webhooks");
+  notify->require_subcommand(1);
+  CLI::App* notify_test =
+      notify->add_subcommand("test", "send a test event to every configured webhook");
+  notify_test->add_option("--policy", notify_request.policy, "policy file (default: see README)");
+  notify_test->add_option("--webhook-env", notify_request.webhook_envs,
+                          "also a webhook whose URL is in this variable (repeatable)");
+  notify_test->add_option("--webhook", notify_request.webhook_urls, "also this URL (repeatable)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -148,6 +172,9 @@ int main(int argc, char** argv) {
     if (*budgets) return spendcap::budgets_command(choice, json);
     if (*ps) return spendcap::ps_command(choice, json);
     if (*stop) return spendcap::stop_command(choice, stop_request);
+    if (*outbox_list) return spendcap::outbox_list_command(choice, json);
+    if (*outbox_flush) return spendcap::outbox_flush_command(choice);
+    if (*notify_test) return spendcap::notify_test_command(notify_request);
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";

@@ -293,3 +293,11 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
 }
 
 }  // namespace spendcap
+
+namespace spendcap {
+
+std::unique_ptr<Ledger> open_ledger_for(const LedgerChoice& choice) {
+  return open_chosen_ledger(choice, nullptr);
+}
+
+}  // namespace spendcap

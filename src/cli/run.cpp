@@ -13,6 +13,7 @@
 
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
+#include "spendcap/cli/webhooks.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -97,6 +98,10 @@ nlohmann::json flags_layer(const RunRequest& request) {
     flag_slot(layer, "--instances") = parse_count(*request.instances, "--instances");
   }
   if (request.ledger) flag_slot(layer, "--ledger") = *request.ledger;
+  // --webhook-env NAME adds a webhook (appended to the policy's: a locked policy's stay).
+  for (const std::string& name : request.webhook_envs) {
+    layer["webhooks"].push_back({{"url_env", name}});
+  }
   return layer;
 }
 
@@ -371,6 +376,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   }
   settings.user = user_name();
   settings.host = host_name();
+  settings.webhook_urls = request.webhook_urls;
   require_a_locked_budget(settings);
   resolve_spot_notice(request, env, settings);
   return settings;
@@ -674,7 +680,7 @@ void say_job_budget_change(const RunSettings& settings, const Admission& admissi
 }
 
 // Records the final row, or spools it on this host when the ledger does not take it in time.
-void record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
+bool record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
                   const Reporter& reporter) {
   RunFinal final;
   final.id = outcome.run_id;
@@ -688,7 +694,7 @@ void record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   final.spend = outcome.spend;
   final.elapsed_seconds = outcome.elapsed_seconds;
   std::string error = supervisor.record_final(final, kFinalRowTimeout);
-  if (error.empty()) return;
+  if (error.empty()) return true;
   try {
     std::string path = spool_final(ledger_url, final);
     reporter.error("ledger: " + error + "; the final row is spooled in " + path +
@@ -697,6 +703,25 @@ void record_final(Supervisor& supervisor, const std::string& ledger_url, const R
     reporter.error("ledger: " + error +
                    "; spooling the final row failed too: " + format_error(spool_error));
   }
+  return false;
+}
+
+// What the webhooks say about the run (notify/payload.hpp).
+RunFacts run_facts(const RunSettings& settings, const std::vector<std::string>& command,
+                   const std::string& run_id, const Admission& admission) {
+  RunFacts facts;
+  facts.run_id = run_id;
+  facts.team = settings.team;
+  facts.experiment = settings.experiment;
+  facts.project = settings.project;
+  facts.user = settings.user;
+  facts.host = settings.host;
+  facts.tags = settings.tags;
+  facts.command = command;
+  facts.currency = settings.loaded.policy.currency;
+  facts.budget = admission.run_budget ? admission.run_budget : settings.budget;
+  facts.rate_per_hour = settings.rate_per_hour;
+  return facts;
 }
 
 }  // namespace
@@ -731,10 +756,25 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
       resolve_executable(request.command.front(), path == env.end() ? "" : path->second);
   std::string run_id = new_run_id();
   RunDir run_dir(env, run_id);
+  // Webhook variables and URLs are checked before anything is written to the ledger.
+  std::vector<WebhookTarget> webhooks =
+      run_webhook_targets(settings.loaded.policy, settings.webhook_urls, env);
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
   Admission admission = ledger->begin_run(make_run_start(settings, request.command, run_id));
-  if (!admission.admitted) return refuse(request, settings, run_id, admission, reporter);
+  RunFacts facts = run_facts(settings, request.command, run_id, admission);
+  if (!admission.admitted) {
+    if (!webhooks.empty()) {
+      auto notifier = make_run_notifier(std::move(webhooks), facts, *ledger, env, reporter);
+      notifier->start();
+      notifier->notify(RunEvent{"refused", admission.refusal,
+                                admission.refused_by ? to_string(*admission.refused_by) : "",
+                                "refused: " + admission.refusal, std::nullopt,
+                                to_int(ExitCode::refused), true});
+      finish_run_notifier(*notifier, *ledger, facts, true, reporter);
+    }
+    return refuse(request, settings, run_id, admission, reporter);
+  }
   AdmittedRun admitted(*ledger, run_id);
   warn_about_reserve(settings, admission, reporter);
   say_job_budget_change(settings, admission, reporter);
@@ -765,6 +805,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   // Ticks come every interval; three missed (and never under 2 s: a loaded host delays timers)
   // mean the supervisor is stopped or hung.
   guard_options.stale_after = std::max<Nanos>(3 * settings.interval, std::chrono::seconds(2));
+  // libcurl is loaded here (before the guard is forked) only when there is something to deliver.
+  facts.started_at = unix_now();
+  std::unique_ptr<WebhookNotifier> notifier =
+      make_run_notifier(std::move(webhooks), facts, *ledger, env, reporter);
   GuardHandle guard = start_guard(spec, cgroup_ptr, guard_options);
   if (!guard.isolated && !guard.why_not_isolated.empty()) {
     reporter.error("isolation: no PID namespace here (" + guard.why_not_isolated +
@@ -772,6 +816,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   }
   admitted.launched();  // from here the supervisor's outcome is the run's final row
   reporter.write_in_background();
+  if (notifier) notifier->start();  // its thread only once the guard is forked
 
   SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
@@ -779,6 +824,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
   };
+  plan.notifier = notifier.get();
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
@@ -791,10 +837,12 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
     }
   }
 
-  record_final(supervisor, ledger->url(), outcome, reporter);
+  bool recorded = record_final(supervisor, ledger->url(), outcome, reporter);
   write_status(request, outcome, reporter);
   run_dir.remove();
   if (cgroup) cgroup->remove();
+  // The webhooks get at most their deadline; what is left waits in the outbox.
+  if (notifier) finish_run_notifier(*notifier, *ledger, facts, recorded, reporter);
   std::string summary = summary_line(outcome);
   if (admission.job_spent_before) {
     // A job key's budget spans its runs: its total is what the user compares with it.

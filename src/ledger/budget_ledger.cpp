@@ -574,4 +574,26 @@ std::vector<StopOrder> BudgetLedger::active_stop_orders() {
   return transact(Access::read, [](StoreTxn& txn) { return txn.active_stop_orders(); });
 }
 
+// ---- the webhook outbox ----
+
+std::int64_t BudgetLedger::add_outbox(const OutboxEntry& entry) {
+  return transact(Access::write, [&entry](StoreTxn& txn) {
+    OutboxEntry stored = entry;
+    stored.created_at = txn.now();
+    return txn.insert_outbox(stored);
+  });
+}
+
+std::vector<OutboxEntry> BudgetLedger::outbox(const std::string& user) {
+  return transact(Access::read, [&user](StoreTxn& txn) { return txn.outbox_entries(user); });
+}
+
+void BudgetLedger::remove_outbox(std::int64_t id) {
+  transact(Access::write, [id](StoreTxn& txn) { txn.delete_outbox(id); });
+}
+
+void BudgetLedger::note_outbox_failure(std::int64_t id, const std::string& error) {
+  transact(Access::write, [id, &error](StoreTxn& txn) { txn.update_outbox_failure(id, error); });
+}
+
 }  // namespace spendcap

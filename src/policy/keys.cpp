@@ -361,7 +361,7 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/energy/usd_per_kwh", value(&Energy::usd_per_kwh, number_in({0}))).same(energy_note));
 
   // Appended by the merge, never replaced: a layer adds notifications, it cannot silence any.
-  add(Row("/webhooks", webhook_list()).any().no_effect_yet("webhook delivery"));
+  add(Row("/webhooks", webhook_list()).any());
   // Webhook URLs (Slack's included) are credentials: the file names the variables that hold them.
   add(Row("/webhooks/*/url_env", value(&Webhook::url_env, env_name)).required().any());
   add(Row("/webhooks/*/format", value(&Webhook::format, text_in({"json", "slack"}))).any());

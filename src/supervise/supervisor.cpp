@@ -83,8 +83,13 @@ class SteadyKillPathTimer final : public KillPathTimer {
 class RunThresholds final : public RunPart {
  public:
   RunThresholds(asio::io_context& io, const Reporter& reporter, const Meter& meter,
-                const SupervisorPlan& plan)
-      : timer_(io), reporter_(reporter), meter_(meter), plan_(plan), tracker_(plan.warn_at) {}
+                const SupervisorPlan& plan, Notifier& notifier)
+      : timer_(io),
+        reporter_(reporter),
+        meter_(meter),
+        plan_(plan),
+        tracker_(plan.warn_at),
+        notifier_(notifier) {}
   void on_launched(TimePoint) override { arm(); }
   void on_stopping() override { stop(); }
   void on_finish() override { stop(); }
@@ -107,7 +112,9 @@ class RunThresholds final : public RunPart {
       if (error || stopped_) return;
       Money spend = meter_.spend_at(now());
       if (!tracker_.crossed(spend, *plan_.run_budget).empty()) {
-        reporter_.line(spent_of(spend, *plan_.run_budget, "run budget", plan_.currency));
+        std::string line = spent_of(spend, *plan_.run_budget, "run budget", plan_.currency);
+        reporter_.line(line);
+        notifier_.notify(RunEvent{"warning", line.substr(0, line.find(':')), "run", line, spend});
       }
       arm();
     });
@@ -118,6 +125,7 @@ class RunThresholds final : public RunPart {
   const Meter& meter_;
   const SupervisorPlan& plan_;
   ThresholdTracker tracker_;
+  Notifier& notifier_;
   bool stopped_ = false;
 };
 
@@ -210,7 +218,7 @@ class Supervisor::Impl {
       ledger_ = std::make_unique<AsyncLedger>(
           std::move(ledger), [this](std::function<void()> done) { asio::post(io_, done); });
     }
-    parts_.push_back(std::make_unique<RunThresholds>(io_, reporter_, meter_, plan_));
+    parts_.push_back(std::make_unique<RunThresholds>(io_, reporter_, meter_, plan_, notifier_));
     parts_.push_back(std::make_unique<Title>(io_, reporter_, meter_, plan_));
     if (plan_.preemption_part) {
       parts_.push_back(plan_.preemption_part(io_, reporter_, [this](const std::string& reason) {
@@ -691,15 +699,22 @@ class Supervisor::Impl {
       auto& tracker =
           scope_thresholds_.try_emplace(to_string(use.scope), plan_.warn_at).first->second;
       if (!tracker.crossed(use.spent, use.amount).empty()) {
-        reporter_.line(spent_of(use.spent, use.amount,
-                                to_string(use.scope) + " budget (" + to_string(use.period) + ")",
-                                plan_.currency));
+        std::string line =
+            spent_of(use.spent, use.amount,
+                     to_string(use.scope) + " budget (" + to_string(use.period) + ")",
+                     plan_.currency);
+        reporter_.line(line);
+        notifier_.notify(RunEvent{"warning", line.substr(0, line.find(':')),
+                                  to_string(use.scope), line, meter_.spend_at(now())});
       }
     }
     if (grant.stop && !trip_ && meter_.launched_at()) {
       const StopOrder& order = *grant.stop;
-      reporter_.line("stop order on " + to_string(order.scope) + " by " + order.placed_by +
-                     (order.reason.empty() ? "" : " (" + order.reason + ")"));
+      std::string line = "stop order on " + to_string(order.scope) + " by " + order.placed_by +
+                         (order.reason.empty() ? "" : " (" + order.reason + ")");
+      reporter_.line(line);
+      notifier_.notify(RunEvent{"stop-order", "stop-order", to_string(order.scope), line,
+                                meter_.spend_at(now())});
       trip(Trip{TripKind::stop_order, "stop-order", 0}, now());
       return;
     }
@@ -871,7 +886,30 @@ class Supervisor::Impl {
         outcome_.reason = "interrupted";
       }
     }
+    notify_end();
     io_.stop();
+  }
+
+  // The run's end, to the webhooks: killed (or lost, the guard gone), else finished; and an
+  // overrun besides. Queued only: the notifier delivers on its own thread.
+  void notify_end() {
+    RunEvent end;
+    end.event = guard_lost_ ? "lost" : trip_ ? "killed" : "finished";
+    end.reason = outcome_.reason;
+    // "budget:team:vision" tripped the team's budget.
+    if (end.reason.rfind("budget:", 0) == 0) end.scope = end.reason.substr(7);
+    end.spend = outcome_.spend;
+    end.exit_code = outcome_.exit_code;
+    end.ended = true;
+    end.message = to_string(outcome_.status) + " (" + outcome_.reason + ") after " +
+                  format_duration(meter_.elapsed_at(*meter_.ended_at()));
+    notifier_.notify(end);
+    if (outcome_.spend > outcome_.ceiling && outcome_.ceiling > Money{}) {
+      end.event = "overrun";
+      end.message = format_money(outcome_.spend - outcome_.ceiling, plan_.currency) +
+                    " above its ceiling " + format_money(outcome_.ceiling, plan_.currency);
+      notifier_.notify(end);
+    }
   }
 
   // The command's group had the terminal: give it back to spendcap's group, or the caller (a
@@ -883,6 +921,8 @@ class Supervisor::Impl {
   }
 
   SupervisorPlan plan_;
+  NullNotifier no_notifier_;
+  Notifier& notifier_ = plan_.notifier ? *plan_.notifier : no_notifier_;
   GuardHandle guard_;
   Reporter& reporter_;
   std::unique_ptr<ProcessTree> tree_;

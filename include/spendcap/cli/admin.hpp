@@ -2,9 +2,12 @@
 // its exit status; errors are thrown as spendcap::Error and printed by main.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "spendcap/ledger/ledger.hpp"
 
 namespace spendcap {
 
@@ -35,5 +38,9 @@ struct StopRequest {
 // Places (or clears) a stop order: every running wrapper in scope takes the kill path within one
 // sync interval, and new runs in scope are refused until the order is cleared.
 int stop_command(const LedgerChoice& choice, const StopRequest& request);
+
+// The ledger a command's --ledger / --policy choose (as budgets, ps and stop open it), its spool
+// replayed.
+std::unique_ptr<Ledger> open_ledger_for(const LedgerChoice& choice);
 
 }  // namespace spendcap

@@ -34,6 +34,8 @@ struct RunRequest {
   std::optional<std::string> log;          // --log FILE: spendcap's own lines go there
   std::optional<std::string> exit_window;  // --exit-window DURATION
   std::vector<std::string> forward;        // --forward SIG (repeatable)
+  std::vector<std::string> webhook_envs;  // --webhook-env NAME: a webhook added to the policy's
+  std::vector<std::string> webhook_urls;  // --webhook URL (visible to any user's ps)
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -65,6 +67,7 @@ struct RunSettings {
   ShutdownTimes on_preemption;            // its times, fitting the notice window
   Nanos exit_window = std::chrono::seconds(5);  // --exit-window
   std::vector<int> forward_signals;             // --forward, beyond SIGUSR1 and SIGUSR2
+  std::vector<std::string> webhook_urls;  // --webhook
 };
 
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,

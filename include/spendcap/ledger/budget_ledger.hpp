@@ -40,6 +40,10 @@ class BudgetLedger : public Ledger {
                              const std::string& placed_by) override;
   int clear_stop_orders(const Scope& scope) override;
   std::vector<StopOrder> active_stop_orders() override;
+  std::int64_t add_outbox(const OutboxEntry& entry) override;
+  std::vector<OutboxEntry> outbox(const std::string& user) override;
+  void remove_outbox(std::int64_t id) override;
+  void note_outbox_failure(std::int64_t id, const std::string& error) override;
 
  protected:
   LedgerStore& store() { return *store_; }

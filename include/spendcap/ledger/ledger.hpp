@@ -193,6 +193,22 @@ bool in_scope(const Run& run, const Scope& scope) {
 // the sync interval plus 2 s so that a short --sync does not turn a slow disk into lost runs.
 Nanos stale_after(Nanos sync);
 
+// A webhook event that was not delivered before its run's spendcap exited (issue 9), kept until a
+// flush delivers it. The destination is named the way the policy named it ("env:NAME" for url_env,
+// "url:URL" for a --webhook URL without credentials), never a secret URL; the signing secret is
+// named by its variable too, and read again at each flush.
+struct OutboxEntry {
+  std::int64_t id = 0;  // > 0 once stored
+  std::string event_id, event, run_id, user;
+  std::string destination;
+  std::string format;      // "json" or "slack"
+  std::string secret_env;  // "" when unsigned
+  std::string body;        // the exact body to post
+  double created_at = 0;   // unix seconds, the ledger's clock
+  int attempts = 0;
+  std::string last_error;  // redacted
+};
+
 class Ledger {
  public:
   virtual ~Ledger() = default;
@@ -244,6 +260,15 @@ class Ledger {
   // Clears the active orders on `scope`; returns how many.
   virtual int clear_stop_orders(const Scope& scope) = 0;
   virtual std::vector<StopOrder> active_stop_orders() = 0;
+
+  // --- the webhook outbox (notify/) ---
+  // Stores the entry (its id and created_at are the ledger's) and returns its id.
+  virtual std::int64_t add_outbox(const OutboxEntry& entry) = 0;
+  // The entries of `user` ("" for every user), oldest first.
+  virtual std::vector<OutboxEntry> outbox(const std::string& user) = 0;
+  virtual void remove_outbox(std::int64_t id) = 0;
+  // A flush that failed: one more attempt, and why.
+  virtual void note_outbox_failure(std::int64_t id, const std::string& error) = 0;
 };
 
 struct LedgerOptions {

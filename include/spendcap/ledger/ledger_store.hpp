@@ -123,6 +123,15 @@ class StoreTxn {
   // Clears the active orders on `scope`; returns how many.
   virtual int clear_stop_orders(const Scope& scope, double cleared_at) = 0;
   virtual std::vector<StopOrder> active_stop_orders() = 0;  // by id
+
+  // ---- the webhook outbox ----
+  // Records `entry` (its id is ignored) and returns the new id (> 0, increasing).
+  virtual std::int64_t insert_outbox(const OutboxEntry& entry) = 0;
+  // The entries of `user` ("" for every user), by id.
+  virtual std::vector<OutboxEntry> outbox_entries(const std::string& user) = 0;
+  virtual void delete_outbox(std::int64_t id) = 0;
+  // attempts + 1 and last_error = `error`.
+  virtual void update_outbox_failure(std::int64_t id, const std::string& error) = 0;
 };
 
 class LedgerStore {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/notify/notifier.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/trip.hpp"
@@ -94,6 +95,8 @@ struct SupervisorPlan {
   std::vector<int> forward_signals;
   // For the start line: the ledger in use (its URL or path).
   std::string ledger;
+  // Webhook events (notify/): none when null. Outlives the supervisor.
+  Notifier* notifier = nullptr;
 };
 
 class Supervisor {

@@ -131,6 +131,25 @@ PRAGMA writable_schema = OFF;
 CREATE TABLE spendcap_schema_bump (x);
 DROP TABLE spendcap_schema_bump;
 )sql",
+    // v4: the webhook outbox (issue 9): events not delivered before their spendcap exited. The
+    // destination is named as the policy named it ("env:NAME"), never a secret URL.
+    R"sql(
+CREATE TABLE outbox (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id TEXT NOT NULL,
+  event TEXT NOT NULL,
+  run_id TEXT NOT NULL,
+  user_name TEXT NOT NULL,
+  destination TEXT NOT NULL,
+  format TEXT NOT NULL,
+  secret_env TEXT NOT NULL,            -- '' when unsigned
+  body TEXT NOT NULL,
+  created_at REAL NOT NULL,            -- unix seconds, the ledger's clock
+  attempts INTEGER NOT NULL,
+  last_error TEXT NOT NULL
+);
+CREATE INDEX outbox_user ON outbox(user_name);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -442,6 +461,11 @@ struct SqliteStore::Impl final : StoreTxn {
   int clear_stop_orders(const Scope& scope, double cleared_at) override;
   std::vector<StopOrder> active_stop_orders() override;
 
+  std::int64_t insert_outbox(const OutboxEntry& entry) override;
+  std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
+  void delete_outbox(std::int64_t id) override;
+  void update_outbox_failure(std::int64_t id, const std::string& error) override;
+
   static RunRecord read_run(Query& q);
   std::vector<RunRecord> read_runs(Query& q) {
     std::vector<RunRecord> runs;
@@ -732,6 +756,42 @@ std::vector<StopOrder> SqliteStore::Impl::active_stop_orders() {
       "WHERE cleared_at IS NULL ORDER BY id");
   while (q.step()) orders.push_back(read_stop_order(q));
   return orders;
+}
+
+// ---- the webhook outbox ----
+
+std::int64_t SqliteStore::Impl::insert_outbox(const OutboxEntry& e) {
+  query(
+      "INSERT INTO outbox (event_id, event, run_id, user_name, destination, format, secret_env, "
+      "body, created_at, attempts, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+      .bind_all(e.event_id, e.event, e.run_id, e.user, e.destination, e.format, e.secret_env,
+                e.body, e.created_at, e.attempts, e.last_error)
+      .run();
+  return sqlite3_last_insert_rowid(db);
+}
+
+std::vector<OutboxEntry> SqliteStore::Impl::outbox_entries(const std::string& user) {
+  std::vector<OutboxEntry> entries;
+  auto q = query(
+      "SELECT id, event_id, event, run_id, user_name, destination, format, secret_env, body, "
+      "created_at, attempts, last_error FROM outbox WHERE ? = '' OR user_name = ? ORDER BY id");
+  q.bind_all(user, user);
+  while (q.step()) {
+    entries.push_back(OutboxEntry{q.i64(0), q.text(1), q.text(2), q.text(3), q.text(4), q.text(5),
+                                  q.text(6), q.text(7), q.text(8), q.f64(9), q.i32(10),
+                                  q.text(11)});
+  }
+  return entries;
+}
+
+void SqliteStore::Impl::delete_outbox(std::int64_t id) {
+  query("DELETE FROM outbox WHERE id = ?").bind_all(id).run();
+}
+
+void SqliteStore::Impl::update_outbox_failure(std::int64_t id, const std::string& error) {
+  query("UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?")
+      .bind_all(error, id)
+      .run();
 }
 
 // ---- opening ----

@@ -25,6 +25,8 @@ struct FakeLedgerData {
   std::map<std::pair<Scope, std::int64_t>, Usage> usage;  // by scope and day
   std::vector<std::pair<StopOrder, bool>> stop_orders;    // with: cleared
   std::vector<std::vector<Scope>> locks_taken;            // each lock_scopes() call
+  std::vector<OutboxEntry> outbox;
+  std::int64_t last_outbox_id = 0;
 };
 
 struct FakeLedgerState {
@@ -98,6 +100,32 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
     return scopes;
   }
   FakeLedgerData& data() { return state_->data; }
+
+  // ---- the webhook outbox ----
+  std::int64_t insert_outbox(const OutboxEntry& entry) override {
+    OutboxEntry stored = entry;
+    stored.id = ++data().last_outbox_id;
+    data().outbox.push_back(stored);
+    return stored.id;
+  }
+  std::vector<OutboxEntry> outbox_entries(const std::string& user) override {
+    std::vector<OutboxEntry> entries;
+    for (const OutboxEntry& e : data().outbox) {
+      if (user.empty() || e.user == user) entries.push_back(e);
+    }
+    return entries;
+  }
+  void delete_outbox(std::int64_t id) override {
+    std::erase_if(data().outbox, [id](const OutboxEntry& e) { return e.id == id; });
+  }
+  void update_outbox_failure(std::int64_t id, const std::string& error) override {
+    for (OutboxEntry& e : data().outbox) {
+      if (e.id == id) {
+        ++e.attempts;
+        e.last_error = error;
+      }
+    }
+  }
 
   // ---- StoreTxn ----
   double now() override { return clock_(); }

@@ -936,4 +936,40 @@ TEST_CASE_TEMPLATE("Ledger conformance: negative control: ignoring other runs ov
   CHECK(result.team_total > usd(10));
 }
 
+TEST_CASE_TEMPLATE("Ledger conformance: the webhook outbox keeps entries by user until removed",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  OutboxEntry entry;
+  entry.event_id = "e1";
+  entry.event = "killed";
+  entry.run_id = "r1";
+  entry.user = "ada";
+  entry.destination = "env:HOOK";
+  entry.format = "json";
+  entry.secret_env = "HOOK_SECRET";
+  entry.body = "{\"event\":\"killed\"}";
+  entry.last_error = "HTTP 503";
+  std::int64_t first = t.ledger->add_outbox(entry);
+  entry.event_id = "e2";
+  entry.user = "bob";
+  std::int64_t second = t.ledger->add_outbox(entry);
+  CHECK(first > 0);
+  CHECK(second > first);
+  std::vector<OutboxEntry> ada = t.ledger->outbox("ada");
+  REQUIRE(ada.size() == 1);
+  CHECK(ada[0].id == first);
+  CHECK(ada[0].event_id == "e1");
+  CHECK(ada[0].destination == "env:HOOK");
+  CHECK(ada[0].secret_env == "HOOK_SECRET");
+  CHECK(ada[0].body == "{\"event\":\"killed\"}");
+  CHECK(ada[0].created_at > 0);
+  CHECK(t.ledger->outbox("").size() == 2);
+  t.ledger->note_outbox_failure(first, "HTTP 500");
+  CHECK(t.ledger->outbox("ada")[0].attempts == 1);
+  CHECK(t.ledger->outbox("ada")[0].last_error == "HTTP 500");
+  t.ledger->remove_outbox(first);
+  CHECK(t.ledger->outbox("ada").empty());
+  CHECK(t.ledger->outbox("bob").size() == 1);
+}
+
 }  // namespace spendcap::testing

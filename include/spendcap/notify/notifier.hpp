@@ -1,0 +1,39 @@
+// Notifier: what the supervisor (and later samplers and guards) tell about a run as it happens:
+// warning, killed, refused, lost, finished, stop-order, overrun (issue 9). The supervisor holds one
+// and calls it from the event loop; it returns at once (a webhook is delivered on the notifier's
+// own thread, never on the kill path). NullNotifier when no webhook is configured: nothing is
+// loaded, nothing is done.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "spendcap/base/money.hpp"
+
+namespace spendcap {
+
+// One event, with what the caller knows now; the notifier adds the run's identity and the time.
+struct RunEvent {
+  std::string event;  // "warning", "killed", "refused", "lost", "finished", "stop-order", "overrun"
+  std::string reason;   // "budget:run", "stop-order", "exited", "50% of the run budget", ...
+  std::string scope;    // the scope that tripped or warned ("run", "team:vision"); "" when none
+  std::string message;  // a line for people
+  std::optional<Money> spend;             // the run's spend at the event
+  std::optional<int> exit_code;           // spendcap's exit code, once the run ended
+  bool ended = false;                     // the run is over: its end time is now
+  std::optional<double> gpu_utilisation;  // 0..1, only where measured
+};
+
+class Notifier {
+ public:
+  virtual ~Notifier() = default;
+  // Queues the event; never blocks.
+  virtual void notify(const RunEvent& event) = 0;
+};
+
+class NullNotifier final : public Notifier {
+ public:
+  void notify(const RunEvent&) override {}
+};
+
+}  // namespace spendcap

@@ -1,0 +1,45 @@
+// The webhook payload (policies/webhook-event.schema.json) and its Slack form.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spendcap/base/money.hpp"
+#include "spendcap/notify/notifier.hpp"
+
+namespace spendcap {
+
+// Who and what the run is: fixed for the run's life.
+struct RunFacts {
+  std::string run_id, team, experiment, project, user, host;
+  std::map<std::string, std::string> tags;
+  std::vector<std::string> command;
+  std::string currency = "USD";
+  std::optional<Money> budget;
+  Money rate_per_hour;
+  std::optional<double> started_at;  // unix seconds; none for a refused run
+};
+
+// The wall clock, unix seconds.
+double unix_now();
+
+// A random UUID v4 (getrandom).
+std::string new_event_id();
+
+// "2026-12-01T10:07:03Z" (RFC 3339, UTC, whole seconds).
+std::string rfc3339_utc(double unix_seconds);
+
+// The JSON payload. Figures not known are left out, never sent as 0.
+nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
+                             const std::string& event_id, double at);
+
+// {"text": "..."} for Slack and Mattermost incoming webhooks: team, experiment, spend, reason.
+nlohmann::json slack_payload(const nlohmann::json& payload);
+
+// The exact body posted for `format` ("json" or "slack").
+std::string event_body(const std::string& format, const nlohmann::json& payload);
+
+}  // namespace spendcap

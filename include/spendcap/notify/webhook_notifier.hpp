@@ -1,0 +1,70 @@
+// WebhookNotifier: the Notifier of a run with webhooks. notify() builds the payload and queues one
+// delivery per webhook that wants the event; a thread of its own delivers them in order
+// (delivery.hpp: signed, retried, bounded). At exit finish() waits at most the delivery deadline
+// and hands back what is left, which the caller spools in the ledger's outbox. Outbox entries found
+// at the start of a run are queued first (resend) and reported back by finish() as delivered or
+// failed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "spendcap/ledger/ledger.hpp"
+#include "spendcap/notify/delivery.hpp"
+#include "spendcap/notify/notifier.hpp"
+#include "spendcap/notify/payload.hpp"
+
+namespace spendcap {
+
+struct PendingDelivery {
+  WebhookTarget target;
+  std::string event_id, event, body;
+  std::int64_t outbox_id = 0;  // > 0: an outbox entry being flushed
+  std::string last_error;
+};
+
+struct NotifierLeftovers {
+  std::vector<PendingDelivery> undelivered;  // new events: spool them
+  std::vector<std::int64_t> outbox_delivered;
+  std::vector<std::pair<std::int64_t, std::string>> outbox_failed;  // id, why
+};
+
+class WebhookNotifier final : public Notifier {
+ public:
+  // `report` prints a line (already redacted); it is called from the notifier's thread.
+  WebhookNotifier(RunFacts facts, std::vector<WebhookTarget> targets,
+                  std::unique_ptr<HttpClient> http, Nanos deadline,
+                  std::function<void(const std::string&)> report);
+  ~WebhookNotifier() override;
+  WebhookNotifier(const WebhookNotifier&) = delete;
+  WebhookNotifier& operator=(const WebhookNotifier&) = delete;
+
+  void notify(const RunEvent& event) override;
+  void resend(const OutboxEntry& entry, WebhookTarget target);
+  // Starts the delivery thread. `spendcap run` calls it once the guard is forked (the guard must
+  // be forked while spendcap has one thread).
+  void start();
+  // Waits at most `wait` for the queue to empty, stops, and returns what is left. An attempt still
+  // in flight is abandoned (its thread is detached and ends within its own timeout).
+  NotifierLeftovers finish(Nanos wait);
+
+  Nanos deadline() const { return deadline_; }
+
+ private:
+  struct State;
+  RunFacts facts_;
+  std::vector<WebhookTarget> targets_;
+  Nanos deadline_;
+  std::shared_ptr<State> state_;
+};
+
+// The outbox entry for a delivery that was not made, or nullopt when its destination would put a
+// credential in the ledger (a --webhook URL with userinfo or a secret path).
+std::optional<OutboxEntry> outbox_entry_for(const PendingDelivery& delivery,
+                                            const std::string& run_id, const std::string& user);
+
+}  // namespace spendcap

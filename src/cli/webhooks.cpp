@@ -1,0 +1,225 @@
+#include "spendcap/cli/webhooks.hpp"
+
+#include <ctime>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "spendcap/base/error.hpp"
+#include "spendcap/base/json_text.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/notify/curl_http.hpp"
+#include "spendcap/policy/layers.hpp"
+
+namespace spendcap {
+
+namespace {
+
+// Between attempts of a command (flush, test): a plain sleep on the caller's thread.
+bool sleep_for(Nanos wait) {
+  std::this_thread::sleep_for(wait);
+  return true;
+}
+
+std::string destination_display(const std::string& destination) {
+  if (destination.rfind("env:", 0) == 0) return "$" + destination.substr(4);
+  if (destination.rfind("url:", 0) == 0) return redact_url(destination.substr(4));
+  return "?";
+}
+
+std::string utc_time(double unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%SZ", &tm);
+  return text;
+}
+
+// The caller's outbox entries that resolve in `env`, with their targets.
+std::vector<std::pair<OutboxEntry, WebhookTarget>> resolvable(const std::vector<OutboxEntry>& all,
+                                                              const Environment& env) {
+  std::vector<std::pair<OutboxEntry, WebhookTarget>> out;
+  for (const OutboxEntry& entry : all) {
+    auto target = resolve_destination(entry.destination, entry.format, entry.secret_env, env);
+    if (target) out.emplace_back(entry, std::move(*target));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<WebhookTarget> run_webhook_targets(const Policy& policy,
+                                               const std::vector<std::string>& urls,
+                                               const Environment& env) {
+  return resolve_webhooks(policy.webhooks, urls, env);
+}
+
+std::unique_ptr<WebhookNotifier> make_run_notifier(std::vector<WebhookTarget> targets,
+                                                   RunFacts facts, Ledger& ledger,
+                                                   const Environment& env,
+                                                   const Reporter& reporter) {
+  std::vector<std::pair<OutboxEntry, WebhookTarget>> waiting;
+  try {
+    waiting = resolvable(ledger.outbox(facts.user), env);
+  } catch (const Error& error) {
+    reporter.error("outbox: " + format_error(error));
+  }
+  if (targets.empty() && waiting.empty()) return nullptr;
+  std::unique_ptr<HttpClient> http;
+  try {
+    http = make_curl_http();
+  } catch (const Error& error) {
+    if (targets.empty()) return nullptr;  // only the outbox: it waits for a later flush
+    throw;
+  }
+  auto notifier = std::make_unique<WebhookNotifier>(
+      std::move(facts), std::move(targets), std::move(http), kDefaultDeliveryDeadline,
+      [&reporter](const std::string& line) { reporter.error(line); });
+  for (auto& [entry, target] : waiting) notifier->resend(entry, std::move(target));
+  return notifier;
+}
+
+void finish_run_notifier(WebhookNotifier& notifier, Ledger& ledger, const RunFacts& facts,
+                         bool ledger_usable, const Reporter& reporter) {
+  NotifierLeftovers left = notifier.finish(notifier.deadline());
+  if (!ledger_usable) {
+    if (!left.undelivered.empty()) {
+      reporter.error("webhooks: " + std::to_string(left.undelivered.size()) +
+                     " event(s) not delivered, and the ledger is unreachable: they are lost");
+    }
+    return;
+  }
+  try {
+    for (std::int64_t id : left.outbox_delivered) ledger.remove_outbox(id);
+    for (const auto& [id, why] : left.outbox_failed) ledger.note_outbox_failure(id, why);
+    int spooled = 0;
+    for (const PendingDelivery& delivery : left.undelivered) {
+      auto entry = outbox_entry_for(delivery, facts.run_id, facts.user);
+      if (!entry) {
+        reporter.error("webhook " + delivery.target.display() + ": " + delivery.event +
+                       " event lost: its --webhook URL holds credentials, which the outbox never "
+                       "keeps (use --webhook-env)");
+        continue;
+      }
+      ledger.add_outbox(*entry);
+      ++spooled;
+    }
+    if (spooled > 0) {
+      reporter.error("webhooks: " + std::to_string(spooled) +
+                     " event(s) not delivered in time are kept in the ledger's outbox; "
+                     "`spendcap outbox flush` (or the next run) sends them");
+    }
+  } catch (const Error& error) {
+    reporter.error("outbox: " + format_error(error));
+  }
+}
+
+int outbox_list_command(const LedgerChoice& choice, bool json) {
+  std::unique_ptr<Ledger> ledger = open_ledger_for(choice);
+  std::vector<OutboxEntry> entries = ledger->outbox(user_name());
+  if (json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const OutboxEntry& e : entries) {
+      list.push_back({{"id", e.id},
+                      {"event_id", e.event_id},
+                      {"event", e.event},
+                      {"run_id", e.run_id},
+                      {"user", e.user},
+                      {"destination", destination_display(e.destination)},
+                      {"format", e.format},
+                      {"signed", !e.secret_env.empty()},
+                      {"created_at", e.created_at},
+                      {"attempts", e.attempts},
+                      {"last_error", e.last_error}});
+    }
+    std::cout << dump_json(list, 2) << "\n";
+    return 0;
+  }
+  if (entries.empty()) {
+    std::cout << "outbox empty\n";
+    return 0;
+  }
+  for (const OutboxEntry& e : entries) {
+    std::cout << escape_for_terminal(std::to_string(e.id) + "  " + utc_time(e.created_at) + "  " +
+                                     e.event + "  run " + e.run_id.substr(0, 8) + "  to " +
+                                     destination_display(e.destination) + "  attempts " +
+                                     std::to_string(e.attempts) +
+                                     (e.last_error.empty() ? "" : "  last error: " + e.last_error))
+              << "\n";
+  }
+  return 0;
+}
+
+int outbox_flush_command(const LedgerChoice& choice) {
+  std::unique_ptr<Ledger> ledger = open_ledger_for(choice);
+  Environment env = current_environment();
+  std::vector<OutboxEntry> entries = ledger->outbox(user_name());
+  auto sendable = resolvable(entries, env);
+  size_t elsewhere = entries.size() - sendable.size();
+  int failed = 0;
+  if (!sendable.empty()) {
+    std::unique_ptr<HttpClient> http = make_curl_http();
+    for (auto& [entry, target] : sendable) {
+      DeliveryResult result =
+          deliver(*http, target, entry.body, kDefaultDeliveryDeadline, sleep_for);
+      std::string line = std::to_string(entry.id) + " " + entry.event + " to " + target.display();
+      if (result.delivered) {
+        ledger->remove_outbox(entry.id);
+        std::cout << escape_for_terminal(line + ": delivered") << "\n";
+      } else {
+        ++failed;
+        ledger->note_outbox_failure(entry.id, result.error);
+        std::cout << escape_for_terminal(line + ": not delivered: " + result.error) << "\n";
+      }
+    }
+  }
+  if (elsewhere > 0) {
+    std::cout << elsewhere << " entr" << (elsewhere == 1 ? "y" : "ies")
+              << " left: their webhook variables (or signing secrets) are not set here\n";
+  }
+  if (entries.empty()) std::cout << "outbox empty\n";
+  return failed == 0 ? 0 : 1;
+}
+
+int notify_test_command(const NotifyTestRequest& request) {
+  Environment env = current_environment();
+  nlohmann::json flags = nlohmann::json::object();
+  for (const std::string& name : request.webhook_envs) {
+    flags["webhooks"].push_back({{"url_env", name}});
+  }
+  LoadedPolicy loaded = load_policy(PolicySearch::from_environment(request.policy),
+                                    PolicyLayer{"command line", flags});
+  std::vector<WebhookTarget> targets =
+      run_webhook_targets(loaded.policy, request.webhook_urls, env);
+  if (targets.empty()) {
+    throw Error("notify test", "no webhook is configured",
+                "add one to the policy's \"webhooks\", or give --webhook-env NAME");
+  }
+  RunFacts facts;
+  facts.run_id = "00000000-0000-4000-8000-000000000000";
+  facts.user = user_name();
+  facts.host = host_name();
+  facts.currency = loaded.policy.currency;
+  RunEvent event{"test", "test", "", "a test event from spendcap notify test", std::nullopt};
+  std::unique_ptr<HttpClient> http = make_curl_http();
+  int failed = 0;
+  for (const WebhookTarget& target : targets) {
+    std::string body = event_body(
+        target.format,
+        event_payload(facts, event, new_event_id(), static_cast<double>(std::time(nullptr))));
+    DeliveryResult result = deliver(*http, target, body, kDefaultDeliveryDeadline, sleep_for);
+    std::string line = "webhook " + target.display() + " (" + target.format +
+                       (target.secret.empty() ? "" : ", signed") + "): ";
+    if (result.delivered) {
+      line += "delivered";
+    } else {
+      ++failed;
+      line += "not delivered: " + result.error;
+    }
+    std::cout << escape_for_terminal(line) << "\n";
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace spendcap
