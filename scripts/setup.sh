@@ -7,11 +7,13 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config git ca-certificates
   libboost1.81-dev libboost-filesystem1.81-dev nlohmann-json3-dev libcli11-dev
-  libsqlite3-dev doctest-dev
+  libsqlite3-dev libpq-dev doctest-dev
   python3 python3-jsonschema sqlite3 procps util-linux passwd
 )
 # The tests' real PyTorch job (tests/integration/test_torch.py): only when tests are run.
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch); fi
+# The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh).
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client); fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -13,7 +13,7 @@ namespace spendcap {
 std::string default_ledger_url();
 
 // Opens (creating when needed) the ledger at `url`: "sqlite:/path", "/path" or a relative path, or
-// "postgresql://..." (not built yet: Error with a hint). Throws Error naming the url.
+// "postgresql://..." (postgres_store.hpp). Throws Error naming the url.
 std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions options = {});
 
 }  // namespace spendcap
