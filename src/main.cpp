@@ -11,6 +11,7 @@
 #include "spendcap/base/exit_code.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/ledger_cli.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/run.hpp"
 #include "spendcap/process/launcher.hpp"
@@ -48,7 +49,7 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
       "pid (default where the kernel allows it: the job cannot signal spendcap) or none");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
-  run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH or a path");
+  run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
   run.add_flag("--quiet,-q", request.quiet, "print errors only");
   run.add_flag("--title", request.title, "show live spend in the terminal title");
   run.add_option("command", request.command, "the command and its arguments, after --")->required();
@@ -57,7 +58,7 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
 
 void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
   command.add_option("--policy", choice.policy, "policy file (its ledger is used)");
-  command.add_option("--ledger", choice.ledger, "ledger: sqlite:PATH or a path");
+  command.add_option("--ledger", choice.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
 }
 
 }  // namespace
@@ -121,6 +122,15 @@ int main(int argc, char** argv) {
   stop->add_option("--reason", stop_request.reason, "why (shown to the runs' owners)");
   stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
 
+  std::string copy_from, copy_to;
+  CLI::App* ledger_command = app.add_subcommand("ledger", "the ledger itself");
+  ledger_command->require_subcommand(1);
+  CLI::App* copy = ledger_command->add_subcommand(
+      "copy", "copy budgets, runs and stop orders into a new ledger (e.g. SQLite to PostgreSQL)");
+  copy->add_option("from", copy_from, "the ledger to copy: sqlite:PATH, a path or postgresql://...")
+      ->required();
+  copy->add_option("to", copy_to, "the new, empty ledger")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -135,6 +145,7 @@ int main(int argc, char** argv) {
     if (*budgets) return spendcap::budgets_command(choice, json);
     if (*ps) return spendcap::ps_command(choice, json);
     if (*stop) return spendcap::stop_command(choice, stop_request);
+    if (*copy) return spendcap::ledger_copy_command(copy_from, copy_to);
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";

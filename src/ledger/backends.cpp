@@ -36,4 +36,14 @@ std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions option
   return std::make_unique<SqliteLedger>(*path, std::move(options));
 }
 
+std::unique_ptr<LedgerStore> open_ledger_store(const std::string& url) {
+  if (is_postgres_url(url)) return std::make_unique<PostgresStore>(url, nullptr);
+  std::optional<std::string> path = sqlite_path_of_url(url);
+  if (!path || path->empty()) {
+    throw Error("ledger " + redact_password(url), "unknown kind of ledger",
+                "use sqlite:/path/ledger.db, a path, or postgresql://...");
+  }
+  return std::make_unique<SqliteStore>(*path, nullptr);
+}
+
 }  // namespace spendcap

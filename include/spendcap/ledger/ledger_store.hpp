@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "spendcap/base/duration.hpp"
+#include "spendcap/base/error.hpp"
 #include "spendcap/base/money.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/ledger.hpp"
@@ -123,6 +124,12 @@ class StoreTxn {
   // Clears the active orders on `scope`; returns how many.
   virtual int clear_stop_orders(const Scope& scope, double cleared_at) = 0;
   virtual std::vector<StopOrder> active_stop_orders() = 0;  // by id
+
+  // ---- copying a ledger (ledger_copy.hpp) ----
+  // Every run, finished or not, by started_at then id. A store that cannot list them throws.
+  virtual std::vector<RunRecord> all_runs() {
+    throw Error("ledger", "this kind of ledger cannot list every run", "copy from another ledger");
+  }
 };
 
 class LedgerStore {

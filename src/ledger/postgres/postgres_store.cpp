@@ -513,6 +513,10 @@ struct PostgresStore::Impl final : StoreTxn {
   void update_run(const RunRecord& run) override {
     exec("SELECT spendcap_update_run($1::json)", {run_json(run)});
   }
+  std::vector<RunRecord> all_runs() override {
+    return read_runs(
+        exec(std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY started_at, id"));
+  }
   std::vector<RunRecord> unfinished_runs() override {
     return read_runs(exec(std::string("SELECT ") + kRunColumns +
                           " FROM runs WHERE status = 'running' ORDER BY started_at, id"));
