@@ -8,6 +8,7 @@
 #
 # Run as root, the server runs as user postgres. The directory is $SPENDCAP_PG_DIR (default
 # /tmp/spendcap-pg-test.$UID). `stop` stops it and removes the directory; both are idempotent.
+# `halt` stops it keeping its data, and `start` then restarts it as it was (a server outage).
 set -euo pipefail
 bin=${SPENDCAP_PG_BIN:-/usr/lib/postgresql/15/bin}
 dir=${SPENDCAP_PG_DIR:-/tmp/spendcap-pg-test.$(id -u)}
@@ -23,13 +24,20 @@ case "${1:-}" in
     if [ -f "$dir/data/postmaster.pid" ] && as_server "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
       exit 0
     fi
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
-    as_server "$bin/initdb" -D "$dir/data" -U "$(superuser)" --auth=trust -E UTF8 --no-sync >/dev/null
+    # A cluster left by `halt` is started again as it was (the outage tests); else a new one.
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+      rm -rf "$dir"
+      mkdir -p "$dir"
+      if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
+      as_server "$bin/initdb" -D "$dir/data" -U "$(superuser)" --auth=trust -E UTF8 --no-sync >/dev/null
+    fi
     # setsid: the server outlives the shell that started it (and its job control).
     as_server setsid "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
       -o "-k $dir -p $port -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" >/dev/null
+    ;;
+  halt)
+    # Stops the server, keeping its data: `start` brings it back as it was.
+    as_server "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
     ;;
   stop)
     if [ -d "$dir/data" ]; then
@@ -43,7 +51,7 @@ case "${1:-}" in
     echo "export SPENDCAP_TEST_PG_DIR=$dir SPENDCAP_TEST_PG_BIN=$bin"
     ;;
   *)
-    echo "usage: $0 start|stop|env" >&2
+    echo "usage: $0 start|halt|stop|env" >&2
     exit 125
     ;;
 esac

@@ -270,5 +270,85 @@ class BackendsAgreeTest(PostgresLedgerTest):
         self.assertIn("already holds runs", again.stderr)
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "scripts", "pg-test-server.sh")
+
+
+@unittest.skipUnless(PG_URL, SKIP_REASON)
+class ServerOutageTest(LedgerTest):
+    """Test 3: the server stops while runs go on: they keep enforcing on their ceilings, stop with
+    121 when those run out, spool their final rows, and after the server is back the rows are
+    replayed; nothing recorded is lost. Its own server (pg-test-server.sh on another port and
+    directory), since stopping the shared one would break the other tests."""
+
+    def setUp(self):
+        super().setUp()
+        self.server_env = dict(os.environ, SPENDCAP_PG_DIR="/tmp/spendcap-pg-outage-" +
+                               uuid.uuid4().hex[:8], SPENDCAP_PG_PORT=str(free_port()))
+        self.server("start")
+        self.addCleanup(self.server, "stop")
+        self.url = "postgresql://%s@127.0.0.1:%s/postgres?options=-csearch_path%%3Doutage" % (
+            urllib.parse.urlsplit(PG_URL).username, self.server_env["SPENDCAP_PG_PORT"])
+
+    def server(self, action):
+        subprocess.run([SERVER_SCRIPT, action], env=self.server_env, check=True, timeout=120,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+    def rows(self):
+        env = dict(os.environ, PGHOST=self.server_env["SPENDCAP_PG_DIR"],
+                   PGPORT=self.server_env["SPENDCAP_PG_PORT"])
+        out = subprocess.run(["psql", "-X", "-At", "-c",
+                              "SELECT row_to_json(r) FROM outage.runs r"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        return [json.loads(line) for line in out.stdout.splitlines() if line]
+
+    def test_runs_outlive_the_server_and_their_rows_come_back(self):
+        self.write_policy({"budgets": {"team": {"vision": {"amount": 5, "period": "day"}}}})
+        applied = self.run_spendcap(["budgets", "apply", "--ledger", self.url,
+                                     self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        jobs = [self.start_spendcap(
+            ["run", "--ledger", self.url, "--team", "vision", "--rate", "36", "--budget", "1",
+             "--grace", "0s", "--kill-after", "0s", "--sync", "1s", "--claim-horizon", "4s",
+             "--", "python3", "-c", "import time; time.sleep(120)"]) for _ in range(3)]
+        wait_until(lambda: len([r for r in self.rows() if r["status"] == "running"
+                                and r["heartbeat_at"] > r["started_at"]]) == 3, 60,
+                   what="three runs heartbeating")
+        ceilings = {r["id"]: r["ceiling_micros"] for r in self.rows()}
+        self.server("halt")
+        outputs = [job.communicate(timeout=120) for job in jobs]
+        for job, (_, err) in zip(jobs, outputs):
+            self.assertEqual(job.returncode, 121, err)
+            self.assertIn("ledger-unreachable", err)
+            self.assertIn("spooled", err)
+        spool = os.path.join(self.tmp, "state", "spendcap", "spool")
+        self.assertEqual(len(os.listdir(spool)), 3, "every final row is spooled")
+
+        self.server("start")
+        replayed = self.run_spendcap(["ps", "--ledger", self.url])
+        self.assertEqual(replayed.returncode, 0, replayed.stderr)
+        self.assertEqual([f for f in os.listdir(spool) if f.endswith(".json")], [],
+                         "every spooled row was replayed")
+        rows = self.rows()
+        self.assertEqual(len(rows), 3)
+        for row in rows:
+            self.assertEqual((row["status"], row["reason"]), ("killed", "ledger-unreachable"))
+            self.assertGreater(row["spend_micros"], 0)
+            # It kept to the ceiling it had been granted before the server went away (a last
+            # heartbeat may have raised it just before).
+            self.assertLessEqual(row["spend_micros"], row["ceiling_micros"])
+            self.assertGreaterEqual(row["ceiling_micros"], ceilings[row["id"]])
+        views = self.spendcap_json(["budgets", "--ledger", self.url])
+        self.assertEqual(round(views[0]["spent"] * MICROS), sum(r["spend_micros"] for r in rows))
+        self.assertEqual(views[0]["held"], 0)
+
+
 if __name__ == "__main__":
     unittest.main()
