@@ -8,13 +8,14 @@ SPENDCAP_TEST_PG_URL, PGHOST, PGPORT, PGUSER); skipped, saying so, without it. E
 its own schema and roles."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import unittest
 import urllib.parse
 import uuid
 
-from spendcap_testlib import LedgerTest, wait_until
+from spendcap_testlib import SPENDCAP, LedgerTest, wait_until
 
 PG_URL = os.environ.get("SPENDCAP_TEST_PG_URL")
 SKIP_REASON = ("no PostgreSQL test server: SPENDCAP_TEST_PG_URL is unset (scripts/pg-test-server.sh "
@@ -268,6 +269,47 @@ class BackendsAgreeTest(PostgresLedgerTest):
         again = self.run_spendcap(["ledger", "copy", sqlite, pg])
         self.assertEqual(again.returncode, 125)
         self.assertIn("already holds runs", again.stderr)
+
+
+class ManyHostsTest(PostgresLedgerTest):
+    """Test 2: wrappers on several "hosts" (processes in their own UTS namespaces, each with its own
+    host name) share one team budget in PostgreSQL: 24 concurrent runs; the team total stays
+    within the budget and uses at least 80% of it; every run has a final row."""
+
+    POLICY = {"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s", "claim_horizon": "10s"},
+              "budgets": {"team": {"crowd": {"amount": 1.2, "period": "day"}}}}
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("unshare"),
+                         "needs root and unshare(1) for a host name per wrapper")
+    def test_24_runs_on_6_hosts_share_one_team_budget(self):
+        url = ledger_url(self.schema)
+        self.write_policy(self.POLICY)
+        applied = self.run_spendcap(["budgets", "apply", "--ledger", url,
+                                     self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        jobs = []
+        for n in range(24):
+            host = "node%d" % (n % 6)
+            command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host,
+                       SPENDCAP, "run", "--ledger", url,
+                       "--team", "crowd", "--rate", "36", "--budget", "0.15", "--",
+                       "python3", "-c", "import time; time.sleep(60)"]
+            jobs.append(subprocess.Popen(command, env=self.spendcap_env(), cwd=self.tmp,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         text=True))
+        codes = []
+        for job in jobs:
+            job.communicate(timeout=180)
+            codes.append(job.returncode)
+        rows = list(self.pg_runs().values())
+        self.assertEqual(len(rows), 24, "every run has a row")
+        self.assertTrue(all(r["status"] != "running" for r in rows), "every row is final")
+        self.assertEqual(sorted({r["host"] for r in rows}), ["node%d" % i for i in range(6)])
+        total = sum(r["spend_micros"] for r in rows) / MICROS
+        self.assertLessEqual(total, 1.2, "the team budget held across hosts")
+        self.assertGreaterEqual(total, 0.8 * 1.2, "refusing everyone is not a pass")
+        self.assertTrue(set(codes) <= {120, 124}, codes)
+        self.assertIn(124, codes, "some ran until the team budget stopped them")
 
 
 def free_port():
