@@ -16,3 +16,10 @@ echo
 python3 tests/bench/supervision_bench.py ./build/spendcap --seconds "$seconds" --kill-runs "$kill_runs"
 echo "## Ledger"
 ./build/tests/bench/ledger_bench
+# The same heartbeats on PostgreSQL (a throwaway server, stopped afterwards).
+if [ -x /usr/lib/postgresql/15/bin/initdb ]; then
+  ./scripts/pg-test-server.sh start
+  trap './scripts/pg-test-server.sh stop' EXIT
+  (eval "$(./scripts/pg-test-server.sh env)" &&
+    ./build/tests/bench/ledger_bench --ledger "$SPENDCAP_TEST_PG_URL")
+fi

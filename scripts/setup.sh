@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config git ca-certificates
   libboost1.81-dev libboost-filesystem1.81-dev nlohmann-json3-dev libcli11-dev
-  libsqlite3-dev doctest-dev
+  libsqlite3-dev libpq-dev doctest-dev
   libcurl4-openssl-dev  # <curl/curl.h> for webhooks (libcurl is dlopened, never linked)
   python3 python3-jsonschema sqlite3 procps util-linux passwd
 )
@@ -17,6 +17,8 @@ if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch clang); f
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then
   packages+=(man-db groff-base python3-yaml slurm-wlm munge)
 fi
+# The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh).
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client); fi
 
 missing=()
 for package in "${packages[@]}"; do

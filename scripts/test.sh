@@ -5,4 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Warnings are errors here, so the build stays free of them; the tests' own packages come too.
 SPENDCAP_SETUP_TESTS=1 SPENDCAP_CMAKE_ARGS="-DSPENDCAP_WERROR=ON" ./scripts/setup.sh
+# A throwaway PostgreSQL for the PostgreSQL ledger's tests, stopped even when tests fail.
+./scripts/pg-test-server.sh start
+trap './scripts/pg-test-server.sh stop' EXIT
+eval "$(./scripts/pg-test-server.sh env)"
 ctest --test-dir build --output-on-failure -j"${JOBS:-2}"

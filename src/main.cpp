@@ -11,6 +11,7 @@
 #include "spendcap/base/exit_code.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/ledger_cli.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/run.hpp"
 #include "spendcap/cli/webhooks.hpp"
@@ -49,7 +50,7 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
       "pid (default where the kernel allows it: the job cannot signal spendcap) or none");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
-  run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH or a path");
+  run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
   run.add_option("--webhook-env", request.webhook_envs,
                  "a webhook whose URL is in this environment variable (repeatable)");
   run.add_option("--webhook", request.webhook_urls,
@@ -75,7 +76,7 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
 
 void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
   command.add_option("--policy", choice.policy, "policy file (its ledger is used)");
-  command.add_option("--ledger", choice.ledger, "ledger: sqlite:PATH or a path");
+  command.add_option("--ledger", choice.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
 }
 
 }  // namespace
@@ -157,6 +158,14 @@ int main(int argc, char** argv) {
   notify_test->add_option("--webhook-env", notify_request.webhook_envs,
                           "also a webhook whose URL is in this variable (repeatable)");
   notify_test->add_option("--webhook", notify_request.webhook_urls, "also this URL (repeatable)");
+  std::string copy_from, copy_to;
+  CLI::App* ledger_command = app.add_subcommand("ledger", "the ledger itself");
+  ledger_command->require_subcommand(1);
+  CLI::App* copy = ledger_command->add_subcommand(
+      "copy", "copy budgets, runs and stop orders into a new ledger (e.g. SQLite to PostgreSQL)");
+  copy->add_option("from", copy_from, "the ledger to copy: sqlite:PATH, a path or postgresql://...")
+      ->required();
+  copy->add_option("to", copy_to, "the new, empty ledger")->required();
 
   try {
     app.parse(argc, argv);
@@ -175,6 +184,7 @@ int main(int argc, char** argv) {
     if (*outbox_list) return spendcap::outbox_list_command(choice, json);
     if (*outbox_flush) return spendcap::outbox_flush_command(choice);
     if (*notify_test) return spendcap::notify_test_command(notify_request);
+    if (*copy) return spendcap::ledger_copy_command(copy_from, copy_to);
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";

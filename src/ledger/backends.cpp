@@ -10,6 +10,7 @@
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/files.hpp"
 #include "spendcap/base/text.hpp"
+#include "spendcap/ledger/postgres/postgres_ledger.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 
 namespace spendcap {
@@ -19,10 +20,7 @@ std::string default_ledger_url() {
 }
 
 std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions options) {
-  if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {
-    throw Error("ledger " + redact_password(url), "the PostgreSQL ledger is not built yet",
-                "use a sqlite: ledger on this host for now");
-  }
+  if (is_postgres_url(url)) return std::make_unique<PostgresLedger>(url, std::move(options));
   std::optional<std::string> path = sqlite_path_of_url(url);
   if (!path) {
     throw Error("ledger " + redact_password(url), "unknown kind of ledger",
@@ -36,6 +34,16 @@ std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions option
                 "the runner's owner creates it with scripts/install-shared-runner.sh");
   }
   return std::make_unique<SqliteLedger>(*path, std::move(options));
+}
+
+std::unique_ptr<LedgerStore> open_ledger_store(const std::string& url) {
+  if (is_postgres_url(url)) return std::make_unique<PostgresStore>(url, nullptr);
+  std::optional<std::string> path = sqlite_path_of_url(url);
+  if (!path || path->empty()) {
+    throw Error("ledger " + redact_password(url), "unknown kind of ledger",
+                "use sqlite:/path/ledger.db, a path, or postgresql://...");
+  }
+  return std::make_unique<SqliteStore>(*path, nullptr);
 }
 
 }  // namespace spendcap

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 
 namespace {
@@ -67,7 +69,8 @@ struct WriterResult {
 WriterResult writer(const std::string& path, int index, int start_fd, double seconds) {
   WriterResult result;
   try {
-    SqliteLedger ledger(path, {});
+    std::unique_ptr<Ledger> opened = open_ledger(path);  // a file, or a postgresql:// url
+    Ledger& ledger = *opened;
     std::string id = "writer-" + std::to_string(getpid());
     Admission admission = ledger.begin_run(bench_run(id, "team-" + std::to_string(index % 4)));
     if (!admission.admitted) throw std::runtime_error("refused: " + admission.refusal);
@@ -97,10 +100,19 @@ WriterResult writer(const std::string& path, int index, int start_fd, double sec
   return result;
 }
 
-void throughput(const std::string& dir, int writers, double seconds) {
-  std::string path = dir + "/throughput-" + std::to_string(writers) + ".db";
+// A fresh schema of the PostgreSQL ledger `--ledger` names, for one measurement.
+std::string fresh_pg_schema(const std::string& url, const std::string& name) {
+  return url + (url.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3D" +
+         name + "_" + std::to_string(getpid());
+}
+
+void throughput(const std::string& dir, int writers, double seconds,
+                const std::string& pg_url = "") {
+  std::string path = pg_url.empty() ? dir + "/throughput-" + std::to_string(writers) + ".db"
+                                    : fresh_pg_schema(pg_url, "bench_w" + std::to_string(writers));
   {
-    SqliteLedger ledger(path, {});
+    std::unique_ptr<Ledger> opened = open_ledger(path);
+    Ledger& ledger = *opened;
     std::vector<BudgetRule> rules;
     for (int team = 0; team < 4; ++team) {
       rules.push_back({{ScopeKind::team, "team-" + std::to_string(team)},
@@ -279,6 +291,7 @@ int main(int argc, char** argv) {
   double seconds = 3;
   std::int64_t runs = 1'000'000;
   std::string dir;
+  std::string pg_url;  // --ledger: the PostgreSQL ledger's heartbeats instead (a schema per run)
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--seconds") {
@@ -287,8 +300,12 @@ int main(int argc, char** argv) {
       runs = std::atoll(argv[i + 1]);
     } else if (flag == "--dir") {
       dir = argv[i + 1];
+    } else if (flag == "--ledger") {
+      pg_url = argv[i + 1];
     } else {
-      std::fprintf(stderr, "usage: ledger_bench [--seconds N] [--runs N] [--dir DIR]\n");
+      std::fprintf(stderr,
+                   "usage: ledger_bench [--seconds N] [--runs N] [--dir DIR] "
+                   "[--ledger postgresql://...]\n");
       return 2;
     }
   }
@@ -299,6 +316,12 @@ int main(int argc, char** argv) {
     dir = pattern;
   }
   try {
+    if (!pg_url.empty()) {
+      std::printf("ledger throughput (PostgreSQL, %s):\n", redact_password(pg_url).c_str());
+      for (int writers : {1, 8, 32}) throughput(dir, writers, seconds, pg_url);
+      if (temporary) std::filesystem::remove_all(dir);
+      return 0;
+    }
     std::printf("ledger throughput (SQLite, WAL, %s):\n", dir.c_str());
     for (int writers : {1, 8, 32}) throughput(dir, writers, seconds);
     std::printf("budgets view:\n");

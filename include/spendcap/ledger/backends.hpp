@@ -6,6 +6,7 @@
 #include <string>
 
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/ledger/ledger_store.hpp"
 
 namespace spendcap {
 
@@ -13,7 +14,11 @@ namespace spendcap {
 std::string default_ledger_url();
 
 // Opens (creating when needed) the ledger at `url`: "sqlite:/path", "/path" or a relative path, or
-// "postgresql://..." (not built yet: Error with a hint). Throws Error naming the url.
+// "postgresql://..." (postgres_store.hpp). Throws Error naming the url.
 std::unique_ptr<Ledger> open_ledger(const std::string& url, LedgerOptions options = {});
+
+// The store alone of the ledger at `url` (`ledger copy`), created when missing; the host's clock
+// for SQLite, the server's for PostgreSQL.
+std::unique_ptr<LedgerStore> open_ledger_store(const std::string& url);
 
 }  // namespace spendcap

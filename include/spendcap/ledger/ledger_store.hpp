@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "spendcap/base/duration.hpp"
+#include "spendcap/base/error.hpp"
 #include "spendcap/base/money.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/ledger.hpp"
@@ -132,6 +133,11 @@ class StoreTxn {
   virtual void delete_outbox(std::int64_t id) = 0;
   // attempts + 1 and last_error = `error`.
   virtual void update_outbox_failure(std::int64_t id, const std::string& error) = 0;
+  // ---- copying a ledger (ledger_copy.hpp) ----
+  // Every run, finished or not, by started_at then id. A store that cannot list them throws.
+  virtual std::vector<RunRecord> all_runs() {
+    throw Error("ledger", "this kind of ledger cannot list every run", "copy from another ledger");
+  }
 };
 
 class LedgerStore {

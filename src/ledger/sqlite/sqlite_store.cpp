@@ -460,6 +460,10 @@ struct SqliteStore::Impl final : StoreTxn {
                               const std::string& placed_by, double placed_at) override;
   int clear_stop_orders(const Scope& scope, double cleared_at) override;
   std::vector<StopOrder> active_stop_orders() override;
+  std::vector<RunRecord> all_runs() override {
+    auto q = query("SELECT " SPENDCAP_RUN_COLUMNS " FROM runs ORDER BY started_at, id");
+    return read_runs(q);
+  }
 
   std::int64_t insert_outbox(const OutboxEntry& entry) override;
   std::vector<OutboxEntry> outbox_entries(const std::string& user) override;

@@ -14,7 +14,9 @@
 #include "ledger/ledger_conformance.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/budget_ledger.hpp"
+#include "spendcap/ledger/postgres/postgres_ledger.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+#include "ledger/postgres/pg_test_support.hpp"
 
 namespace spendcap::testing {
 
@@ -32,6 +34,21 @@ struct SqliteBackend {
       return dynamic_cast<SqliteLedger&>(ledger).verify_aggregates();
     };
     backend.storage = dir;
+    return backend;
+  }
+};
+
+// A new schema on the test server (SPENDCAP_TEST_PG_URL); skipped without one (tests/unit/main.cpp).
+struct PostgresBackend {
+  static LedgerBackend make() {
+    std::string url = fresh_pg_ledger_url("conformance");
+    LedgerBackend backend;
+    backend.open = [url](LedgerOptions options) -> std::unique_ptr<Ledger> {
+      return std::make_unique<PostgresLedger>(url, std::move(options));
+    };
+    backend.inconsistencies = [](Ledger& ledger) {
+      return dynamic_cast<PostgresLedger&>(ledger).verify_aggregates();
+    };
     return backend;
   }
 };
@@ -85,7 +102,10 @@ std::optional<RunView> active_run(Ledger& ledger, const std::string& id) {
 
 TYPE_TO_STRING_AS("sqlite", spendcap::testing::SqliteBackend);
 TYPE_TO_STRING_AS("fake", spendcap::testing::FakeBackend);
-#define LEDGER_BACKENDS spendcap::testing::SqliteBackend, spendcap::testing::FakeBackend
+TYPE_TO_STRING_AS("postgresql", spendcap::testing::PostgresBackend);
+#define LEDGER_BACKENDS                                                      \
+  spendcap::testing::SqliteBackend, spendcap::testing::FakeBackend, \
+      spendcap::testing::PostgresBackend
 
 namespace spendcap::testing {
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL for the tests and benchmarks: `start` makes a cluster (initdb) under a
+# fresh directory in /tmp and starts it (pg_ctl), listening on a socket in that directory and on
+# 127.0.0.1:$SPENDCAP_PG_PORT (default 55432), trusting local connections (it holds nothing but
+# test ledgers and goes away with `stop`). `env` prints the variables that point tests at it:
+#
+#   eval "$(scripts/pg-test-server.sh env)"   # SPENDCAP_TEST_PG_URL, PGHOST, PGPORT, PGUSER
+#
+# Run as root, the server runs as user postgres. The directory is $SPENDCAP_PG_DIR (default
+# /tmp/spendcap-pg-test.$UID). `stop` stops it and removes the directory; both are idempotent.
+# `halt` stops it keeping its data, and `start` then restarts it as it was (a server outage).
+set -euo pipefail
+bin=${SPENDCAP_PG_BIN:-/usr/lib/postgresql/15/bin}
+dir=${SPENDCAP_PG_DIR:-/tmp/spendcap-pg-test.$(id -u)}
+port=${SPENDCAP_PG_PORT:-55432}
+as_server() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+superuser() {
+  if [ "$(id -u)" = 0 ]; then echo postgres; else id -un; fi
+}
+case "${1:-}" in
+  start)
+    if [ -f "$dir/data/postmaster.pid" ] && as_server "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+      exit 0
+    fi
+    # A cluster left by `halt` is started again as it was (the outage tests); else a new one.
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+      rm -rf "$dir"
+      mkdir -p "$dir"
+      if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
+      as_server "$bin/initdb" -D "$dir/data" -U "$(superuser)" --auth=trust -E UTF8 --no-sync >/dev/null
+    fi
+    # setsid: the server outlives the shell that started it (and its job control).
+    as_server setsid "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
+      -o "-k $dir -p $port -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" >/dev/null
+    ;;
+  halt)
+    # Stops the server, keeping its data: `start` brings it back as it was.
+    as_server "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+    ;;
+  stop)
+    if [ -d "$dir/data" ]; then
+      as_server "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$dir"
+    ;;
+  env)
+    echo "export PGHOST=$dir PGPORT=$port PGUSER=$(superuser) PGDATABASE=postgres"
+    echo "export SPENDCAP_TEST_PG_URL=postgresql://$(superuser)@127.0.0.1:$port/postgres"
+    echo "export SPENDCAP_TEST_PG_DIR=$dir SPENDCAP_TEST_PG_BIN=$bin"
+    ;;
+  *)
+    echo "usage: $0 start|halt|stop|env" >&2
+    exit 125
+    ;;
+esac

@@ -1,0 +1,54 @@
+// Copying a ledger. Contract in ledger_copy.hpp.
+#include "spendcap/ledger/ledger_copy.hpp"
+
+#include "spendcap/base/error.hpp"
+
+namespace spendcap {
+
+CopiedLedger copy_ledger(LedgerStore& from, LedgerStore& to) {
+  std::vector<RunRecord> runs;
+  std::vector<BudgetRule> rules;
+  std::vector<StopOrder> orders;
+  from.transact(Access::read, [&](StoreTxn& txn) {
+    runs = txn.all_runs();
+    rules = txn.budget_rules();
+    orders = txn.active_stop_orders();
+  });
+  int unfinished = 0;
+  for (const RunRecord& run : runs) unfinished += run.status == RunStatus::running ? 1 : 0;
+  if (unfinished > 0) {
+    throw Error("ledger " + from.url(),
+                std::to_string(unfinished) + " runs are still unfinished (running or lost)",
+                "copy once `spendcap ps --ledger " + from.url() +
+                    "` lists none: stop new runs first (spendcap stop)");
+  }
+  if (!to.caller_is_owner()) {
+    throw Error("ledger " + to.url(), "only its owner (" + to.owner_name() + ") may copy into it",
+                "run the copy as the ledger's owner");
+  }
+  CopiedLedger copied;
+  to.transact(Access::write, [&](StoreTxn& txn) {
+    if (!txn.all_runs().empty()) {
+      throw Error("ledger " + to.url(), "already holds runs",
+                  "copy into a new, empty ledger so that no run is counted twice");
+    }
+    copied = {};
+    for (const BudgetRule& rule : rules) {
+      txn.put_budget_rule(rule);
+      ++copied.budgets;
+    }
+    for (const RunRecord& run : runs) {
+      txn.insert_run(run);
+      // Every run is final here: it adds its spend to its scopes' rows for its day.
+      txn.add_usage(named_scopes(run), run.day, Usage{run.spend, Money{}, Money{}});
+      ++copied.runs;
+    }
+    for (const StopOrder& order : orders) {
+      txn.insert_stop_order(order.scope, order.reason, order.placed_by, order.placed_at);
+      ++copied.stop_orders;
+    }
+  });
+  return copied;
+}
+
+}  // namespace spendcap

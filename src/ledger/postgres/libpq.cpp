@@ -1,0 +1,54 @@
+// Loading libpq. Contract in libpq.hpp.
+#include "libpq.hpp"
+
+#include "spendcap/base/error.hpp"
+
+namespace spendcap::libpq {
+
+namespace {
+
+struct Loaded {
+  DynamicLibrary library;
+  Api api{};
+};
+
+template <typename Function>
+void resolve(const DynamicLibrary& library, Function& function, const char* name) {
+  function = library.function<Function>(name);
+  if (!function) {
+    throw Error("libpq " + library.path(), std::string("lacks ") + name,
+                "install libpq5 (PostgreSQL 10 or newer)");
+  }
+}
+
+Loaded load() {
+  Loaded loaded{DynamicLibrary("libpq.so.5", "libpq (the PostgreSQL client library)")};
+  const DynamicLibrary& library = loaded.library;
+  Api& api = loaded.api;
+  resolve(library, api.connectdb_params, "PQconnectdbParams");
+  resolve(library, api.status, "PQstatus");
+  resolve(library, api.error_message, "PQerrorMessage");
+  resolve(library, api.finish, "PQfinish");
+  resolve(library, api.reset, "PQreset");
+  resolve(library, api.exec_params, "PQexecParams");
+  resolve(library, api.result_status, "PQresultStatus");
+  resolve(library, api.result_error_field, "PQresultErrorField");
+  resolve(library, api.result_error_message, "PQresultErrorMessage");
+  resolve(library, api.ntuples, "PQntuples");
+  resolve(library, api.getvalue, "PQgetvalue");
+  resolve(library, api.getisnull, "PQgetisnull");
+  resolve(library, api.cmd_tuples, "PQcmdTuples");
+  resolve(library, api.clear, "PQclear");
+  resolve(library, api.exec, "PQexec");
+  resolve(library, api.set_notice_processor, "PQsetNoticeProcessor");
+  return loaded;
+}
+
+}  // namespace
+
+const Api& api() {
+  static const Loaded loaded = load();
+  return loaded.api;
+}
+
+}  // namespace spendcap::libpq

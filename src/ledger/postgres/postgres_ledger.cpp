@@ -1,0 +1,16 @@
+// PostgresLedger: BudgetLedger over PostgresStore. Contract in postgres_ledger.hpp.
+#include "spendcap/ledger/postgres/postgres_ledger.hpp"
+
+namespace spendcap {
+
+PostgresLedger::PostgresLedger(const std::string& url, LedgerOptions options,
+                               PostgresOptions postgres_options)
+    : PostgresLedger(std::make_unique<PostgresStore>(url, options.wall_clock, postgres_options),
+                     options) {}
+
+// The base owns the store (it is built first); postgres_ is the same object, seen with its extras.
+PostgresLedger::PostgresLedger(std::unique_ptr<PostgresStore> store, const LedgerOptions& options)
+    : BudgetLedger(std::move(store), options),
+      postgres_(static_cast<PostgresStore&>(this->store())) {}
+
+}  // namespace spendcap

@@ -1,0 +1,266 @@
+// The PostgreSQL ledger's schema. Contract in postgres_schema.hpp; roles in postgres_store.hpp.
+#include "postgres_schema.hpp"
+
+namespace spendcap::postgres_schema {
+
+const std::vector<const char*> kMigrations = {
+    // v1: as SQLite's v1 (types widened: BIGINT micros, DOUBLE PRECISION seconds), plus the login
+    // role that admitted each run and placed each stop order, which the server's checks use.
+    R"sql(
+CREATE TABLE runs (
+  id TEXT PRIMARY KEY,
+  job_key TEXT,
+  team TEXT NOT NULL,
+  experiment TEXT NOT NULL,
+  project TEXT NOT NULL,
+  user_name TEXT NOT NULL,
+  tags TEXT NOT NULL,
+  command TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  host TEXT NOT NULL,
+  pid INTEGER NOT NULL,
+  mode TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN
+    ('running', 'succeeded', 'failed', 'killed', 'refused', 'lost')),
+  reason TEXT NOT NULL,
+  exit_code INTEGER,
+  rate_micros_per_hour BIGINT NOT NULL,
+  reserve_micros BIGINT NOT NULL,
+  budget_micros BIGINT,
+  shutdown_ms BIGINT NOT NULL,
+  sync_ms BIGINT NOT NULL,
+  started_at DOUBLE PRECISION NOT NULL,
+  day BIGINT NOT NULL,
+  heartbeat_at DOUBLE PRECISION NOT NULL,
+  reconcile_at DOUBLE PRECISION NOT NULL,
+  finished_at DOUBLE PRECISION,
+  spend_micros BIGINT NOT NULL,
+  ceiling_micros BIGINT NOT NULL,
+  allowed_micros BIGINT NOT NULL,
+  reconciled INTEGER NOT NULL,
+  would_stop_at DOUBLE PRECISION,
+  would_stop_reason TEXT NOT NULL,
+  elapsed_seconds DOUBLE PRECISION,
+  db_role TEXT NOT NULL DEFAULT session_user  -- the login role that admitted it
+);
+CREATE INDEX runs_unfinished ON runs(reconcile_at) WHERE status = 'running';
+CREATE INDEX runs_job_key ON runs(job_key) WHERE job_key IS NOT NULL;
+
+CREATE TABLE budgets (
+  scope_kind TEXT NOT NULL,
+  scope_name TEXT NOT NULL,
+  amount_micros BIGINT NOT NULL,
+  period TEXT NOT NULL,
+  max_run_micros BIGINT,
+  PRIMARY KEY (scope_kind, scope_name)
+);
+
+CREATE TABLE usage (
+  scope_kind TEXT NOT NULL,
+  scope_name TEXT NOT NULL,
+  day BIGINT NOT NULL,
+  spent_micros BIGINT NOT NULL,
+  held_micros BIGINT NOT NULL,
+  live_micros BIGINT NOT NULL,
+  PRIMARY KEY (scope_kind, scope_name, day)
+);
+
+CREATE TABLE stop_orders (
+  id BIGSERIAL PRIMARY KEY,
+  scope_kind TEXT NOT NULL,
+  scope_name TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  placed_by TEXT NOT NULL,
+  placed_at DOUBLE PRECISION NOT NULL,
+  cleared_at DOUBLE PRECISION,
+  db_role TEXT NOT NULL DEFAULT session_user  -- the login role that placed it
+);
+CREATE INDEX stop_orders_active ON stop_orders(scope_kind, scope_name) WHERE cleared_at IS NULL;
+)sql",
+    // v2: as SQLite's v2.
+    R"sql(
+ALTER TABLE runs ADD COLUMN uid BIGINT;
+ALTER TABLE runs ADD COLUMN reported_spend_micros BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN overrun INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET reported_spend_micros = spend_micros WHERE status = 'running';
+)sql",
+};
+
+const char* const kRunColumns =
+    "id, job_key, team, experiment, project, user_name, tags, command, fingerprint, host, pid, "
+    "mode, status, reason, exit_code, rate_micros_per_hour, reserve_micros, budget_micros, "
+    "shutdown_ms, sync_ms, started_at, day, heartbeat_at, reconcile_at, finished_at, "
+    "spend_micros, ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, "
+    "elapsed_seconds, uid, reported_spend_micros, overrun";
+
+namespace {
+
+// What update_run writes (ledger_store.hpp): everything that may change after admission.
+const char* const kMutableRunColumns[] = {
+    "status",          "reason",
+    "exit_code",       "heartbeat_at",
+    "reconcile_at",    "finished_at",
+    "spend_micros",    "ceiling_micros",
+    "allowed_micros",  "reconciled",
+    "would_stop_at",   "would_stop_reason",
+    "elapsed_seconds", "reported_spend_micros",
+    "overrun",
+};
+
+}  // namespace
+
+std::string routines() {
+  std::string set_mutable;
+  for (const char* column : kMutableRunColumns) {
+    if (!set_mutable.empty()) set_mutable += ", ";
+    set_mutable += std::string(column) + " = n." + column;
+  }
+  return R"sql(
+-- Whether the session's login role owns the ledger: it owns the schema, is a member of the role
+-- that does, or is a superuser.
+CREATE OR REPLACE FUNCTION spendcap_caller_is_owner() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+  SELECT pg_has_role(session_user, n.nspowner, 'USAGE')
+  FROM pg_namespace n WHERE n.nspname = current_schema()
+$$;
+
+-- The usage rows follow the runs: a run adds to the row of each named scope for its start day
+-- (spent: finished spend; held: an unfinished run's ceiling; live: its reported spend).
+CREATE OR REPLACE FUNCTION spendcap_add_run_usage(r runs, sign integer) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  running boolean := r.status = 'running';
+  spent bigint := sign * CASE WHEN running THEN 0 ELSE r.spend_micros END;
+  held bigint := sign * CASE WHEN running THEN r.ceiling_micros ELSE 0 END;
+  live bigint := sign * CASE WHEN running THEN r.spend_micros ELSE 0 END;
+  scope record;
+BEGIN
+  IF spent = 0 AND held = 0 AND live = 0 THEN RETURN; END IF;
+  FOR scope IN SELECT * FROM (VALUES (1, 'team', r.team), (2, 'experiment', r.experiment),
+      (3, 'project', r.project), (4, 'user', r.user_name)) AS s(k, kind, name)
+      WHERE name <> '' ORDER BY k LOOP
+    INSERT INTO usage AS u (scope_kind, scope_name, day, spent_micros, held_micros, live_micros)
+    VALUES (scope.kind, scope.name, r.day, spent, held, live)
+    ON CONFLICT (scope_kind, scope_name, day) DO UPDATE SET
+      spent_micros = u.spent_micros + excluded.spent_micros,
+      held_micros = u.held_micros + excluded.held_micros,
+      live_micros = u.live_micros + excluded.live_micros;
+  END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION spendcap_runs_usage() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF TG_OP = 'UPDATE' AND OLD.status = NEW.status AND OLD.spend_micros = NEW.spend_micros
+     AND OLD.ceiling_micros = NEW.ceiling_micros AND OLD.day = NEW.day AND OLD.team = NEW.team
+     AND OLD.experiment = NEW.experiment AND OLD.project = NEW.project
+     AND OLD.user_name = NEW.user_name THEN
+    RETURN NULL;
+  END IF;
+  IF TG_OP IN ('UPDATE', 'DELETE') THEN PERFORM spendcap_add_run_usage(OLD, -1); END IF;
+  IF TG_OP IN ('INSERT', 'UPDATE') THEN PERFORM spendcap_add_run_usage(NEW, 1); END IF;
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS runs_usage ON runs;
+CREATE TRIGGER runs_usage AFTER INSERT OR UPDATE OR DELETE ON runs
+  FOR EACH ROW EXECUTE FUNCTION spendcap_runs_usage();
+
+-- A new run, recorded with the caller's login role.
+CREATE OR REPLACE FUNCTION spendcap_insert_run(r json) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  n runs := json_populate_record(NULL::runs, r);
+BEGIN
+  IF NOT spendcap_caller_is_owner() AND NOT (n.status IN ('running', 'refused')
+      AND n.spend_micros = 0 AND n.ceiling_micros >= 0 AND n.reconciled = 0) THEN
+    RAISE EXCEPTION 'a new run starts running or refused, with nothing spent'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  n.db_role := session_user;
+  INSERT INTO runs SELECT n.*;
+END $$;
+
+-- What may change after admission. A runner changes its own unfinished runs (and replaces the
+-- charge of its own reconciled one); another's run only to charge it its ceiling once it is lost
+-- and due by the server's clock.
+CREATE OR REPLACE FUNCTION spendcap_update_run(r json) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  n runs := json_populate_record(NULL::runs, r);
+  o runs;
+BEGIN
+  SELECT * INTO o FROM runs WHERE id = n.id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'no run %', n.id USING ERRCODE = 'no_data_found';
+  END IF;
+  IF NOT spendcap_caller_is_owner() THEN
+    IF n.spend_micros < 0 OR n.ceiling_micros < 0 THEN
+      RAISE EXCEPTION 'run %: spend and ceiling are never negative', n.id
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF o.db_role = session_user THEN
+      IF o.status <> 'running' AND o.reconciled = 0 THEN
+        RAISE EXCEPTION 'run % is final: its row cannot change', n.id
+          USING ERRCODE = 'insufficient_privilege';
+      END IF;
+    ELSIF NOT (o.status = 'running' AND n.status = 'lost' AND n.reconciled = 1
+               AND n.spend_micros = o.ceiling_micros AND n.ceiling_micros = o.ceiling_micros
+               AND o.reconcile_at <= extract(epoch FROM clock_timestamp())) THEN
+      RAISE EXCEPTION 'run % was admitted by %, not by %', n.id, o.db_role, session_user
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+  END IF;
+  UPDATE runs SET )sql" +
+         set_mutable + R"sql( WHERE id = n.id;
+END $$;
+
+CREATE OR REPLACE FUNCTION spendcap_place_stop_order(kind text, name text, why text, by text,
+                                                     at double precision) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+  INSERT INTO stop_orders (scope_kind, scope_name, reason, placed_by, placed_at, db_role)
+  VALUES (kind, name, why, by, at, session_user) RETURNING id
+$$;
+
+-- Clears the active orders on a scope; a runner only those it placed.
+CREATE OR REPLACE FUNCTION spendcap_clear_stop_orders(kind text, name text,
+                                                      at double precision) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  cleared integer;
+BEGIN
+  IF NOT spendcap_caller_is_owner() AND EXISTS (SELECT 1 FROM stop_orders
+      WHERE scope_kind = kind AND scope_name = name AND cleared_at IS NULL
+      AND db_role <> session_user) THEN
+    RAISE EXCEPTION 'a stop order on %:% was placed by another role', kind, name
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  UPDATE stop_orders SET cleared_at = at
+  WHERE scope_kind = kind AND scope_name = name AND cleared_at IS NULL;
+  GET DIAGNOSTICS cleared = ROW_COUNT;
+  RETURN cleared;
+END $$;
+
+-- The runner role: reads everything, writes only through the functions above.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'spendcap_runner') THEN
+    BEGIN
+      CREATE ROLE spendcap_runner NOLOGIN;
+    EXCEPTION WHEN insufficient_privilege THEN
+      RETURN;  -- the database's administrator creates it
+    END;
+  END IF;
+  EXECUTE format('GRANT USAGE ON SCHEMA %I TO spendcap_runner', current_schema());
+  GRANT SELECT ON runs, budgets, usage, stop_orders, schema_version TO spendcap_runner;
+  GRANT EXECUTE ON FUNCTION spendcap_caller_is_owner(), spendcap_insert_run(json),
+    spendcap_update_run(json), spendcap_place_stop_order(text, text, text, text, double precision),
+    spendcap_clear_stop_orders(text, text, double precision) TO spendcap_runner;
+END $$;
+REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
+  spendcap_place_stop_order(text, text, text, text, double precision),
+  spendcap_clear_stop_orders(text, text, double precision),
+  spendcap_add_run_usage(runs, integer) FROM PUBLIC;
+)sql";
+}
+
+}  // namespace spendcap::postgres_schema

@@ -1,0 +1,22 @@
+// The PostgreSQL ledger's schema: numbered migrations (the same version numbers as SQLite's) and
+// the routines (functions, trigger, grants) reinstalled after every migration. Private to the
+// store.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace spendcap::postgres_schema {
+
+// Migration N (1-based) takes the schema from version N-1 to N. Never edit one that has shipped:
+// add the next (and, when it adds runs columns, add them to kRunColumns and kMutableRunColumns).
+extern const std::vector<const char*> kMigrations;
+
+// The runs columns, in the order the store reads them.
+extern const char* const kRunColumns;
+
+// The functions, the usage trigger and the roles' grants, for the current schema version: run
+// (CREATE OR REPLACE) after every migration, so a migration never has to restate them.
+std::string routines();
+
+}  // namespace spendcap::postgres_schema

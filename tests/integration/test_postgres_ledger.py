@@ -1,0 +1,396 @@
+"""The PostgreSQL ledger through the real binary (issue 12): roles enforced by the server against
+psql in a runner's hands (test 4); the same spend and status whichever backend recorded a run, and
+`ledger copy` from SQLite to PostgreSQL with every total unchanged (test 5); a server stopped
+while runs go on (test 3).
+
+Needs the throwaway server of scripts/pg-test-server.sh (scripts/test.sh starts it and exports
+SPENDCAP_TEST_PG_URL, PGHOST, PGPORT, PGUSER); skipped, saying so, without it. Each test works in
+its own schema and roles."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import unittest
+import urllib.parse
+import uuid
+
+from spendcap_testlib import SPENDCAP, LedgerTest, wait_until
+
+PG_URL = os.environ.get("SPENDCAP_TEST_PG_URL")
+SKIP_REASON = ("no PostgreSQL test server: SPENDCAP_TEST_PG_URL is unset (scripts/pg-test-server.sh "
+               "start; eval \"$(scripts/pg-test-server.sh env)\")")
+MICROS = 1_000_000
+
+
+def psql(sql, user=None, check=True):
+    """Runs `sql` with psql as `user` (the server's superuser by default); a CompletedProcess."""
+    env = dict(os.environ)
+    if user:
+        env["PGUSER"] = user
+    completed = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+                               env=env, capture_output=True, text=True, timeout=60)
+    if check and completed.returncode != 0:
+        raise AssertionError("psql failed: %s\n%s" % (sql, completed.stderr))
+    return completed
+
+
+def ledger_url(schema, user=None, password=None):
+    """The test server's url for `schema`, connecting as `user`."""
+    parts = urllib.parse.urlsplit(PG_URL)
+    user = user or parts.username
+    credentials = user + (":" + password if password else "")
+    netloc = "%s@%s:%s" % (credentials, parts.hostname, parts.port)
+    return "postgresql://%s%s?options=-csearch_path%%3D%s" % (netloc, parts.path, schema)
+
+
+@unittest.skipUnless(PG_URL, SKIP_REASON)
+class PostgresLedgerTest(LedgerTest):
+    def setUp(self):
+        super().setUp()
+        self.suffix = uuid.uuid4().hex[:10]
+        self.schema = "led_" + self.suffix
+
+    def pg_rows(self, sql):
+        """Rows of a query (as the superuser), each a dict, through row_to_json."""
+        out = psql("SELECT row_to_json(q) FROM (%s) q" % sql).stdout
+        return [json.loads(line) for line in out.splitlines() if line]
+
+    def pg_runs(self, schema=None):
+        return {row["id"]: row for row in self.pg_rows(
+            "SELECT * FROM %s.runs" % (schema or self.schema))}
+
+
+class RolesTest(PostgresLedgerTest):
+    """Test 4: psql as the runner role cannot change budgets, usage, another user's run or a stop
+    order it did not place; spendcap's own operations all work for it."""
+
+    def setUp(self):
+        super().setUp()
+        self.owner, self.alice, self.bob = ("own_" + self.suffix, "alice_" + self.suffix,
+                                            "bob_" + self.suffix)
+        psql("DO $$ BEGIN CREATE ROLE spendcap_runner NOLOGIN; "
+             "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        psql("CREATE ROLE %s LOGIN; CREATE ROLE %s LOGIN IN ROLE spendcap_runner; "
+             "CREATE ROLE %s LOGIN IN ROLE spendcap_runner; CREATE SCHEMA %s AUTHORIZATION %s"
+             % (self.owner, self.alice, self.bob, self.schema, self.owner))
+        self.write_policy({"budgets": {"team": {"vision": {"amount": 1, "period": "day"}}}})
+
+    def spendcap_as(self, user, args, password=None):
+        return self.run_spendcap(list(args) + ["--ledger", ledger_url(self.schema, user, password)])
+
+    def run_as(self, user, command):
+        return self.run_spendcap(["run", "--team", "vision", "--rate", "36", "--budget", "0.5",
+                                  "--grace", "0s", "--kill-after", "0s", "--sync", "1s",
+                                  "--ledger", ledger_url(self.schema, user), "--"] + command)
+
+    def refused(self, user, sql):
+        completed = psql(sql, user=user, check=False)
+        self.assertNotEqual(completed.returncode, 0, "the server let %s run: %s" % (user, sql))
+        return completed.stderr
+
+    def test_runner_role_is_held_by_the_server(self):
+        applied = self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        # The runner's spendcap may not apply budgets either.
+        denied = self.spendcap_as(self.alice, ["budgets", "apply", self.path("spendcap.json")])
+        self.assertNotEqual(denied.returncode, 0)
+        self.assertIn(self.owner, denied.stderr)
+
+        # Spendcap's own operations work for runners: admit, heartbeat (sync 1s over a 2 s job),
+        # finish; stop orders placed and cleared by their placer.
+        for user in (self.alice, self.bob):
+            ran = self.run_as(user, ["python3", "-c", "import time; time.sleep(2)"])
+            self.assertEqual(ran.returncode, 0, ran.stderr)
+        runs = self.pg_runs()
+        self.assertEqual(sorted(r["db_role"] for r in runs.values()), [self.alice, self.bob])
+        self.assertTrue(all(r["status"] == "succeeded" and r["spend_micros"] > 0
+                            for r in runs.values()))
+        alice_run = [r for r in runs.values() if r["db_role"] == self.alice][0]
+        bob_run = [r for r in runs.values() if r["db_role"] == self.bob][0]
+        self.assertGreater(alice_run["heartbeat_at"], alice_run["started_at"], "it heartbeat")
+
+        placed = self.spendcap_as(self.bob, ["stop", "--team", "vision", "--reason", "bob's"])
+        self.assertEqual(placed.returncode, 0, placed.stderr)
+        blocked = self.run_as(self.alice, ["true"])
+        self.assertEqual(blocked.returncode, 120, "the stop order refuses new runs")
+        not_hers = self.spendcap_as(self.alice, ["stop", "--team", "vision", "--clear"])
+        self.assertNotEqual(not_hers.returncode, 0, "alice cleared bob's stop order")
+        self.assertIn("placed by another role", not_hers.stderr)
+        cleared = self.spendcap_as(self.bob, ["stop", "--team", "vision", "--clear"])
+        self.assertEqual(cleared.returncode, 0, cleared.stderr)
+
+        before = {"budgets": self.pg_rows("SELECT * FROM %s.budgets" % self.schema),
+                  "usage": self.pg_rows("SELECT * FROM %s.usage ORDER BY 1, 2, 3" % self.schema),
+                  "runs": self.pg_runs(),
+                  "orders": self.pg_rows("SELECT * FROM %s.stop_orders ORDER BY id" % self.schema)}
+        s = self.schema
+        # psql in alice's hands: every way around the functions is refused by the server.
+        for sql in ["UPDATE %s.budgets SET amount_micros = 999000000" % s,
+                    "INSERT INTO %s.budgets VALUES ('team', 'x', 1, 'day', NULL)" % s,
+                    "DELETE FROM %s.budgets" % s,
+                    "UPDATE %s.usage SET spent_micros = 0" % s,
+                    "INSERT INTO %s.usage VALUES ('team', 'vision', 1, -5000000, 0, 0)" % s,
+                    "UPDATE %s.runs SET spend_micros = 0" % s,
+                    "DELETE FROM %s.runs" % s,
+                    "UPDATE %s.stop_orders SET cleared_at = NULL" % s,
+                    "SELECT %s.spendcap_add_run_usage(r, -1) FROM %s.runs r" % (s, s)]:
+            self.assertIn("permission denied", self.refused(self.alice, sql), sql)
+        # ...and the functions themselves check whose row it is.
+        err = self.refused(self.alice, "SELECT %s.spendcap_update_run(json_build_object("
+                           "'id', '%s', 'status', 'succeeded', 'spend_micros', 0, "
+                           "'ceiling_micros', 0, 'reconciled', 0))" % (s, bob_run["id"]))
+        self.assertIn("admitted by " + self.bob, err)
+        err = self.refused(self.alice, "SELECT %s.spendcap_update_run(json_build_object("
+                           "'id', '%s', 'status', 'succeeded', 'spend_micros', 0, "
+                           "'ceiling_micros', 0, 'reconciled', 0))" % (s, alice_run["id"]))
+        self.assertIn("is final", err)
+        err = self.refused(self.alice, "SELECT %s.spendcap_insert_run(json_build_object("
+                           "'id', 'fake', 'status', 'succeeded', 'spend_micros', -9000000, "
+                           "'ceiling_micros', 0, 'reconciled', 0))" % s)
+        self.assertIn("nothing spent", err)
+        after = {"budgets": self.pg_rows("SELECT * FROM %s.budgets" % self.schema),
+                 "usage": self.pg_rows("SELECT * FROM %s.usage ORDER BY 1, 2, 3" % self.schema),
+                 "runs": self.pg_runs(),
+                 "orders": self.pg_rows("SELECT * FROM %s.stop_orders ORDER BY id" % self.schema)}
+        self.assertEqual(after, before, "nothing changed")
+
+        # Negative control: the same statement as the owner goes through (the refusals above
+        # are the roles', not broken SQL).
+        psql("UPDATE %s.budgets SET amount_micros = 2000000" % s, user=self.owner)
+        self.assertEqual(self.pg_rows("SELECT amount_micros FROM %s.budgets" % s),
+                         [{"amount_micros": 2000000}])
+
+    def test_password_in_url_is_never_printed(self):
+        self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
+        # The test server trusts local connections, so any password works; it must not show.
+        printed = ""
+        for args in (["ps"], ["budgets"], ["stop", "--team", "nope", "--clear"],
+                     ["budgets", "apply", self.path("spendcap.json")]):
+            done = self.spendcap_as(self.alice, args, password="s3cret-pw-77")
+            printed += done.stdout + done.stderr
+        self.assertNotIn("s3cret-pw-77", printed)
+        self.assertIn("postgresql://alice_%s:" % self.suffix, printed, "the url is shown, redacted")
+
+
+class BackendsAgreeTest(PostgresLedgerTest):
+    """Test 5: the same spend and status whichever backend recorded a run; `ledger copy` carries
+    a seeded SQLite ledger into PostgreSQL with every total unchanged."""
+
+    POLICY = {"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"},
+              "budgets": {"team": {"vision": {"amount": 2, "period": "month"}},
+                          "experiment": {"e1": {"amount": 1, "period": "total"}}}}
+
+    def seed(self, ledger):
+        runs = [(["--experiment", "e1", "--budget", "0.5"], ["true"], 0),
+                (["--experiment", "e1", "--budget", "0.5"],
+                 ["python3", "-c", "import sys; sys.exit(3)"], 3),
+                (["--experiment", "e2", "--budget", "0.03"],
+                 ["python3", "-c", "import time; time.sleep(60)"], 124)]
+        for flags, command, code in runs:
+            done = self.run_spendcap(["run", "--ledger", ledger, "--team", "vision", "--rate", "36"]
+                                     + flags + ["--"] + command)
+            self.assertEqual(done.returncode, code, done.stderr)
+
+    def test_the_same_runs_on_each_backend(self):
+        pg = ledger_url(self.schema)
+        self.write_policy(self.POLICY)
+        sqlite = self.path("ledger.db")
+        for ledger in (sqlite, pg):
+            applied = self.run_spendcap(["budgets", "apply", "--ledger", ledger,
+                                         self.path("spendcap.json")])
+            self.assertEqual(applied.returncode, 0, applied.stderr)
+            self.seed(ledger)
+        connection_rows = self.sqlite_rows(sqlite)
+        pg_rows = sorted(self.pg_runs().values(), key=lambda r: r["started_at"])
+        self.assertEqual(len(connection_rows), 3)
+        for lite, post in zip(connection_rows, pg_rows):
+            for column in ("status", "reason", "exit_code", "experiment", "overrun"):
+                self.assertEqual(lite[column], post[column], column)
+        # A killed run spends up to its run budget on either backend.
+        for row in (connection_rows[2], pg_rows[2]):
+            self.assertEqual(row["reason"], "budget:run")
+            self.assertLessEqual(row["spend_micros"], 30000)
+            self.assertGreater(row["spend_micros"], 15000)
+
+    def sqlite_rows(self, path):
+        import sqlite3
+        connection = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+        connection.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in connection.execute("SELECT * FROM runs ORDER BY started_at")]
+        finally:
+            connection.close()
+
+    def test_copy_from_sqlite_keeps_every_total(self):
+        self.write_policy(self.POLICY)
+        sqlite = self.path("ledger.db")
+        pg = ledger_url(self.schema)
+        self.run_spendcap(["budgets", "apply", "--ledger", sqlite, self.path("spendcap.json")])
+        self.seed(sqlite)
+        placed = self.run_spendcap(["stop", "--ledger", sqlite, "--experiment", "e9",
+                                    "--reason", "frozen"])
+        self.assertEqual(placed.returncode, 0, placed.stderr)
+
+        # Refused while a run is active in FROM.
+        job = self.start_spendcap(["run", "--ledger", sqlite, "--team", "vision", "--rate", "36",
+                                   "--budget", "0.5", "--", "python3", "-c",
+                                   "import time; time.sleep(60)"])
+        wait_until(lambda: any(r["status"] == "running" for r in self.sqlite_rows(sqlite)), 60,
+                   what="the run to be admitted")
+        busy = self.run_spendcap(["ledger", "copy", sqlite, pg])
+        self.assertEqual(busy.returncode, 125, busy.stderr)
+        self.assertIn("unfinished", busy.stderr)
+        self.assertEqual(psql("SELECT to_regclass('%s.runs') IS NULL OR "
+                              "(SELECT count(*) = 0 FROM %s.runs)" % (self.schema, self.schema))
+                         .stdout.strip(), "t", "nothing was copied")
+        job.send_signal(signal.SIGTERM)
+        job.communicate(timeout=60)
+
+        copied = self.run_spendcap(["ledger", "copy", sqlite, pg])
+        self.assertEqual(copied.returncode, 0, copied.stderr)
+        self.assertIn("copied 4 runs, 2 budgets and 1 active stop orders", copied.stdout)
+        lite = {r["id"]: r for r in self.sqlite_rows(sqlite)}
+        post = self.pg_runs()
+        self.assertEqual(set(lite), set(post))
+        for run_id, row in lite.items():
+            for column in ("status", "reason", "exit_code", "spend_micros", "ceiling_micros",
+                           "started_at", "finished_at", "team", "experiment", "user_name", "tags",
+                           "command", "uid"):
+                self.assertEqual(row[column], post[run_id][column], column)
+        views = [self.spendcap_json(["budgets", "--ledger", ledger]) for ledger in (sqlite, pg)]
+        self.assertEqual(views[0], views[1], "every total unchanged")
+        self.assertGreater(sum(v["spent"] for v in views[1]), 0)
+        orders = self.pg_rows("SELECT scope_kind, scope_name, reason FROM %s.stop_orders "
+                              "WHERE cleared_at IS NULL" % self.schema)
+        self.assertEqual(orders, [{"scope_kind": "experiment", "scope_name": "e9",
+                                   "reason": "frozen"}])
+        # Copying twice would count every run twice: refused.
+        again = self.run_spendcap(["ledger", "copy", sqlite, pg])
+        self.assertEqual(again.returncode, 125)
+        self.assertIn("already holds runs", again.stderr)
+
+
+class ManyHostsTest(PostgresLedgerTest):
+    """Test 2: wrappers on several "hosts" (processes in their own UTS namespaces, each with its own
+    host name) share one team budget in PostgreSQL: 24 concurrent runs; the team total stays
+    within the budget and uses at least 80% of it; every run has a final row."""
+
+    POLICY = {"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s", "claim_horizon": "10s"},
+              "budgets": {"team": {"crowd": {"amount": 1.2, "period": "day"}}}}
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("unshare"),
+                         "needs root and unshare(1) for a host name per wrapper")
+    def test_24_runs_on_6_hosts_share_one_team_budget(self):
+        url = ledger_url(self.schema)
+        self.write_policy(self.POLICY)
+        applied = self.run_spendcap(["budgets", "apply", "--ledger", url,
+                                     self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        jobs = []
+        for n in range(24):
+            host = "node%d" % (n % 6)
+            command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host,
+                       SPENDCAP, "run", "--ledger", url,
+                       "--team", "crowd", "--rate", "36", "--budget", "0.15", "--",
+                       "python3", "-c", "import time; time.sleep(60)"]
+            jobs.append(subprocess.Popen(command, env=self.spendcap_env(), cwd=self.tmp,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         text=True))
+        codes = []
+        for job in jobs:
+            job.communicate(timeout=180)
+            codes.append(job.returncode)
+        rows = list(self.pg_runs().values())
+        self.assertEqual(len(rows), 24, "every run has a row")
+        self.assertTrue(all(r["status"] != "running" for r in rows), "every row is final")
+        self.assertEqual(sorted({r["host"] for r in rows}), ["node%d" % i for i in range(6)])
+        total = sum(r["spend_micros"] for r in rows) / MICROS
+        self.assertLessEqual(total, 1.2, "the team budget held across hosts")
+        self.assertGreaterEqual(total, 0.8 * 1.2, "refusing everyone is not a pass")
+        self.assertTrue(set(codes) <= {120, 124}, codes)
+        self.assertIn(124, codes, "some ran until the team budget stopped them")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "scripts", "pg-test-server.sh")
+
+
+@unittest.skipUnless(PG_URL, SKIP_REASON)
+class ServerOutageTest(LedgerTest):
+    """Test 3: the server stops while runs go on: they keep enforcing on their ceilings, stop with
+    121 when those run out, spool their final rows, and after the server is back the rows are
+    replayed; nothing recorded is lost. Its own server (pg-test-server.sh on another port and
+    directory), since stopping the shared one would break the other tests."""
+
+    def setUp(self):
+        super().setUp()
+        self.server_env = dict(os.environ, SPENDCAP_PG_DIR="/tmp/spendcap-pg-outage-" +
+                               uuid.uuid4().hex[:8], SPENDCAP_PG_PORT=str(free_port()))
+        self.server("start")
+        self.addCleanup(self.server, "stop")
+        self.url = "postgresql://%s@127.0.0.1:%s/postgres?options=-csearch_path%%3Doutage" % (
+            urllib.parse.urlsplit(PG_URL).username, self.server_env["SPENDCAP_PG_PORT"])
+
+    def server(self, action):
+        subprocess.run([SERVER_SCRIPT, action], env=self.server_env, check=True, timeout=120,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+    def rows(self):
+        env = dict(os.environ, PGHOST=self.server_env["SPENDCAP_PG_DIR"],
+                   PGPORT=self.server_env["SPENDCAP_PG_PORT"])
+        out = subprocess.run(["psql", "-X", "-At", "-c",
+                              "SELECT row_to_json(r) FROM outage.runs r"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        return [json.loads(line) for line in out.stdout.splitlines() if line]
+
+    def test_runs_outlive_the_server_and_their_rows_come_back(self):
+        self.write_policy({"budgets": {"team": {"vision": {"amount": 5, "period": "day"}}}})
+        applied = self.run_spendcap(["budgets", "apply", "--ledger", self.url,
+                                     self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        jobs = [self.start_spendcap(
+            ["run", "--ledger", self.url, "--team", "vision", "--rate", "36", "--budget", "1",
+             "--grace", "0s", "--kill-after", "0s", "--sync", "1s", "--claim-horizon", "4s",
+             "--", "python3", "-c", "import time; time.sleep(120)"]) for _ in range(3)]
+        wait_until(lambda: len([r for r in self.rows() if r["status"] == "running"
+                                and r["heartbeat_at"] > r["started_at"]]) == 3, 60,
+                   what="three runs heartbeating")
+        ceilings = {r["id"]: r["ceiling_micros"] for r in self.rows()}
+        self.server("halt")
+        outputs = [job.communicate(timeout=120) for job in jobs]
+        for job, (_, err) in zip(jobs, outputs):
+            self.assertEqual(job.returncode, 121, err)
+            self.assertIn("ledger-unreachable", err)
+            self.assertIn("spooled", err)
+        spool = os.path.join(self.tmp, "state", "spendcap", "spool")
+        self.assertEqual(len(os.listdir(spool)), 3, "every final row is spooled")
+
+        self.server("start")
+        replayed = self.run_spendcap(["ps", "--ledger", self.url])
+        self.assertEqual(replayed.returncode, 0, replayed.stderr)
+        self.assertEqual([f for f in os.listdir(spool) if f.endswith(".json")], [],
+                         "every spooled row was replayed")
+        rows = self.rows()
+        self.assertEqual(len(rows), 3)
+        for row in rows:
+            self.assertEqual((row["status"], row["reason"]), ("killed", "ledger-unreachable"))
+            self.assertGreater(row["spend_micros"], 0)
+            # It kept to the ceiling it had been granted before the server went away (a last
+            # heartbeat may have raised it just before).
+            self.assertLessEqual(row["spend_micros"], row["ceiling_micros"])
+            self.assertGreaterEqual(row["ceiling_micros"], ceilings[row["id"]])
+        views = self.spendcap_json(["budgets", "--ledger", self.url])
+        self.assertEqual(round(views[0]["spent"] * MICROS), sum(r["spend_micros"] for r in rows))
+        self.assertEqual(views[0]["held"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
