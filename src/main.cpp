@@ -121,6 +121,11 @@ int main(int argc, char** argv) {
   stop->add_option("--reason", stop_request.reason, "why (shown to the runs' owners)");
   stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
 
+  std::string show_run;
+  CLI::App* show = app.add_subcommand("show", "one run: spend, GPU time, energy, timeline");
+  add_ledger_options(*show, choice);
+  show->add_option("run", show_run, "the run's id")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -135,6 +140,7 @@ int main(int argc, char** argv) {
     if (*budgets) return spendcap::budgets_command(choice, json);
     if (*ps) return spendcap::ps_command(choice, json);
     if (*stop) return spendcap::stop_command(choice, stop_request);
+    if (*show) return spendcap::show_command(choice, show_run);
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";

@@ -202,6 +202,12 @@ class Supervisor::Impl {
     }
     parts_.push_back(std::make_unique<RunThresholds>(io_, reporter_, meter_, plan_));
     parts_.push_back(std::make_unique<Title>(io_, reporter_, meter_, plan_));
+    parts_.push_back(make_gpu_sampler(
+        io_, reporter_, meter_, plan_.gpu, plan_.interval, [this] { return tree_->members(); },
+        [this](const Trip& stop) {
+          if (!trip_ && running()) trip(stop, now());
+        },
+        outcome_.gpu));
     outcome_.run_id = plan_.run_id;
     outcome_.currency = plan_.currency;
     outcome_.rate_per_hour = plan_.rate_per_hour;

@@ -36,4 +36,7 @@ struct StopRequest {
 // sync interval, and new runs in scope are refused until the order is cleared.
 int stop_command(const LedgerChoice& choice, const StopRequest& request);
 
+// One run: its spend, and what its GPUs did, with a sparkline of utilisation per minute.
+int show_command(const LedgerChoice& choice, const std::string& run_id);
+
 }  // namespace spendcap
