@@ -1,8 +1,11 @@
 #include "spendcap/gpu/account.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 namespace spendcap {
@@ -51,16 +54,25 @@ std::vector<std::string> allocated_gpus_from_environment(const char* const* env)
 
 std::vector<unsigned> pids_in_every_namespace(pid_t pid) {
   std::vector<unsigned> pids = {static_cast<unsigned>(pid)};
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::stringstream in(line.substr(6));
-    unsigned value = 0;
-    while (in >> value) {
-      if (std::find(pids.begin(), pids.end(), value) == pids.end()) pids.push_back(value);
-    }
-    break;
+  // One read(2) of /proc/PID/status (about 1.5 KB): every sample reads it for each tree process.
+  std::string path = "/proc/" + std::to_string(pid) + "/status";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return pids;
+  char buffer[4096];
+  ssize_t length = ::read(fd, buffer, sizeof buffer - 1);
+  ::close(fd);
+  if (length <= 0) return pids;
+  buffer[length] = '\0';
+  const char* line = std::strstr(buffer, "\nNSpid:");
+  if (!line) return pids;
+  const char* at = line + 7;
+  while (*at && *at != '\n') {
+    char* end = nullptr;
+    unsigned long value = std::strtoul(at, &end, 10);
+    if (end == at) break;
+    auto p = static_cast<unsigned>(value);
+    if (std::find(pids.begin(), pids.end(), p) == pids.end()) pids.push_back(p);
+    at = end;
   }
   return pids;
 }
@@ -73,10 +85,17 @@ GpuAccount::GpuAccount(GpuProbe& probe, std::vector<std::string> allocated)
 void GpuAccount::sample(double t, const std::vector<pid_t>& tree, unsigned long long wall_us) {
   // The last sample comes when the tree is empty: its interval belongs to the processes that
   // were there before.
+  // A process's NSpid line never changes: read once per process, forgotten when it leaves the
+  // tree.
   std::set<unsigned> ours;
+  std::map<pid_t, std::vector<unsigned>> known;
   for (pid_t pid : tree) {
-    for (unsigned p : pids_in_every_namespace(pid)) ours.insert(p);
+    auto cached = nspids_.find(pid);
+    auto& pids = known[pid] =
+        cached != nspids_.end() ? std::move(cached->second) : pids_in_every_namespace(pid);
+    ours.insert(pids.begin(), pids.end());
   }
+  nspids_ = std::move(known);
   if (ours.empty()) ours = last_ours_;
   last_ours_ = ours;
   double dt = last_t_ ? std::max(0.0, t - *last_t_) : 0.0;

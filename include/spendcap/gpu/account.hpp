@@ -83,7 +83,8 @@ class GpuAccount {
 
   GpuProbe& probe_;
   std::vector<std::string> allocated_;
-  std::map<unsigned, Device> state_;  // by device index: the run's devices
+  std::map<unsigned, Device> state_;               // by device index: the run's devices
+  std::map<pid_t, std::vector<unsigned>> nspids_;  // the tree's processes' pids in every namespace
   std::set<unsigned> last_ours_;
   std::optional<double> last_t_;
   unsigned long long last_wall_us_ = 0;
