@@ -36,4 +36,17 @@ mkdir -p /tmp/gpu-check
     ls -la /tmp/gpu-check/ckpt.pt 2>/dev/null
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
   done
+
+  echo "== GPU measurement through the real NVML: a busy CUDA job, against nvidia-smi"
+  rm -f /tmp/gpu-check/ready /tmp/gpu-check/status.json
+  nvidia-smi --query-gpu=index,uuid,utilization.gpu,power.draw,total_energy_consumption \
+    --format=csv,noheader
+  (timeout 60 nvidia-smi --query-gpu=utilization.gpu,power.draw --format=csv,noheader -lms 1000 \
+     > /tmp/gpu-check/smi.csv &)
+  timeout 120 ./build/spendcap run --rate 36 --budget 5 --status-file /tmp/gpu-check/status.json \
+    -- timeout 20 python3 tests/fixtures/cuda_job.py --checkpoint /tmp/gpu-check/ckpt.pt \
+    --ready /tmp/gpu-check/ready 2>&1 | grep -v "cuda_job: step"
+  python3 -c "import json; print(json.dumps(json.load(open('/tmp/gpu-check/status.json')).get('gpu'), indent=1))"
+  nvidia-smi --query-gpu=total_energy_consumption --format=csv,noheader
+  echo "nvidia-smi during the run (utilization, power):"; cat /tmp/gpu-check/smi.csv | head -30
 } 2>&1 | tee "$out/gpu_check.log"

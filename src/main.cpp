@@ -166,6 +166,10 @@ int main(int argc, char** argv) {
   copy->add_option("from", copy_from, "the ledger to copy: sqlite:PATH, a path or postgresql://...")
       ->required();
   copy->add_option("to", copy_to, "the new, empty ledger")->required();
+  std::string show_run;
+  CLI::App* show = app.add_subcommand("show", "one run: spend, GPU time, energy, timeline");
+  add_ledger_options(*show, choice);
+  show->add_option("run", show_run, "the run's id")->required();
 
   try {
     app.parse(argc, argv);
@@ -185,6 +189,7 @@ int main(int argc, char** argv) {
     if (*outbox_flush) return spendcap::outbox_flush_command(choice);
     if (*notify_test) return spendcap::notify_test_command(notify_request);
     if (*copy) return spendcap::ledger_copy_command(copy_from, copy_to);
+    if (*show) return spendcap::show_command(choice, show_run);
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";

@@ -2,6 +2,7 @@
 
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -298,6 +299,95 @@ namespace spendcap {
 
 std::unique_ptr<Ledger> open_ledger_for(const LedgerChoice& choice) {
   return open_chosen_ledger(choice, nullptr);
+}
+
+namespace {
+
+// ▁▂▃▄▅▆▇█ for 0..1 of `top`; a minute not measured is a space.
+std::string sparkline(const std::vector<std::optional<double>>& values, double top) {
+  static const char* const kBars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  std::string line;
+  for (const auto& value : values) {
+    if (!value || top <= 0) {
+      line += " ";
+      continue;
+    }
+    int level = static_cast<int>(std::lround(std::clamp(*value / top, 0.0, 1.0) * 7));
+    line += kBars[level];
+  }
+  return line;
+}
+
+std::string fixed_text(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+}  // namespace
+
+int show_command(const LedgerChoice& choice, const std::string& run_id) {
+  std::string currency = "USD";
+  auto ledger = open_chosen_ledger(choice, &currency);
+  auto run = ledger->find_run(run_id);
+  if (!run) {
+    throw Error("run " + run_id, "is not in the ledger " + ledger->url(),
+                "give the run's full id, as `spendcap ps --json` and --status-file show it",
+                ExitCode::internal);
+  }
+  std::cout << "run " << run->id << ": " << to_string(run->status)
+            << (run->reason.empty() ? "" : " (" + run->reason + ")") << "\n";
+  std::cout << "  spent " << format_money(run->spend, currency) << " at "
+            << format_money(run->rate_per_hour, currency) << "/h";
+  if (run->budget) std::cout << ", budget " << format_money(*run->budget, currency);
+  std::cout << "\n";
+  if (!run->gpu) {
+    std::cout << "  GPU: no record (the run did not finish with GPU measurement)\n";
+    return 0;
+  }
+  const RunGpu& g = *run->gpu;
+  if (!g.not_measured.empty()) {
+    std::cout << "  GPU: not measured (" << g.not_measured << ")\n";
+    return 0;
+  }
+  std::cout << "  GPU: " << g.devices << (g.devices == 1 ? " device, " : " devices, ")
+            << fixed_text(g.allocated_seconds, 1) << " GPU-seconds allocated";
+  if (g.busy_seconds) {
+    std::cout << ", " << fixed_text(*g.busy_seconds, 1) << " busy ("
+              << fixed_text(*g.mean_utilisation() * 100, 1) << "% mean utilisation)";
+  } else {
+    std::cout << ", busy time not measured";
+  }
+  if (g.idle_spend) std::cout << ", idle spend " << format_money(*g.idle_spend, currency);
+  std::cout << "\n";
+  if (g.energy_kwh) {
+    std::cout << "  energy " << fixed_text(*g.energy_kwh, 6) << " kWh";
+    if (g.co2_kg) std::cout << ", " << fixed_text(*g.co2_kg, 6) << " kg CO2";
+    if (g.energy_cost)
+      std::cout << ", " << format_money(*g.energy_cost, "USD") << " (not in spend)";
+    std::cout << "\n";
+  } else {
+    std::cout << "  energy not measured\n";
+  }
+  if (!g.sources.empty()) std::cout << "  measured by: " << g.sources << "\n";
+  if (!g.timeline.empty()) {
+    std::vector<std::optional<double>> utilisation, watts;
+    double top_watts = 0;
+    for (const RunGpuPoint& p : g.timeline) {
+      utilisation.push_back(p.utilisation);
+      watts.push_back(p.watts);
+      if (p.watts) top_watts = std::max(top_watts, *p.watts);
+    }
+    std::cout << "  utilisation per minute (0-100%): " << sparkline(utilisation, 1.0) << "\n";
+    if (top_watts > 0) {
+      std::cout << "  power per minute (0-" << fixed_text(top_watts, 0)
+                << " W):        " << sparkline(watts, top_watts) << "\n";
+    }
+    // Billing is on the allocated rate: the burn is flat, and its idle part is the gap above.
+    std::cout << "  burn " << format_money(run->rate_per_hour, currency)
+              << "/h throughout (allocated billing)\n";
+  }
+  return 0;
 }
 
 }  // namespace spendcap

@@ -513,6 +513,27 @@ std::string run_label(const RunSettings& settings) {
   return label;
 }
 
+// GPU measurement: the devices the environment allocates, the policy's energy figures, and the
+// idle guard (on by default: the policy's guards.idle_gpu, else its defaults).
+GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
+  GpuPlan gpu;
+  auto library = env.find("SPENDCAP_NVML_LIBRARY");
+  gpu.enabled = library == env.end() || library->second != "none";
+  std::vector<std::string> entries;
+  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
+  std::vector<const char*> pointers;
+  for (const std::string& entry : entries) pointers.push_back(entry.c_str());
+  pointers.push_back(nullptr);
+  gpu.allocated = allocated_gpus_from_environment(pointers.data());
+  gpu.pue = policy.energy.pue;
+  gpu.kg_co2_per_kwh = policy.energy.kg_co2_per_kwh;
+  gpu.usd_per_kwh = policy.energy.usd_per_kwh;
+  IdleGpuGuard idle = policy.guards.idle_gpu.value_or(IdleGpuGuard{});
+  gpu.idle_below = idle.below_percent / 100.0;
+  gpu.idle_for = idle.for_duration;
+  return gpu;
+}
+
 std::string summary_line(const RunOutcome& outcome) {
   std::string status =
       outcome.reason == "interrupted" ? std::string("interrupted") : to_string(outcome.status);
@@ -693,6 +714,7 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   }
   final.spend = outcome.spend;
   final.elapsed_seconds = outcome.elapsed_seconds;
+  if (outcome.gpu) final.gpu = to_run_gpu(*outcome.gpu);
   std::string error = supervisor.record_final(final, kFinalRowTimeout);
   if (error.empty()) return true;
   try {
@@ -825,6 +847,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
   };
   plan.notifier = notifier.get();
+  plan.gpu = make_gpu_plan(settings.loaded.policy, env);
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
@@ -853,6 +876,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
                               : std::string());
   }
   reporter.line(summary);
+  if (outcome.gpu) reporter.line(gpu_report_line(*outcome.gpu, outcome.currency));
   int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
   if (signal) {
     reporter.flush();

@@ -86,6 +86,7 @@ RunView view_of(const RunRecord& r, double now) {
   view.finished_at = r.finished_at;
   view.would_stop_at = r.would_stop_at;
   view.would_stop_reason = r.would_stop_reason;
+  view.gpu = r.gpu;
   return view;
 }
 
@@ -506,6 +507,7 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     run.exit_code = final.exit_code;
     run.spend = final.spend;
     run.elapsed_seconds = final.elapsed_seconds;
+    if (final.gpu) run.gpu = final.gpu;
     run.reconciled = false;
     // Recorded with its true spend, never hidden: the rule's sum is then over budget by the
     // overrun, and `budgets` says so.

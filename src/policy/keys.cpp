@@ -352,9 +352,7 @@ std::vector<PolicyKey> build_keys() {
           .implied(with_parent, burn_rate.factor));
 
   // PUE is total facility power over IT power: never below 1.
-  add(Row("/energy", section(&Policy::energy, "/energy"))
-          .by_key()
-          .no_effect_yet("GPU measurement (NVML)"));
+  add(Row("/energy", section(&Policy::energy, "/energy")).by_key());
   add(Row("/energy/pue", value(&Energy::pue, number_in({1}))).same(energy_note));
   add(Row("/energy/kg_co2_per_kwh", value(&Energy::kg_co2_per_kwh, number_in({0})))
           .same(energy_note));
@@ -425,8 +423,8 @@ std::vector<std::string> keys_without_effect(const json& document) {
                             : nullptr;
   if (billing && *billing == "measured") {
     out.push_back(
-        "/defaults/billing: \"measured\" has no effect yet (GPU measurement (NVML) is "
-        "not built yet; spend is billed at the allocated rate)");
+        "/defaults/billing: \"measured\" has no effect yet (measured billing is not built "
+        "yet; spend is billed at the allocated rate)");
   }
   return out;
 }

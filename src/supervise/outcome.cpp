@@ -14,6 +14,35 @@
 
 namespace spendcap {
 
+namespace {
+
+// Only what was measured: a figure that was not is absent, never 0.
+nlohmann::json gpu_to_json(const GpuReport& report) {
+  if (!report.not_measured.empty()) {
+    return {{"measured", false}, {"why", report.not_measured}};
+  }
+  const GpuSummary& s = report.summary;
+  nlohmann::json json = {
+      {"measured", true},   {"devices", s.devices}, {"allocated_gpu_seconds", s.allocated_seconds},
+      {"shared", s.shared}, {"notes", s.notes},     {"pue", report.pue}};
+  if (s.busy_seconds) {
+    json["busy_gpu_seconds"] = *s.busy_seconds;
+    json["mean_utilisation"] = *s.mean_utilisation();
+    json["utilisation_source"] = s.utilisation_source;
+  }
+  if (report.idle_spend) json["idle_spend"] = money_to_json(*report.idle_spend);
+  if (s.energy_joules) {
+    json["energy_joules"] = *s.energy_joules;  // the devices' own, before PUE
+    json["energy_source"] = s.energy_source;
+  }
+  if (report.energy_kwh) json["energy_kwh"] = *report.energy_kwh;
+  if (report.co2_kg) json["co2_kg"] = *report.co2_kg;
+  if (report.energy_cost) json["energy_cost_usd"] = money_to_json(*report.energy_cost);
+  return json;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const RunOutcome& outcome) {
   nlohmann::json json = {
       {"run_id", outcome.run_id},
@@ -44,6 +73,7 @@ nlohmann::json to_json(const RunOutcome& outcome) {
   if (!outcome.message.empty()) json["message"] = outcome.message;
   if (!outcome.tree_tracking.empty()) json["tree_tracking"] = outcome.tree_tracking;
   if (!outcome.isolation.empty()) json["isolation"] = outcome.isolation;
+  if (outcome.gpu) json["gpu"] = gpu_to_json(*outcome.gpu);
   return json;
 }
 

@@ -230,6 +230,12 @@ class Supervisor::Impl {
     parts_.push_back(std::make_unique<SignalForwarder>(
         io_, reporter_, [this]() -> ProcessTree& { return *tree_; }, plan_.forward_signals));
     kill_path_.set_exit_window(plan_.exit_window);
+    parts_.push_back(make_gpu_sampler(
+        io_, reporter_, meter_, plan_.gpu, plan_.interval, [this] { return tree_->members(); },
+        [this](const Trip& stop) {
+          if (!trip_ && running()) trip(stop, now());
+        },
+        outcome_.gpu));
     outcome_.run_id = plan_.run_id;
     outcome_.currency = plan_.currency;
     outcome_.rate_per_hour = plan_.rate_per_hour;

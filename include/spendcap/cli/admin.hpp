@@ -42,5 +42,7 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request);
 // The ledger a command's --ledger / --policy choose (as budgets, ps and stop open it), its spool
 // replayed.
 std::unique_ptr<Ledger> open_ledger_for(const LedgerChoice& choice);
+// One run: its spend, and what its GPUs did, with a sparkline of utilisation per minute.
+int show_command(const LedgerChoice& choice, const std::string& run_id);
 
 }  // namespace spendcap

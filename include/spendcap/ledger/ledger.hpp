@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "spendcap/base/money.hpp"
+#include "spendcap/ledger/run_gpu.hpp"
 #include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
@@ -134,6 +135,7 @@ struct RunFinal {
   std::optional<int> exit_code;
   Money spend;
   double elapsed_seconds = 0;  // launch until the tree was empty
+  std::optional<RunGpu> gpu;   // what its GPUs did; none: GPU measurement did not run
 };
 
 struct RunView {
@@ -157,6 +159,7 @@ struct RunView {
   std::optional<double> finished_at;
   std::optional<double> would_stop_at;  // warn mode: when it would have been stopped, and why
   std::string would_stop_reason;
+  std::optional<RunGpu> gpu;  // none: no GPU record (run_gpu.hpp)
 };
 
 struct BudgetView {

@@ -60,6 +60,7 @@ struct RunRecord {
   std::optional<double> would_stop_at;
   std::string would_stop_reason;
   std::optional<double> elapsed_seconds;
+  std::optional<RunGpu> gpu;  // written with the final row (update_run); none: no GPU record
 };
 
 // Per scope and UTC start day: spent = finished runs' spend, held = unfinished runs' ceilings,

@@ -10,6 +10,7 @@
 
 #include "spendcap/base/money.hpp"
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/supervise/gpu_sampler.hpp"
 
 namespace spendcap {
 
@@ -39,6 +40,8 @@ struct RunOutcome {
   std::string message;                          // refusals and failures: why
   std::string tree_tracking;  // "cgroup" (the run's own cgroup) or "parentage" (the fallback)
   std::string isolation;      // "pid" (the guard is the init of a PID namespace) or "none"
+  // What the run's GPUs did; none: the run never launched.
+  std::optional<GpuReport> gpu;
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

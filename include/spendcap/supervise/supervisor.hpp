@@ -26,6 +26,7 @@
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/gpu_sampler.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/run_part.hpp"
@@ -97,6 +98,7 @@ struct SupervisorPlan {
   std::string ledger;
   // Webhook events (notify/): none when null. Outlives the supervisor.
   Notifier* notifier = nullptr;
+  GpuPlan gpu;  // GPU measurement and the idle guard
 };
 
 class Supervisor {

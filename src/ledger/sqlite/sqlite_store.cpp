@@ -150,6 +150,21 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_user ON outbox(user_name);
 )sql",
+    // v5: what a run's GPUs did (GPU measurement), written with its final row. NULL where not
+    // measured, never 0; gpu_measured NULL: no GPU record at all.
+    R"sql(
+ALTER TABLE runs ADD COLUMN gpu_measured INTEGER;      -- 1 measured, 0 not (gpu_not_measured says why)
+ALTER TABLE runs ADD COLUMN gpu_not_measured TEXT;
+ALTER TABLE runs ADD COLUMN gpu_devices INTEGER;
+ALTER TABLE runs ADD COLUMN gpu_allocated_seconds REAL;
+ALTER TABLE runs ADD COLUMN gpu_busy_seconds REAL;
+ALTER TABLE runs ADD COLUMN gpu_idle_spend_micros INTEGER;
+ALTER TABLE runs ADD COLUMN gpu_energy_kwh REAL;       -- x PUE
+ALTER TABLE runs ADD COLUMN gpu_co2_kg REAL;
+ALTER TABLE runs ADD COLUMN gpu_energy_cost_micros INTEGER;  -- USD, never part of spend
+ALTER TABLE runs ADD COLUMN gpu_sources TEXT;
+ALTER TABLE runs ADD COLUMN gpu_timeline TEXT;         -- [[minute, utilisation, watts], ...]
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -159,7 +174,9 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
   "mode, status, reason, exit_code, rate_micros_per_hour, reserve_micros, budget_micros, "       \
   "shutdown_ms, sync_ms, started_at, day, heartbeat_at, reconcile_at, finished_at, "             \
   "spend_micros, ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, " \
-  "elapsed_seconds, uid, reported_spend_micros, overrun"
+  "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "       \
+  "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "                \
+  "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline"
 
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
@@ -439,6 +456,7 @@ struct SqliteStore::Impl final : StoreTxn {
   std::optional<RunRecord> find_run(const std::string& id) override;
   void insert_run(const RunRecord& run) override;
   void update_run(const RunRecord& run) override;
+  void update_run_gpu(const std::string& id, const RunGpu& gpu);
   std::vector<RunRecord> unfinished_runs() override;
   std::vector<RunRecord> overrun_runs(std::int64_t since_day) override;
   std::vector<RunRecord> runs_due(double now) override;
@@ -556,6 +574,19 @@ RunRecord SqliteStore::Impl::read_run(Query& q) {
   if (!q.is_null(32)) r.uid = q.i64(32);
   r.reported_spend = q.money(33);
   r.overrun = q.i64(34) != 0;
+  if (!q.is_null(35)) {
+    RunGpu& g = r.gpu.emplace();
+    g.not_measured = q.text(36);
+    if (!q.is_null(37)) g.devices = q.i32(37);
+    g.allocated_seconds = q.optional_f64(38).value_or(0);
+    g.busy_seconds = q.optional_f64(39);
+    g.idle_spend = q.optional_money(40);
+    g.energy_kwh = q.optional_f64(41);
+    g.co2_kg = q.optional_f64(42);
+    g.energy_cost = q.optional_money(43);
+    g.sources = q.text(44);
+    g.timeline = timeline_from_text(q.text(45));
+  }
   return r;
 }
 
@@ -567,10 +598,11 @@ std::optional<RunRecord> SqliteStore::Impl::find_run(const std::string& id) {
 }
 
 void SqliteStore::Impl::insert_run(const RunRecord& r) {
-  auto q =
-      query("INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
-            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  auto q = query(
+      "INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
+      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+      "NULL, NULL)");
   q.bind_all(r.id, r.job_key.empty() ? std::nullopt : std::optional<std::string>(r.job_key), r.team,
              r.experiment, r.project, r.user, json_of(r.tags), json_of(r.command), r.fingerprint,
              r.host, r.pid, to_string(r.mode), to_string(r.status), r.reason, r.exit_code,
@@ -590,6 +622,22 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
   q.bind_all(to_string(r.status), r.reason, r.exit_code, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
              r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0, r.id);
+  q.run();
+  if (r.gpu) update_run_gpu(r.id, *r.gpu);
+}
+
+void SqliteStore::Impl::update_run_gpu(const std::string& id, const RunGpu& g) {
+  auto q = query(
+      "UPDATE runs SET gpu_measured = ?, gpu_not_measured = ?, gpu_devices = ?, "
+      "gpu_allocated_seconds = ?, gpu_busy_seconds = ?, gpu_idle_spend_micros = ?, "
+      "gpu_energy_kwh = ?, gpu_co2_kg = ?, gpu_energy_cost_micros = ?, gpu_sources = ?, "
+      "gpu_timeline = ? WHERE id = ?");
+  bool measured = g.not_measured.empty();
+  q.bind_all(measured ? 1 : 0, g.not_measured,
+             measured ? std::optional<int>(g.devices) : std::nullopt,
+             measured ? std::optional<double>(g.allocated_seconds) : std::nullopt, g.busy_seconds,
+             g.idle_spend, g.energy_kwh, g.co2_kg, g.energy_cost, g.sources,
+             timeline_to_text(g.timeline), id);
   q.run();
 }
 

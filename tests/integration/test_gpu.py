@@ -1,0 +1,170 @@
+"""GPU measurement through a fake NVML (tests/fixtures/fake_nvml, built next to the binary) loaded
+by the real dlopen path ($SPENDCAP_NVML_LIBRARY). The fake's utilisation and power are piecewise
+constant in time since spendcap initialised NVML, so each figure has an exact expected value."""
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+from spendcap_testlib import LedgerTest, SPENDCAP
+
+FAKE_DIR = os.path.join(os.path.dirname(SPENDCAP), "tests", "fake_nvml")
+FAKE_CURRENT = os.path.join(FAKE_DIR, "current", "libnvidia-ml.so.1")
+FAKE_OLD = os.path.join(FAKE_DIR, "old", "libnvidia-ml.so.1")
+
+
+def within(test, value, expected, fraction=0.02, what=""):
+    test.assertLessEqual(abs(value - expected), fraction * abs(expected),
+                         "%s: %r is not within %d%% of %r" % (what, value, fraction * 100, expected))
+
+
+class GpuTest(LedgerTest):
+    def gpu_run(self, devices, seconds, library=FAKE_CURRENT, policy=None, extra_env=None,
+                budget="5", rate="36"):
+        """Runs a job that puts its pid in the fake's pid file and sleeps `seconds`; returns
+        (completed process, status file JSON)."""
+        for device in devices:
+            device.setdefault("pid_file", self.path("pids"))
+        with open(self.path("scenario.json"), "w") as f:
+            json.dump({"devices": devices}, f)
+        if policy is not None:
+            self.write_policy(policy)
+        env = {"SPENDCAP_NVML_LIBRARY": library, "FAKE_NVML_SCENARIO": self.path("scenario.json"),
+               "CUDA_VISIBLE_DEVICES": "0"}
+        env.update(extra_env or {})
+        job = "echo $$ > %s; exec sleep %s" % (self.path("pids"), seconds)
+        result = self.run_spendcap(["run", "--budget", budget, "--rate", rate, "--status-file",
+                                    self.path("status.json"), "--", "sh", "-c", job], env)
+        return result, self.read_json("status.json")
+
+    def test_busy_idle_and_spend_match_the_scenario(self):
+        # 100% for 2 s, 50% for 2 s, then 0%: 3 busy GPU-seconds whatever the run's length.
+        segments = [{"seconds": 2, "util": 100, "power_w": 300},
+                    {"seconds": 2, "util": 50, "power_w": 200},
+                    {"util": 0, "power_w": 50}]
+        result, status = self.gpu_run([{"uuid": "GPU-fake-0", "segments": segments}], 6)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        gpu = status["gpu"]
+        self.assertTrue(gpu["measured"], gpu)
+        self.assertEqual(gpu["devices"], ["0 (GPU-fake-0)"])
+        self.assertEqual(gpu["utilisation_source"], "per-process")
+        within(self, gpu["busy_gpu_seconds"], 3.0, what="busy GPU-seconds")
+        within(self, gpu["allocated_gpu_seconds"], status["elapsed_seconds"], what="allocated")
+        within(self, gpu["mean_utilisation"], 3.0 / gpu["allocated_gpu_seconds"], what="mean")
+        idle_fraction = 1 - 3.0 / gpu["allocated_gpu_seconds"]
+        within(self, gpu["idle_spend"], status["spend"] * idle_fraction, what="idle spend")
+        # Energy from the counter: 300 W x 2 s + 200 W x 2 s + 50 W for the rest.
+        self.assertEqual(gpu["energy_source"], "energy counter")
+        expected = 600 + 400 + 50 * (gpu["allocated_gpu_seconds"] - 4)
+        within(self, gpu["energy_joules"], expected, what="energy")
+        self.assertFalse(gpu["shared"])
+        self.assertRegex(result.stderr, r"GPU: 1 device, .* busy \(.*per-process\)")
+
+    def test_energy_from_integrated_power_with_an_old_library(self):
+        # The old variant lacks the _v3 process lists and the energy counter: the _v2 lists still
+        # find the run, and energy comes from the power readings (constant 250 W).
+        result, status = self.gpu_run(
+            [{"segments": [{"util": 80, "power_w": 250}]}], 4, library=FAKE_OLD)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        gpu = status["gpu"]
+        self.assertEqual(gpu["energy_source"], "integrated power")
+        within(self, gpu["energy_joules"], 250 * gpu["allocated_gpu_seconds"], what="energy")
+        within(self, gpu["mean_utilisation"], 0.8, what="utilisation")
+        self.assertIn("no nvmlDeviceGetComputeRunningProcesses_v3: compute processes from "
+                      "nvmlDeviceGetComputeRunningProcesses_v2", gpu["notes"])
+        self.assertIn("no nvmlDeviceGetTotalEnergyConsumption: energy from power readings",
+                      gpu["notes"])
+
+    def test_a_shared_device_splits_its_energy_by_utilisation(self):
+        # Another run's process uses 20% of the device while this run uses 60%: this run's share
+        # of the energy is 60 / 80.
+        result, status = self.gpu_run(
+            [{"segments": [{"util": 60, "power_w": 400}], "other_pids": [4194000],
+              "other_util": 20}], 4, policy={"energy": {"pue": 1.5, "kg_co2_per_kwh": 0.4,
+                                                        "usd_per_kwh": 0.2}})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        gpu = status["gpu"]
+        self.assertTrue(gpu["shared"])
+        expected_joules = 400 * gpu["allocated_gpu_seconds"] * 0.75
+        within(self, gpu["energy_joules"], expected_joules, what="energy share")
+        within(self, gpu["energy_kwh"], expected_joules / 3.6e6 * 1.5, what="kWh x PUE")
+        within(self, gpu["co2_kg"], gpu["energy_kwh"] * 0.4, what="CO2")
+        self.assertIn("shared with processes outside the run", result.stderr)
+        # The energy cost is reported, never added to spend.
+        within(self, status["spend"], 36 / 3600 * status["elapsed_seconds"], 0.05, what="spend")
+
+    def test_device_level_fallback_under_mig(self):
+        result, status = self.gpu_run(
+            [{"segments": [{"util": 40, "power_w": 100}], "mig": True}], 4)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        gpu = status["gpu"]
+        self.assertEqual(gpu["utilisation_source"], "device-level")
+        within(self, gpu["mean_utilisation"], 0.4, what="device-level utilisation")
+        self.assertIn("GPU 0 is in MIG mode: no per-process utilisation", gpu["notes"])
+        self.assertIn("device-level", result.stderr)
+
+    def test_idle_guard_stops_an_idle_run_and_leaves_a_busy_one(self):
+        policy = {"guards": {"idle_gpu": {"below_percent": 5, "for": "2s"}}}
+        result, status = self.gpu_run([{"segments": [{"util": 1, "power_w": 50}]}], 60,
+                                      policy=policy)
+        self.assertEqual(result.returncode, 123, result.stderr)
+        self.assertEqual(status["reason"], "runaway:idle-gpu")
+        self.assertTrue(status["stopped_by_spendcap"])
+        self.assertLess(status["elapsed_seconds"], 30)
+        self.assertIn("GPUs stayed under 5% utilisation", result.stderr)
+        # Negative control: the same guard, a busy GPU.
+        result, status = self.gpu_run([{"segments": [{"util": 90, "power_w": 300}]}], 5,
+                                      policy=policy)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["reason"], "exited")
+
+    def test_the_ledger_keeps_the_figures_and_show_prints_them(self):
+        result, status = self.gpu_run([{"segments": [{"seconds": 2, "util": 100, "power_w": 300},
+                                                     {"util": 0, "power_w": 50}]}], 3)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        gpu = status["gpu"]
+        [row] = self.runs("id = ?", (status["run_id"],))
+        self.assertEqual(row["gpu_measured"], 1)
+        self.assertEqual(row["gpu_devices"], 1)
+        self.assertAlmostEqual(row["gpu_busy_seconds"], gpu["busy_gpu_seconds"], places=6)
+        self.assertAlmostEqual(row["gpu_allocated_seconds"], gpu["allocated_gpu_seconds"], places=6)
+        self.assertEqual(row["gpu_idle_spend_micros"], round(gpu["idle_spend"] * 1e6))
+        self.assertIsNone(row["gpu_co2_kg"])  # no kg_co2_per_kwh in the policy: not 0
+        self.assertIsNone(row["gpu_energy_cost_micros"])
+        timeline = json.loads(row["gpu_timeline"])
+        self.assertEqual(len(timeline), 1)  # one minute
+        shown = self.run_spendcap(["show", status["run_id"]])
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+        self.assertIn("GPU: 1 device", shown.stdout)
+        self.assertIn("utilisation per minute (0-100%): ", shown.stdout)
+        self.assertRegex(shown.stdout, "[▁-█]")
+        # Not measured: the ledger says why, with no figure.
+        result, status = self.gpu_run([], 0.1, library=self.path("none.so"))
+        [row] = self.runs("id = ?", (status["run_id"],))
+        self.assertEqual(row["gpu_measured"], 0)
+        self.assertIsNone(row["gpu_busy_seconds"])
+        self.assertIsNone(row["gpu_allocated_seconds"])
+        shown = self.run_spendcap(["show", status["run_id"]])
+        self.assertIn("GPU: not measured (no NVML library", shown.stdout)
+        missing = self.run_spendcap(["show", "no-such-run"])
+        self.assertEqual(missing.returncode, 125)
+        self.assertIn("run no-such-run", missing.stderr)
+
+    def test_without_nvml_the_run_works_and_says_not_measured(self):
+        result, status = self.gpu_run([], 0.2, library=self.path("no-such-libnvidia-ml.so.1"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["gpu"], {"measured": False, "why": "no NVML library (%s)"
+                                         % self.path("no-such-libnvidia-ml.so.1")})
+        self.assertIn("GPU: not measured (no NVML library", result.stderr)
+        gpu_lines = [line for line in result.stderr.splitlines() if "GPU" in line]
+        for line in gpu_lines:
+            self.assertNotRegex(line, r"(?<![\d.])0(\.0+)?( |%|$)", line)
+        # Negative control: the same run with the fake does measure.
+        result, status = self.gpu_run([{"segments": [{"util": 50}]}], 0.2)
+        self.assertTrue(status["gpu"]["measured"], status)
+
+
+if __name__ == "__main__":
+    unittest.main()
