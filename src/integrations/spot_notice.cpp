@@ -164,11 +164,11 @@ ShutdownTimes preemption_times(const SpotNotice& notice, const ShutdownTimes& on
 
 std::optional<std::string> check_spot_notice(const SpotNotice& notice, std::string& token,
                                              int cancel_fd, std::string& error) {
-  HttpRequest request;
+  MetadataRequest request;
   switch (notice.cloud) {
     case SpotCloud::aws: {
       if (token.empty()) {
-        HttpRequest put{"PUT",
+        MetadataRequest put{"PUT",
                         joined(notice.base, "/latest/api/token"),
                         {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}}};
         auto answer = http_request(put, kRequestTimeout, cancel_fd, error);

@@ -29,7 +29,7 @@ struct HttpResponse {
   std::string body;
 };
 
-struct HttpRequest {
+struct MetadataRequest {
   std::string method = "GET";
   HttpUrl url;
   std::map<std::string, std::string> headers;
@@ -37,7 +37,7 @@ struct HttpRequest {
 
 // The response, or nullopt with `error` set when there was none before `timeout` (refused,
 // unreachable, cancelled, malformed).
-std::optional<HttpResponse> http_request(const HttpRequest& request, Nanos timeout, int cancel_fd,
+std::optional<HttpResponse> http_request(const MetadataRequest& request, Nanos timeout, int cancel_fd,
                                          std::string& error);
 
 }  // namespace spendcap

@@ -634,6 +634,17 @@ struct PostgresStore::Impl final : StoreTxn {
     return orders;
   }
 
+  // The webhook outbox is not on PostgreSQL yet: a run keeps its undelivered events in its
+  // report only (the notifier says they are lost), never silently.
+  [[noreturn]] static void no_outbox() {
+    throw Error("the PostgreSQL ledger", "has no webhook outbox yet",
+                "deliver webhooks directly or use an SQLite ledger for the outbox");
+  }
+  std::int64_t insert_outbox(const OutboxEntry&) override { no_outbox(); }
+  std::vector<OutboxEntry> outbox_entries(const std::string&) override { return {}; }
+  void delete_outbox(std::int64_t) override { no_outbox(); }
+  void update_outbox_failure(std::int64_t, const std::string&) override { no_outbox(); }
+
   // A text[] literal: every element quoted, '"' and '\' escaped.
   static std::string text_array(const std::vector<std::string>& items) {
     std::string text = "{";
