@@ -1,4 +1,5 @@
 #include "spendcap/cli/run.hpp"
+#include "spendcap/cli/report_commands.hpp"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -634,6 +635,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   RunDir run_dir(env, run_id);
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
+  require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
   Admission admission = ledger->begin_run(make_run_start(settings, request.command, run_id));
   if (!admission.admitted) return refuse(request, settings, run_id, admission, reporter);
   AdmittedRun admitted(*ledger, run_id);

@@ -29,6 +29,8 @@ struct RunRequest {
   bool quiet = false;
   bool title = false;
   std::vector<std::string> command;
+  // --estimate-steps N --step-time T: refused when the estimate does not fit (report_commands.hpp).
+  std::optional<std::string> estimate_steps, step_time;
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma

@@ -40,6 +40,12 @@ class BudgetLedger : public Ledger {
                              const std::string& placed_by) override;
   int clear_stop_orders(const Scope& scope) override;
   std::vector<StopOrder> active_stop_orders() override;
+  // Reports (budget_ledger_reports.cpp).
+  void for_each_run_started(double since, double until,
+                            const std::function<void(const RunRecord&)>& each) override;
+  AcceptedResult accept_run(const std::string& run_id, const std::string& note,
+                            const std::string& accepted_by) override;
+  std::vector<AcceptedResult> accepted_results() override;
 
  protected:
   LedgerStore& store() { return *store_; }

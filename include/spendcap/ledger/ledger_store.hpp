@@ -123,6 +123,19 @@ class StoreTxn {
   // Clears the active orders on `scope`; returns how many.
   virtual int clear_stop_orders(const Scope& scope, double cleared_at) = 0;
   virtual std::vector<StopOrder> active_stop_orders() = 0;  // by id
+
+  // ---- reports ----
+  // Calls `each` for every run with started_at in [since, until), in any order. Only what a report
+  // reads need be filled: id, team, experiment, project, user, host, tags, status, reason,
+  // exit_code, rate_per_hour, started_at, day, heartbeat_at, finished_at, spend, ceiling,
+  // reconciled, overrun, elapsed_seconds. A store that has no reports yet throws Error.
+  virtual void for_each_run_started(double since, double until,
+                                    const std::function<void(const RunRecord&)>& each);
+
+  // ---- accepted results ----
+  // Adds the run's accepted result, or replaces its note, by, and time.
+  virtual void put_accepted_result(const AcceptedResult& accepted);
+  virtual std::vector<AcceptedResult> accepted_results();  // by run id
 };
 
 class LedgerStore {

@@ -118,6 +118,17 @@ ALTER TABLE runs ADD COLUMN overrun INTEGER NOT NULL DEFAULT 0;
 -- A reconciled run's spend is its ceiling; its last heartbeat's spend is not known any more.
 UPDATE runs SET reported_spend_micros = spend_micros WHERE status = 'running';
 )sql",
+    // v6 (issue 11's number; the entries before it come with other branches): accepted results
+    // (`spendcap accept`) and runs by start time, for reports of a period.
+    R"sql(
+CREATE TABLE accepted_results (
+  run_id TEXT PRIMARY KEY,
+  note TEXT NOT NULL,
+  accepted_by TEXT NOT NULL,
+  accepted_at REAL NOT NULL
+);
+CREATE INDEX runs_started ON runs(started_at);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -429,6 +440,11 @@ struct SqliteStore::Impl final : StoreTxn {
   int clear_stop_orders(const Scope& scope, double cleared_at) override;
   std::vector<StopOrder> active_stop_orders() override;
 
+  void for_each_run_started(double since, double until,
+                            const std::function<void(const RunRecord&)>& each) override;
+  void put_accepted_result(const AcceptedResult& accepted) override;
+  std::vector<AcceptedResult> accepted_results() override;
+
   static RunRecord read_run(Query& q);
   std::vector<RunRecord> read_runs(Query& q) {
     std::vector<RunRecord> runs;
@@ -719,6 +735,66 @@ std::vector<StopOrder> SqliteStore::Impl::active_stop_orders() {
       "WHERE cleared_at IS NULL ORDER BY id");
   while (q.step()) orders.push_back(read_stop_order(q));
   return orders;
+}
+
+// ---- reports ----
+
+void SqliteStore::Impl::for_each_run_started(double since, double until,
+                                             const std::function<void(const RunRecord&)>& each) {
+  // Only the columns a report reads; one record reused, so a million runs stream without a
+  // million allocations.
+  auto q = query(
+      "SELECT id, team, experiment, project, user_name, host, tags, status, reason, exit_code, "
+      "rate_micros_per_hour, started_at, day, heartbeat_at, finished_at, spend_micros, "
+      "ceiling_micros, reconciled, overrun, elapsed_seconds FROM runs "
+      "WHERE started_at >= ? AND started_at < ?");
+  q.bind_all(since, until);
+  RunRecord r;
+  while (q.step()) {
+    r.id = q.text(0);
+    r.team = q.text(1);
+    r.experiment = q.text(2);
+    r.project = q.text(3);
+    r.user = q.text(4);
+    r.host = q.text(5);
+    std::string tags = q.text(6);
+    if (tags == "{}") {
+      r.tags.clear();
+    } else {
+      r.tags = tags_of_json(tags);
+    }
+    r.status = parse_run_status(q.text(7)).value_or(RunStatus::running);
+    r.reason = q.text(8);
+    r.exit_code = q.is_null(9) ? std::nullopt : std::optional<int>(q.i32(9));
+    r.rate_per_hour = q.money(10);
+    r.started_at = q.f64(11);
+    r.day = q.i64(12);
+    r.heartbeat_at = q.f64(13);
+    r.finished_at = q.optional_f64(14);
+    r.spend = q.money(15);
+    r.ceiling = q.money(16);
+    r.reconciled = q.i64(17) != 0;
+    r.overrun = q.i64(18) != 0;
+    r.elapsed_seconds = q.optional_f64(19);
+    each(r);
+  }
+}
+
+void SqliteStore::Impl::put_accepted_result(const AcceptedResult& a) {
+  query(
+      "INSERT INTO accepted_results (run_id, note, accepted_by, accepted_at) VALUES (?, ?, ?, ?) "
+      "ON CONFLICT (run_id) DO UPDATE SET note = excluded.note, "
+      "accepted_by = excluded.accepted_by, accepted_at = excluded.accepted_at")
+      .bind_all(a.run_id, a.note, a.accepted_by, a.accepted_at)
+      .run();
+}
+
+std::vector<AcceptedResult> SqliteStore::Impl::accepted_results() {
+  std::vector<AcceptedResult> results;
+  auto q =
+      query("SELECT run_id, note, accepted_by, accepted_at FROM accepted_results ORDER BY run_id");
+  while (q.step()) results.push_back({q.text(0), q.text(1), q.text(2), q.f64(3)});
+  return results;
 }
 
 // ---- opening ----
