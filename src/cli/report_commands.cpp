@@ -649,8 +649,9 @@ int report_command(const ReportRequest& request) {
   std::optional<ReportBuilder> by_day;
   if (request.format == "html") by_day.emplace(day_options);
   std::optional<Money> egress_price = policy.egress_per_gb;
+  ReportRow row;
   ledger->for_each_run_started(since, until, [&](const RunRecord& run) {
-    ReportRow row = report_row_of(run);
+    fill_report_row(run, row);
     row.accepted = !accepted.empty() && accepted.count(row.id) > 0;
     if (row.egress_gb && egress_price) {
       row.egress_spend = Money{static_cast<std::int64_t>(

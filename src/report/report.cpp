@@ -14,6 +14,29 @@ namespace spendcap {
 
 ReportRow report_row_of(const RunRecord& run) {
   ReportRow row;
+  fill_report_row(run, row);
+  return row;
+}
+
+void fill_report_row(const RunRecord& run, ReportRow& row) {
+  // Every field is set: `row` may hold the previous run.
+  const ReportRow none;
+  row.preempted = none.preempted;
+  row.accepted = none.accepted;
+  row.gpu_type = none.gpu_type;
+  row.gpu_seconds_allocated = none.gpu_seconds_allocated;
+  row.gpu_seconds_busy = none.gpu_seconds_busy;
+  row.idle_spend = none.idle_spend;
+  row.energy_kwh = none.energy_kwh;
+  row.co2_kg = none.co2_kg;
+  row.metric_name = none.metric_name;
+  row.metric_value = none.metric_value;
+  row.units = none.units;
+  row.egress_gb = none.egress_gb;
+  row.egress_spend = none.egress_spend;
+  row.storage_peak_gb = none.storage_peak_gb;
+  row.storage_spend = none.storage_spend;
+  row.pricing = none.pricing;
   row.id = run.id;
   row.team = run.team;
   row.experiment = run.experiment;
@@ -29,7 +52,6 @@ ReportRow report_row_of(const RunRecord& run) {
   // charge (its ceiling).
   row.spend = run.spend;
   row.rate_per_hour = run.rate_per_hour;
-  return row;
 }
 
 std::optional<GroupBy> parse_group_by(std::string_view text) {
@@ -270,17 +292,33 @@ void ReportBuilder::finish_group(GroupTotals& g, const Extra& extra) const {
 void ReportBuilder::add(const ReportRow& row) {
   if (!report_includes(options_, row)) return;
   key_.clear();
-  std::vector<std::string> values;
-  values.reserve(options_.by.size());
   for (const GroupBy& by : options_.by) {
-    values.push_back(group_value(row, by));
-    key_ += values.back();
+    // The named fields without a copy: this runs once per run of the ledger.
+    switch (by.kind) {
+      case GroupBy::Kind::team:
+        key_ += row.team;
+        break;
+      case GroupBy::Kind::experiment:
+        key_ += row.experiment;
+        break;
+      case GroupBy::Kind::project:
+        key_ += row.project;
+        break;
+      case GroupBy::Kind::user:
+        key_ += row.user;
+        break;
+      case GroupBy::Kind::host:
+        key_ += row.host;
+        break;
+      default:
+        key_ += group_value(row, by);
+    }
     key_ += '\x1f';
   }
   auto [it, inserted] = index_.try_emplace(key_, groups_.size());
   if (inserted) {
     groups_.emplace_back();
-    groups_.back().key = std::move(values);
+    for (const GroupBy& by : options_.by) groups_.back().key.push_back(group_value(row, by));
     extras_.emplace_back();
   }
   account(groups_[it->second], extras_[it->second], row);
@@ -318,7 +356,8 @@ std::string csv_field(std::string_view text) {
 namespace {
 
 std::string money_cell(double units, const std::string& currency) {
-  std::string number = with_thousands(fixed(units, 2));
+  // Below one unit, 4 decimals (as format_money): a short run's spend is not shown as 0.00.
+  std::string number = with_thousands(fixed(units, units != 0 && std::fabs(units) < 1 ? 4 : 2));
   if (currency == "USD") return number[0] == '-' ? "-$" + number.substr(1) : "$" + number;
   return number + " " + currency;
 }
@@ -481,6 +520,33 @@ std::string shorten(const std::string& text, size_t width) {
   return out + "~";
 }
 
+// The table's headers are short, so that it fits a terminal; csv and json keep the long names.
+std::string table_header(const std::string& name) {
+  static const std::map<std::string, std::string> short_names = {
+      {"succeeded", "ok"},
+      {"failed", "failed"},
+      {"refused", "refused"},
+      {"preempted", "preempt"},
+      {"waste_share", "waste%"},
+      {"per_accepted", "per accepted"},
+      {"gpu_hours_allocated", "GPU-h"},
+      {"gpu_hours_busy", "busy GPU-h"},
+      {"utilisation", "util"},
+      {"idle_spend", "idle"},
+      {"energy_kwh", "kWh"},
+      {"co2_kg", "CO2 kg"},
+      {"best_metric", "best"},
+      {"cost_per_metric_point", "per point"},
+      {"per_thousand_units", "per 1k units"},
+      {"egress_gb", "egress GB"},
+      {"egress_spend", "egress"},
+      {"storage_peak_gb", "peak GB"},
+      {"storage_spend", "storage"},
+  };
+  auto it = short_names.find(name);
+  return it == short_names.end() ? name : it->second;
+}
+
 }  // namespace
 
 std::string report_table(const Report& report, const std::string& currency, int width) {
@@ -528,7 +594,7 @@ std::string report_table(const Report& report, const std::string& currency, int 
     }
   }
   std::vector<size_t> widths(shown.size());
-  for (size_t i = 0; i < shown.size(); ++i) widths[i] = shown[i]->header.size();
+  for (size_t i = 0; i < shown.size(); ++i) widths[i] = table_header(shown[i]->header).size();
   for (const auto& row : cells) {
     for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
   }
@@ -569,7 +635,7 @@ std::string report_table(const Report& report, const std::string& currency, int 
     out += text + "\n";
   };
   std::vector<std::string> header;
-  for (const Column* column : shown) header.push_back(column->header);
+  for (const Column* column : shown) header.push_back(table_header(column->header));
   line(key_headers, header, "");
   for (size_t r = 0; r < keys.size(); ++r) {
     std::string bar;

@@ -52,6 +52,8 @@ struct ReportRow {
 
 // What the ledger holds today; the rest stays unmeasured.
 ReportRow report_row_of(const RunRecord& run);
+// The same into `row`, reusing its buffers (a million runs are streamed through one row).
+void fill_report_row(const RunRecord& run, ReportRow& row);
 
 // What a report is grouped by: one of these per --by, in order.
 struct GroupBy {
