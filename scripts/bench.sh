@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null
-cmake --build build -j"${JOBS:-2}" --target exec_overhead ledger_bench >/dev/null
+cmake --build build -j"${JOBS:-2}" --target exec_overhead ledger_bench report_bench >/dev/null
 
 runs=300 seconds=60 kill_runs=5
 if [ "${1:-}" = "--quick" ]; then runs=50 seconds=10 kill_runs=2; fi
@@ -16,3 +16,6 @@ echo
 python3 tests/bench/supervision_bench.py ./build/spendcap --seconds "$seconds" --kill-runs "$kill_runs"
 echo "## Ledger"
 ./build/tests/bench/ledger_bench
+echo
+echo "## Reports (issue 11)"
+./build/tests/bench/report_bench
