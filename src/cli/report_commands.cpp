@@ -625,7 +625,11 @@ int report_command(const ReportRequest& request) {
 
   std::unique_ptr<Ledger> ledger = open_chosen_ledger(request.choice, nullptr);
   if (request.format == "focus") {
-    // One row per run and charge period, streamed; the grouping does not apply.
+    // One row per run and charge period, streamed: nothing is grouped.
+    if (!request.by.empty() || request.baseline) {
+      throw usage("--format focus", "has one row per run and day: --by and --baseline do not apply",
+                  "leave them out, or use --format csv");
+    }
     FocusContext context{policy.currency, policy.defaults.pricing, utc_now()};
     std::string out = focus_header();
     ledger->for_each_run_started(since, until, [&](const RunRecord& run) {

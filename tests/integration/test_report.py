@@ -232,6 +232,9 @@ class ReportTest(LedgerTest):
             self.assertEqual(int(total * MICROS), charged[run_id]["spend_micros"])
         tagged = [r for r in rows if json.loads(r["Tags"]).get("lr") == "3e-4"]
         self.assertEqual(len(tagged), 1)
+        refused = self.run_spendcap(["report", "--format", "focus", "--by", "team"])
+        self.assertEqual(refused.returncode, 125)
+        self.assertIn("--by and --baseline do not apply", refused.stderr)
         # Negative control: the checker rejects a row that breaks a rule.
         broken = text.replace(",Usage,", ",Compute,", 1)
         with self.assertRaises(AssertionError):
