@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null
-cmake --build build -j"${JOBS:-2}" --target exec_overhead ledger_bench >/dev/null
+cmake --build build -j"${JOBS:-2}" --target exec_overhead ledger_bench report_bench >/dev/null
 
 runs=300 seconds=60 kill_runs=5
 if [ "${1:-}" = "--quick" ]; then runs=50 seconds=10 kill_runs=2; fi
@@ -23,3 +23,6 @@ if [ -x /usr/lib/postgresql/15/bin/initdb ]; then
   (eval "$(./scripts/pg-test-server.sh env)" &&
     ./build/tests/bench/ledger_bench --ledger "$SPENDCAP_TEST_PG_URL")
 fi
+echo
+echo "## Reports (issue 11)"
+./build/tests/bench/report_bench

@@ -13,6 +13,7 @@
 #include "spendcap/cli/admin.hpp"
 #include "spendcap/cli/ledger_cli.hpp"
 #include "spendcap/cli/ledger_group.hpp"
+#include "spendcap/cli/report_commands.hpp"
 #include "spendcap/cli/run.hpp"
 #include "spendcap/cli/webhooks.hpp"
 #include "spendcap/process/launcher.hpp"
@@ -70,6 +71,9 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--forward", request.forward,
                  "pass this signal to spendcap on to the job's processes that catch it, as "
                  "SIGUSR1 and SIGUSR2 are (repeatable)");
+  run.add_option("--estimate-steps", request.estimate_steps,
+                 "refuse the run unless STEPS x --step-time fits its budgets");
+  run.add_option("--step-time", request.step_time, "time per step, for --estimate-steps");
   run.add_option("command", request.command, "the command and its arguments, after --")->required();
   run.positionals_at_end();
 }
@@ -170,6 +174,65 @@ int main(int argc, char** argv) {
   CLI::App* show = app.add_subcommand("show", "one run: spend, GPU time, energy, timeline");
   add_ledger_options(*show, choice);
   show->add_option("run", show_run, "the run's id")->required();
+  // ---- report, estimate, accept (cli/report_commands.hpp) ----
+  spendcap::EstimateRequest estimate_request;
+  CLI::App* estimate = app.add_subcommand("estimate", "what a run will cost, before it starts");
+  {
+    auto& r = estimate_request;
+    add_ledger_options(*estimate, r.choice);
+    estimate->add_option("--step-time", r.step_time, "time per step (0.8s)");
+    estimate->add_option("--steps", r.steps, "number of steps");
+    estimate->add_option("--params", r.params, "model parameters (1e9)");
+    estimate->add_option("--tokens", r.tokens, "training tokens (20e9): about 6ND FLOPs");
+    estimate->add_option("--peak-tflops", r.peak_tflops,
+                         "peak TFLOP/s per GPU (else the policy's)");
+    estimate->add_option("--mfu", r.mfu, "model FLOPs utilisation (default 0.4)");
+    estimate->add_option("--rate", r.rate, "price per hour (per instance; per GPU for --params)");
+    estimate->add_option("--gpu", r.gpu, "GPU type, priced by the policy");
+    estimate->add_option("--gpus", r.gpus, "GPUs (per instance for --steps; in all for --params)");
+    estimate->add_option("--instance", r.instance, "instance type, priced by the policy");
+    estimate->add_option("--instances", r.instances, "number of instances (default 1)");
+    estimate->add_option("--pricing", r.pricing, "on-demand, spot or reserved");
+    estimate->add_option("--interruptions-per-100h", r.interruptions_per_100h,
+                         "spot interruptions per 100 hours");
+    estimate->add_option("--lost-per-interruption", r.lost_per_interruption,
+                         "work lost per interruption (30m)");
+    estimate->add_option("--team", r.team, "fit the team's remaining budget (exit 120 if not)");
+    estimate->add_option("--experiment", r.experiment, "fit the experiment's remaining budget");
+    estimate->add_flag("--compare", r.compare, "price the work on every GPU type of the policy");
+    estimate->add_option("--bytes-per-param", r.bytes_per_param,
+                         "training state per parameter (default 16: mixed-precision Adam)");
+    estimate->add_option("--activations-gb", r.activations_gb, "activation memory, GB");
+    estimate->add_flag("--serving", r.serving, "cost per prediction of a serving process");
+    estimate->add_option("--price-per-hour", r.price_per_hour, "serving: price of a replica");
+    estimate->add_option("--rps", r.rps, "serving: requests per second at full load");
+    estimate->add_option("--utilisation", r.utilisation, "serving: fraction of time busy");
+    estimate->add_option("--predictions-per-day", r.predictions_per_day,
+                         "serving: predictions a day (instead of --rps and --utilisation)");
+    estimate->add_option("--reserved", r.reserved, "reserved price per hour");
+    estimate->add_option("--on-demand", r.on_demand, "on-demand price per hour");
+    estimate->add_flag("--json", r.json, "print JSON");
+  }
+  spendcap::ReportRequest report_request;
+  CLI::App* report = app.add_subcommand("report", "showback: spend by team, experiment, ...");
+  {
+    auto& r = report_request;
+    add_ledger_options(*report, r.choice);
+    report->add_option("--by", r.by, "team|experiment|project|user|host|day|tag:KEY (repeatable)");
+    report->add_option("--since", r.since, "runs started from (2026-12-01, ...T10:00:00Z, 30d)");
+    report->add_option("--until", r.until, "runs started before (a date: through that day)");
+    report->add_option("--team", r.team, "only the team's runs");
+    report->add_option("--experiment", r.experiment, "only the experiment's runs");
+    report->add_option("--format", r.format, "table, csv, json, focus (FOCUS 1.2 CSV) or html");
+    report->add_option("--baseline", r.baseline, "metric baseline for cost per metric point");
+    report->add_option("--metric", r.metric, "the metric the baseline is of");
+    report->add_option("--metric-goal", r.metric_goal, "max (improves upward) or min (a loss)");
+  }
+  std::string accept_run_id, accept_note;
+  CLI::App* accept = app.add_subcommand("accept", "mark a run's result as the one kept");
+  add_ledger_options(*accept, choice);
+  accept->add_option("run_id", accept_run_id, "the run")->required();
+  accept->add_option("--note", accept_note, "why it is kept");
 
   try {
     app.parse(argc, argv);
@@ -190,6 +253,9 @@ int main(int argc, char** argv) {
     if (*notify_test) return spendcap::notify_test_command(notify_request);
     if (*copy) return spendcap::ledger_copy_command(copy_from, copy_to);
     if (*show) return spendcap::show_command(choice, show_run);
+    if (*estimate) return spendcap::estimate_command(estimate_request);
+    if (*report) return spendcap::report_command(report_request);
+    if (*accept) return spendcap::accept_command(choice, accept_run_id, accept_note);
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";

@@ -25,6 +25,8 @@ namespace {
 // How long `ps` keeps listing a finished run that overran its ceiling.
 constexpr int kOverrunsShownDays = 7;
 
+}  // namespace
+
 // The ledger `--ledger`, or else the policy's, names. While setgid the locked policy must be in
 // force, and --ledger is checked against it like any flag (it may not name another ledger).
 std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency) {
@@ -47,6 +49,8 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
   replay_spool(*ledger);
   return ledger;
 }
+
+namespace {
 
 double wall_now() {
   timeval tv{};

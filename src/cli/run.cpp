@@ -1,4 +1,5 @@
 #include "spendcap/cli/run.hpp"
+#include "spendcap/cli/report_commands.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -783,6 +784,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
       run_webhook_targets(settings.loaded.policy, settings.webhook_urls, env);
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
+  require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
   Admission admission = ledger->begin_run(make_run_start(settings, request.command, run_id));
   RunFacts facts = run_facts(settings, request.command, run_id, admission);
   if (!admission.admitted) {

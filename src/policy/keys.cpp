@@ -229,10 +229,13 @@ std::vector<PolicyKey> build_keys() {
     add(Row(at + "/*/reserved", value(&PriceSheet::reserved, price)).same_present(rates_note));
     add(Row(at + "/*/peak_tflops", value(&PriceSheet::peak_tflops, number_in({0, true})))
             .same_present(rates_note));
+    add(Row(at + "/*/memory_gb", value(&PriceSheet::memory_gb, number_in({0, true})))
+            .same_present(rates_note));
   }
   add(Row("/rates/storage_per_gb_month", value(&Policy::storage_per_gb_month, price))
           .same_present(rates_note)
           .no_effect_yet("checkpoint storage pricing"));
+  add(Row("/rates/egress_per_gb", value(&Policy::egress_per_gb, price)).same_present(rates_note));
 
   add(Row("/defaults", section(&Policy::defaults, "/defaults")).by_key());
   add(Row("/defaults/pricing",
@@ -302,15 +305,11 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/budgets/*/*/expected_per_hour", value(&BudgetSpec::expected_per_hour, positive_money))
           .at_most(Scale::number, "more")
           .no_effect_yet("the burn-rate guard"));
-  add(Row("/budgets/*/*/metric", value(&BudgetSpec::metric, text))
-          .any()
-          .no_effect_yet("cost per metric point in reports"));
+  add(Row("/budgets/*/*/metric", value(&BudgetSpec::metric, text)).any());
   add(Row("/budgets/*/*/baseline_metric", value(&BudgetSpec::baseline_metric, number_in({})))
-          .any()
-          .no_effect_yet("cost per metric point in reports"));
+          .any());
   add(Row("/budgets/*/*/metric_goal", value(&BudgetSpec::metric_goal, text_in({"max", "min"})))
-          .any()
-          .no_effect_yet("cost per metric point in reports"));
+          .any());
 
   // A guard the locked policy leaves off, a layer may add with any values; one it turns on keeps
   // at least its defaults.

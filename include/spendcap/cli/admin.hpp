@@ -17,6 +17,12 @@ struct LedgerChoice {
   std::optional<std::string> ledger;  // --ledger
 };
 
+class Ledger;
+
+// Opens the chosen ledger (replaying this host's spool); `currency`, when given, gets the policy's
+// currency (unchanged when --ledger names the ledger and no policy is read).
+std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency);
+
 // Validates each file; prints every error with its JSON path. 0 when all are valid, else 125.
 int policy_check_command(const std::vector<std::string>& files);
 

@@ -36,6 +36,8 @@ struct RunRequest {
   std::vector<std::string> forward;        // --forward SIG (repeatable)
   std::vector<std::string> webhook_envs;  // --webhook-env NAME: a webhook added to the policy's
   std::vector<std::string> webhook_urls;  // --webhook URL (visible to any user's ps)
+  // --estimate-steps N --step-time T: refused when the estimate does not fit (report_commands.hpp).
+  std::optional<std::string> estimate_steps, step_time;
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma

@@ -44,6 +44,12 @@ class BudgetLedger : public Ledger {
   std::vector<OutboxEntry> outbox(const std::string& user) override;
   void remove_outbox(std::int64_t id) override;
   void note_outbox_failure(std::int64_t id, const std::string& error) override;
+  // Reports (budget_ledger_reports.cpp).
+  void for_each_run_started(double since, double until,
+                            const std::function<void(const RunRecord&)>& each) override;
+  AcceptedResult accept_run(const std::string& run_id, const std::string& note,
+                            const std::string& accepted_by) override;
+  std::vector<AcceptedResult> accepted_results() override;
 
  protected:
   LedgerStore& store() { return *store_; }

@@ -92,6 +92,14 @@ struct ScopeUse {
   Money held;    // ceilings of unfinished runs
 };
 
+struct RunRecord;  // ledger_store.hpp
+
+// A run whose result was kept (`spendcap accept`): cost per accepted result in reports.
+struct AcceptedResult {
+  std::string run_id, note, accepted_by;
+  double accepted_at = 0;  // unix seconds, the ledger's clock
+};
+
 struct StopOrder {
   std::int64_t id = 0;
   Scope scope;  // team, experiment, user or run
@@ -272,6 +280,16 @@ class Ledger {
   virtual void remove_outbox(std::int64_t id) = 0;
   // A flush that failed: one more attempt, and why.
   virtual void note_outbox_failure(std::int64_t id, const std::string& error) = 0;
+  // --- reports (report/report.hpp) ---
+  // Calls `each` for every run that started in [since, until) (the ledger's clock), in no given
+  // order, streamed rather than held. See StoreTxn::for_each_run_started for the fields filled.
+  virtual void for_each_run_started(double since, double until,
+                                    const std::function<void(const RunRecord&)>& each) = 0;
+  // Marks the run's result as the one kept (`spendcap accept`); accepting it again replaces the
+  // note. Throws Error (exit 125) for a run the ledger does not hold or one still running.
+  virtual AcceptedResult accept_run(const std::string& run_id, const std::string& note,
+                                    const std::string& accepted_by) = 0;
+  virtual std::vector<AcceptedResult> accepted_results() = 0;  // by run id
 };
 
 struct LedgerOptions {

@@ -139,6 +139,18 @@ class StoreTxn {
   virtual std::vector<RunRecord> all_runs() {
     throw Error("ledger", "this kind of ledger cannot list every run", "copy from another ledger");
   }
+  // ---- reports ----
+  // Calls `each` for every run with started_at in [since, until), in any order. Only what a report
+  // reads need be filled: id, team, experiment, project, user, host, tags, status, reason,
+  // exit_code, rate_per_hour, started_at, day, heartbeat_at, finished_at, spend, ceiling,
+  // reconciled, overrun, elapsed_seconds. A store that has no reports yet throws Error.
+  virtual void for_each_run_started(double since, double until,
+                                    const std::function<void(const RunRecord&)>& each);
+
+  // ---- accepted results ----
+  // Adds the run's accepted result, or replaces its note, by, and time.
+  virtual void put_accepted_result(const AcceptedResult& accepted);
+  virtual std::vector<AcceptedResult> accepted_results();  // by run id
 };
 
 class LedgerStore {

@@ -49,8 +49,9 @@ bool ignored_by_default(int signal);
 
 struct PriceSheet {
   std::optional<Money> on_demand, spot, reserved;  // per hour
-  std::optional<double> peak_tflops;               // for estimates (later)
+  std::optional<double> peak_tflops;               // for estimates
   std::optional<Money> price(Pricing pricing) const;
+  std::optional<double> memory_gb;  // per GPU, for `estimate --compare`
 };
 
 struct BudgetSpec {
@@ -142,6 +143,7 @@ struct Policy {
   Energy energy;
   std::vector<Webhook> webhooks;
   std::optional<std::string> metrics_dir;
+  std::optional<Money> egress_per_gb;  // rates.egress_per_gb: reports price the egress runs report
 };
 
 // Thrown for an invalid policy: one line per error, each "JSON-PATH: what is wrong", section by

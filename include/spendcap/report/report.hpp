@@ -1,0 +1,188 @@
+// Showback: runs grouped by team, experiment, project, user, host, day or tag, with their spend,
+// outcomes, waste, and the figures each run measured. Pure: ReportRow is filled by the caller (from
+// the ledger's runs, cli/report_commands.cpp) and every function here is arithmetic and text.
+//
+// A figure a run did not measure is absent (std::nullopt) and shown blank or "not measured", never
+// as 0: a group's sum of a measured figure covers only the runs that measured it, and says how
+// many.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "spendcap/base/money.hpp"
+#include "spendcap/ledger/ledger.hpp"
+#include "spendcap/policy/policy.hpp"
+
+namespace spendcap {
+
+struct RunRecord;
+
+// One run, as the report sees it.
+struct ReportRow {
+  std::string id, team, experiment, project, user, host;
+  std::map<std::string, std::string> tags;
+  RunStatus status = RunStatus::running;  // running: counted with its spend so far, marked
+  bool preempted = false;
+  std::string reason;
+  double started_at = 0;  // unix seconds; a run belongs to the period it started in
+  std::optional<double> finished_at;
+  Money spend;
+  Money rate_per_hour;
+  bool accepted = false;  // `spendcap accept`: its result is the one kept
+  // Measured by the run (GPU sampling, the progress channel); none where not measured.
+  std::optional<std::string> gpu_type;
+  std::optional<double> gpu_seconds_allocated, gpu_seconds_busy;
+  std::optional<Money> idle_spend;
+  std::optional<double> energy_kwh, co2_kg;
+  std::optional<std::string> metric_name;
+  std::optional<double> metric_value;
+  std::optional<double> units;  // predictions, samples or tokens
+  std::optional<double> egress_gb;
+  std::optional<Money> egress_spend;
+  std::optional<double> storage_peak_gb;
+  std::optional<Money> storage_spend;
+  std::optional<Pricing> pricing;  // none: the policy's default pricing
+};
+
+// What the ledger holds today; the rest stays unmeasured.
+ReportRow report_row_of(const RunRecord& run);
+// The same into `row`, reusing its buffers (a million runs are streamed through one row).
+void fill_report_row(const RunRecord& run, ReportRow& row);
+
+// What a report is grouped by: one of these per --by, in order.
+struct GroupBy {
+  enum class Kind { team, experiment, project, user, host, day, tag } kind = Kind::team;
+  std::string tag;  // Kind::tag: the tag's key
+};
+// "team", "day", "tag:KEY"; nullopt otherwise.
+std::optional<GroupBy> parse_group_by(std::string_view text);
+std::string to_string(const GroupBy& by);
+std::string group_value(const ReportRow& row, const GroupBy& by);  // "" shown as "-"
+std::string utc_day_text(double unix_seconds);                     // "2026-12-01"
+
+// Cost per metric point: spend / improvement over the baseline, in the metric's good direction.
+enum class MetricGoal { max, min };
+std::optional<MetricGoal> parse_metric_goal(std::string_view text);
+struct Baseline {
+  std::string metric;  // "" : any metric the runs reported
+  double value = 0;
+  MetricGoal goal = MetricGoal::max;
+};
+struct CostPerPoint {
+  std::optional<double> best;       // the best value the runs reported
+  std::optional<double> per_point;  // none: undefined
+  std::string text;                 // "4166.67", or "undefined: no improvement"
+};
+CostPerPoint cost_per_metric_point(Money spend, const Baseline& baseline,
+                                   std::optional<double> best);
+
+// A sum of an optional figure: the runs that measured it, and their total.
+struct Measured {
+  std::int64_t runs = 0;
+  double total = 0;
+  void add(const std::optional<double>& value) {
+    if (value) {
+      ++runs;
+      total += *value;
+    }
+  }
+  std::optional<double> value() const { return runs ? std::optional<double>(total) : std::nullopt; }
+};
+
+struct GroupTotals {
+  std::vector<std::string> key;  // one value per GroupBy
+  std::int64_t runs = 0, running = 0, succeeded = 0, failed = 0, killed = 0, refused = 0, lost = 0,
+               preempted = 0, accepted = 0;
+  Money spend, running_spend;  // running_spend: part of spend, of runs still running
+  Money waste;                 // spend of runs that did not succeed (failed, killed, lost)
+  Measured gpu_hours_allocated, gpu_hours_busy, idle_spend, energy_kwh, co2_kg, units, egress_gb,
+      egress_spend, storage_peak_gb, storage_spend;
+  std::optional<std::string> metric_name;
+  std::optional<double> best_metric;  // in the group's baseline direction
+  std::optional<CostPerPoint> per_point;
+  double started_first = 0, started_last = 0;
+
+  std::optional<double> utilisation() const;  // busy / allocated GPU-hours
+  double waste_share() const;                 // waste / spend, 0 for no spend
+  std::optional<Money> cost_per_accepted() const;
+  std::optional<double> cost_per_thousand_units() const;
+};
+
+struct ReportOptions {
+  std::vector<GroupBy> by;             // empty: one group of everything
+  std::optional<double> since, until;  // started_at in [since, until)
+  std::optional<std::string> team, experiment;
+  // The baseline for cost per metric point, per experiment (from the policy) or for all
+  // (--baseline).
+  std::map<std::string, Baseline> experiment_baselines;
+  std::optional<Baseline> baseline;
+};
+
+struct Report {
+  std::vector<GroupBy> by;
+  std::vector<GroupTotals> groups;  // biggest spend first, then by key
+  GroupTotals total;
+};
+
+// Whether a row passes the period and the --team/--experiment filters.
+bool report_includes(const ReportOptions& options, const ReportRow& row);
+
+// Adds rows one at a time (a ledger of a million runs is streamed, not held), then finishes.
+class ReportBuilder {
+ public:
+  explicit ReportBuilder(ReportOptions options);
+  void add(const ReportRow& row);
+  Report finish() &&;
+
+ private:
+  struct Extra {
+    std::string experiment;  // the group's one experiment; "" when none or several
+    bool several = false;
+    std::map<std::string, std::pair<double, double>> metric_range;  // name -> (min, max)
+  };
+  void account(GroupTotals& group, Extra& extra, const ReportRow& row);
+  void finish_group(GroupTotals& group, const Extra& extra) const;
+
+  ReportOptions options_;
+  std::unordered_map<std::string, size_t> index_;  // joined key -> groups_
+  std::vector<GroupTotals> groups_;
+  std::vector<Extra> extras_;
+  GroupTotals total_;
+  Extra total_extra_;
+  std::string key_;  // scratch
+};
+Report build_report(const std::vector<ReportRow>& rows, const ReportOptions& options);
+
+// The outputs. `width` is the terminal's; table numbers are right-aligned with the currency.
+std::string report_table(const Report& report, const std::string& currency, int width);
+std::string report_csv(const Report& report, const std::string& currency);
+std::string report_json(const Report& report, const std::string& currency);
+
+// FOCUS 1.2 (FinOps Open Cost and Usage Specification): one CSV row per run and UTC day it spent
+// in (its charge periods), the run's spend split across them in proportion to time, exactly (the
+// last period takes the remainder). Refused runs (no charge) have no rows. Rows are an allocation
+// of what the provider's bill already holds: ProviderName is "spendcap" (README says how to join).
+struct FocusContext {
+  std::string currency = "USD";
+  Pricing default_pricing = Pricing::on_demand;
+  double now = 0;  // the end of a running run's charge so far
+};
+std::string focus_header();
+// Appends the run's rows to `out`.
+void append_focus_rows(std::string& out, const ReportRow& row, const FocusContext& context);
+
+// One self-contained HTML page (inline SVG and CSS, no scripts): spend per UTC day stacked by
+// group (one <g class="series"> per group of `report`), then the table. `by_day` is the same runs
+// grouped by day first, then by report's groupings.
+std::string report_html(const Report& report, const Report& by_day, const std::string& currency);
+
+// CSV quoting (RFC 4180): quoted when it holds a comma, quote or line break.
+std::string csv_field(std::string_view text);
+
+}  // namespace spendcap

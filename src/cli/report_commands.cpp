@@ -1,0 +1,720 @@
+#include "spendcap/cli/report_commands.hpp"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "spendcap/base/json_text.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/cli/run.hpp"
+#include "spendcap/ledger/ledger_store.hpp"
+#include "spendcap/policy/layers.hpp"
+#include "spendcap/report/estimate.hpp"
+#include "spendcap/report/report.hpp"
+#include "spendcap/supervise/run_env.hpp"
+
+namespace spendcap {
+
+namespace {
+
+Error usage(const std::string& what, const std::string& why, const std::string& hint = {}) {
+  return Error(what, why, hint, ExitCode::internal);
+}
+
+// A finite number > 0 (or >= 0 with `zero_ok`): "1e9", "0.8", "20e9".
+double parse_number(const std::string& text, const std::string& flag, bool zero_ok = false) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < 0 ||
+      (!zero_ok && value == 0)) {
+    throw usage(flag + " " + text, zero_ok ? "not a number >= 0" : "not a number > 0",
+                "write a plain number, e.g. 0.8 or 1e9");
+  }
+  return value;
+}
+
+double parse_fraction(const std::string& text, const std::string& flag) {
+  double value = parse_number(text, flag);
+  if (value > 1) throw usage(flag + " " + text, "must be a fraction in (0, 1]", "e.g. 0.45");
+  return value;
+}
+
+double parse_price(const std::string& text, const std::string& flag) {
+  return parse_money_or_throw(text, flag).units();
+}
+
+int parse_whole(const std::string& text, const std::string& flag) {
+  double value = parse_number(text, flag);
+  if (value != std::floor(value) || value > 1e6) {
+    throw usage(flag + " " + text, "not a whole number from 1 to 1000000");
+  }
+  return static_cast<int>(value);
+}
+
+double seconds_of(const std::string& text, const std::string& flag) {
+  // A bare number is seconds.
+  char* end = nullptr;
+  double plain = std::strtod(text.c_str(), &end);
+  if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(plain) && plain > 0) {
+    return plain;
+  }
+  double seconds = to_seconds(parse_duration_or_throw(text, flag));
+  if (seconds <= 0) throw usage(flag + " " + text, "must be above 0");
+  return seconds;
+}
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+std::string money_text(double units, const std::string& currency) {
+  std::string plain = fixed(units, units != 0 && std::fabs(units) < 0.01 ? 4 : 2);
+  size_t dot = plain.find('.');
+  std::string out;
+  for (size_t i = 0; i < dot; ++i) {
+    out += plain[i];
+    size_t left = dot - i - 1;
+    if (left > 0 && left % 3 == 0 && plain[i] != '-') out += ',';
+  }
+  out += plain.substr(dot);
+  return currency == "USD" ? "$" + out : out + " " + currency;
+}
+
+LoadedPolicy load_chosen_policy(const LedgerChoice& choice) {
+  return load_policy(PolicySearch::from_environment(choice.policy),
+                     PolicyLayer{"command line", nlohmann::json::object()});
+}
+
+Pricing pricing_of(const std::optional<std::string>& text, const Policy& policy) {
+  if (!text) return policy.defaults.pricing;
+  auto pricing = parse_pricing(*text);
+  if (!pricing) throw usage("--pricing " + *text, "not a pricing", "on-demand, spot or reserved");
+  return *pricing;
+}
+
+const PriceSheet& sheet_of(const std::map<std::string, PriceSheet>& rates, const std::string& type,
+                           const std::string& flag) {
+  auto it = rates.find(type);
+  if (it == rates.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, sheet] : rates) names.push_back(name);
+    throw usage(flag + " " + type, "no rate for this type in the policy",
+                "known types: " + (names.empty() ? std::string("none") : join(names, ", ")));
+  }
+  return it->second;
+}
+
+double price_at(const PriceSheet& sheet, Pricing pricing, const std::string& what) {
+  auto price = sheet.price(pricing);
+  if (!price) {
+    throw usage(what, "the policy has no " + to_string(pricing) + " price for it",
+                "choose another --pricing");
+  }
+  return price->units();
+}
+
+// A budget the estimate must fit, and what remains of it.
+struct BudgetFit {
+  std::string scope;
+  double remaining = 0;
+  bool fits = false;
+};
+
+std::vector<BudgetFit> budget_fits(Ledger& ledger, const std::vector<Scope>& scopes, double cost) {
+  std::vector<BudgetFit> fits;
+  std::vector<BudgetView> views = ledger.budgets();
+  for (const Scope& scope : scopes) {
+    for (const BudgetView& view : views) {
+      if (view.rule.scope != scope) continue;
+      double remaining = view.remaining().units();
+      fits.push_back({to_string(scope) + " (" + to_string(view.rule.period) + ")", remaining,
+                      cost <= remaining});
+    }
+  }
+  return fits;
+}
+
+// The ledger, with the policy's budgets applied where the ledger is the caller's own (as `run`
+// does: loading the owner's policy applies it), so an estimate fits the budgets a run would meet.
+std::unique_ptr<Ledger> open_with_budgets(const LedgerChoice& choice, const LoadedPolicy& loaded) {
+  std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
+  const Policy& owner = loaded.locked_policy ? *loaded.locked_policy : loaded.policy;
+  std::vector<BudgetRule> rules = budget_rules_of(owner);
+  if (!rules.empty() && ledger->is_personal()) ledger->apply_budgets(rules, false);
+  return ledger;
+}
+
+double utc_now() {
+  return static_cast<double>(std::time(nullptr));
+}
+
+// "2026-12-01", "2026-12-01T10:00:00Z", or a duration ago ("30d", "12h").
+double parse_when(const std::string& text, const std::string& flag, bool end_of_day) {
+  std::tm tm{};
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
+  char z = 0;
+  int n = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &y, &mo, &d, &h, &mi, &s, &z, &n) ==
+          7 &&
+      z == 'Z' && static_cast<size_t>(n) == text.size()) {
+  } else if (std::sscanf(text.c_str(), "%4d-%2d-%2d%n", &y, &mo, &d, &n) == 3 &&
+             static_cast<size_t>(n) == text.size()) {
+    h = mi = s = 0;
+  } else if (auto ago = parse_duration(text)) {
+    return utc_now() - to_seconds(*ago);
+  } else {
+    throw usage(flag + " " + text, "not a date",
+                "write 2026-12-01, 2026-12-01T10:00:00Z (UTC), or a time ago like 30d");
+  }
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60) {
+    throw usage(flag + " " + text, "not a valid date");
+  }
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = s;
+  double at = static_cast<double>(::timegm(&tm));
+  bool date_only = text.size() == 10;
+  return date_only && end_of_day ? at + 86400 : at;
+}
+
+int terminal_width() {
+  winsize ws{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    int n = std::atoi(columns);
+    if (n > 20 && n < 10000) return n;
+  }
+  return 120;
+}
+
+// ---- estimate, by kind ----
+
+int estimate_serving(const EstimateRequest& r, const std::string& currency) {
+  if (!r.price_per_hour) throw usage("estimate --serving", "needs --price-per-hour");
+  double price = parse_price(*r.price_per_hour, "--price-per-hour");
+  nlohmann::json j = {{"kind", "serving"}, {"price_per_hour", price}, {"currency", currency}};
+  if (r.predictions_per_day) {
+    if (r.rps || r.utilisation) {
+      throw usage("estimate --serving",
+                  "--predictions-per-day or --rps with --utilisation, not both");
+    }
+    double per_day = parse_number(*r.predictions_per_day, "--predictions-per-day");
+    double per_thousand = serving_cost_per_thousand(price, per_day);
+    j["predictions_per_day"] = per_day;
+    j["cost_per_thousand"] = per_thousand;
+    if (r.json) {
+      std::cout << dump_json(j, 2) << "\n";
+    } else {
+      std::cout << "one replica at " << money_text(price, currency) << "/h answering "
+                << fixed(per_day, 0) << " predictions a day\n"
+                << "cost per thousand predictions: " << money_text(per_thousand, currency) << "\n";
+    }
+    return 0;
+  }
+  if (!r.rps || !r.utilisation) {
+    throw usage("estimate --serving", "needs --rps and --utilisation, or --predictions-per-day");
+  }
+  double rps = parse_number(*r.rps, "--rps");
+  double utilisation = parse_fraction(*r.utilisation, "--utilisation");
+  double per_million = serving_cost_per_million(price, rps, utilisation);
+  j["rps"] = rps;
+  j["utilisation"] = utilisation;
+  j["cost_per_million"] = per_million;
+  if (r.json) {
+    std::cout << dump_json(j, 2) << "\n";
+  } else {
+    std::cout << money_text(price, currency) << "/h at " << fixed(rps, 0) << " rps, "
+              << fixed(100 * utilisation, 0) << "% utilised\n"
+              << "cost per million predictions: " << money_text(per_million, currency) << "\n";
+  }
+  return 0;
+}
+
+int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& currency) {
+  if (!r.reserved || !r.on_demand) {
+    throw usage("estimate --reserved", "needs both --reserved PRICE and --on-demand PRICE");
+  }
+  double reserved = parse_price(*r.reserved, "--reserved");
+  double on_demand = parse_price(*r.on_demand, "--on-demand");
+  if (on_demand <= 0) throw usage("--on-demand " + *r.on_demand, "must be above 0");
+  ReservedEstimate e = estimate_reserved(reserved, on_demand);
+  nlohmann::json j = {{"kind", "reserved"},
+                      {"reserved_per_hour", reserved},
+                      {"on_demand_per_hour", on_demand},
+                      {"break_even_utilisation", e.break_even},
+                      {"reserved_yearly", e.reserved_yearly},
+                      {"currency", currency}};
+  nlohmann::json at = nlohmann::json::array();
+  for (const auto& use : e.on_demand_at) {
+    at.push_back({{"busy", use.busy}, {"on_demand_yearly", use.on_demand_yearly}});
+  }
+  j["on_demand_at"] = at;
+  // The team's observed utilisation over the last 30 days, where its runs measured it.
+  std::optional<double> observed;
+  std::int64_t measured_runs = 0;
+  if (r.team) {
+    std::unique_ptr<Ledger> ledger = open_chosen_ledger(r.choice, nullptr);
+    ReportOptions options;
+    options.team = r.team;
+    if (r.gpu) options.by = {};
+    ReportBuilder builder(options);
+    double now = utc_now();
+    ledger->for_each_run_started(now - 30 * 86400.0, std::numeric_limits<double>::max(),
+                                 [&](const RunRecord& run) {
+                                   ReportRow row = report_row_of(run);
+                                   if (r.gpu && row.gpu_type != *r.gpu) return;
+                                   builder.add(row);
+                                 });
+    Report report = std::move(builder).finish();
+    observed = report.total.utilisation();
+    measured_runs = report.total.gpu_hours_busy.runs;
+    j["team"] = *r.team;
+    j["observed_utilisation"] = observed ? nlohmann::json(*observed) : nlohmann::json();
+    j["observed_runs"] = measured_runs;
+  }
+  if (r.json) {
+    std::cout << dump_json(j, 2) << "\n";
+    return 0;
+  }
+  std::cout << "reserved " << money_text(reserved, currency) << "/h vs on demand "
+            << money_text(on_demand, currency) << "/h\n"
+            << "break-even utilisation: " << fixed(100 * e.break_even, 0)
+            << "% (reserving is cheaper for a GPU busy more than that)\n"
+            << "a year (8,760 h): reserved " << money_text(e.reserved_yearly, currency)
+            << " whatever the use; on demand:\n";
+  for (const auto& use : e.on_demand_at) {
+    std::cout << "  " << fixed(100 * use.busy, 0)
+              << "% busy: " << money_text(use.on_demand_yearly, currency)
+              << (use.on_demand_yearly < e.reserved_yearly ? "  (on demand is cheaper)"
+                                                           : "  (reserved is cheaper)")
+              << "\n";
+  }
+  if (r.team) {
+    std::cout << "team " << escape_for_terminal(*r.team) << ", last 30 days"
+              << (r.gpu ? " on " + escape_for_terminal(*r.gpu) : std::string()) << ": ";
+    if (observed) {
+      std::cout << fixed(100 * *observed, 0) << "% busy (" << measured_runs
+                << " runs measured): " << (*observed > e.break_even ? "reserve" : "stay on demand")
+                << "\n";
+    } else {
+      std::cout << "utilisation not measured (no run measured its GPUs)\n";
+    }
+  }
+  return 0;
+}
+
+int estimate_compare(const EstimateRequest& r, const Policy& policy) {
+  if (!r.params || !r.tokens) throw usage("estimate --compare", "needs --params and --tokens");
+  double params = parse_number(*r.params, "--params");
+  double tokens = parse_number(*r.tokens, "--tokens");
+  double mfu = r.mfu ? parse_fraction(*r.mfu, "--mfu") : 0.4;
+  double bytes = r.bytes_per_param ? parse_number(*r.bytes_per_param, "--bytes-per-param") : 16;
+  double activations =
+      r.activations_gb ? parse_number(*r.activations_gb, "--activations-gb", true) : 0;
+  Pricing pricing = pricing_of(r.pricing, policy);
+  std::vector<GpuOffer> offers;
+  std::vector<std::string> skipped;
+  for (const auto& [name, sheet] : policy.gpu_rates) {
+    auto price = sheet.price(pricing);
+    std::vector<std::string> missing;
+    if (!price) missing.push_back("no " + to_string(pricing) + " price");
+    if (!sheet.memory_gb) missing.push_back("no memory_gb");
+    if (!sheet.peak_tflops) missing.push_back("no peak_tflops");
+    if (!missing.empty()) {
+      skipped.push_back(name + " (" + join(missing, ", ") + ")");
+      continue;
+    }
+    offers.push_back({name, price->units(), *sheet.memory_gb, *sheet.peak_tflops});
+  }
+  if (offers.empty()) {
+    throw usage("estimate --compare",
+                "no GPU type of the policy has a price, memory_gb and peak_tflops",
+                "add memory_gb and peak_tflops to the policy's rates.gpu entries");
+  }
+  std::vector<GpuChoice> choices = compare_gpus(offers, params, tokens, bytes, activations, mfu);
+  const GpuChoice* pick = recommended(choices);
+  double state_gb = params * bytes / 1e9 + activations;
+  if (r.json) {
+    nlohmann::json j = {{"kind", "compare"}, {"state_gb", state_gb}, {"currency", policy.currency}};
+    nlohmann::json list = nlohmann::json::array();
+    for (const GpuChoice& c : choices) {
+      list.push_back({{"gpu", c.offer.name},
+                      {"gpus", c.gpus},
+                      {"fits_one_gpu", c.fits_one},
+                      {"gpu_hours", c.gpu_hours},
+                      {"wall_hours", c.wall_hours},
+                      {"cost", c.cost}});
+    }
+    j["choices"] = list;
+    j["recommended"] = pick->offer.name;
+    j["skipped"] = skipped;
+    std::cout << dump_json(j, 2) << "\n";
+    return 0;
+  }
+  std::cout << "training state: " << fixed(state_gb, 1) << " GB (" << fixed(bytes, 0)
+            << " bytes per parameter" << (activations > 0 ? " + activations" : "") << ")\n";
+  for (const GpuChoice& c : choices) {
+    std::cout << "  " << escape_for_terminal(c.offer.name) << ": " << c.gpus << " x "
+              << fixed(c.offer.memory_gb, 0) << " GB, " << fixed(c.gpu_hours, 1) << " GPU-hours, "
+              << fixed(c.wall_hours, 1) << " h wall, " << money_text(c.cost, policy.currency);
+    if (!c.fits_one) {
+      std::cout << "  (cannot hold the model on one GPU: needs " << c.gpus
+                << "; scale up before scaling out)";
+    }
+    std::cout << "\n";
+  }
+  for (const std::string& s : skipped) std::cout << "  skipped " << escape_for_terminal(s) << "\n";
+  std::cout << "choose: " << escape_for_terminal(pick->offer.name)
+            << (pick->fits_one ? " (cheapest that holds the model on one GPU)"
+                               : " (no type holds the model on one GPU; cheapest)")
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int estimate_command(const EstimateRequest& r) {
+  LoadedPolicy loaded = load_chosen_policy(r.choice);
+  const Policy& policy = loaded.policy;
+  const std::string& currency = policy.currency;
+  if (r.serving) return estimate_serving(r, currency);
+  if (r.compare) return estimate_compare(r, policy);
+  if (r.reserved || (r.on_demand && !r.interruptions_per_100h)) {
+    return estimate_reserved_vs_on_demand(r, currency);
+  }
+
+  bool from_steps = r.step_time || r.steps;
+  bool from_size = r.params || r.tokens;
+  if (from_steps == from_size) {
+    throw usage("estimate",
+                from_steps ? "give step time or model size, not both" : "nothing to estimate",
+                "--step-time T --steps N, or --params P --tokens D (or --serving, --compare, "
+                "--reserved)");
+  }
+  Pricing pricing = pricing_of(r.pricing, policy);
+  int instances = r.instances ? parse_whole(*r.instances, "--instances") : 1;
+  int gpus = r.gpus ? parse_whole(*r.gpus, "--gpus") : 1;
+  if (r.rate && (r.gpu || r.instance)) {
+    throw usage("--rate " + *r.rate, "give --rate or --gpu/--instance, not both");
+  }
+  // The price per hour of one instance (steps) or of one accelerator (size), and its on-demand
+  // counterpart for spot.
+  std::optional<double> price, on_demand_price;
+  std::string priced_as;
+  const PriceSheet* gpu_sheet = r.gpu ? &sheet_of(policy.gpu_rates, *r.gpu, "--gpu") : nullptr;
+  if (r.rate) {
+    price = parse_price(*r.rate, "--rate");
+    priced_as = "--rate";
+  } else if (r.gpu || r.instance) {
+    double total = 0, od = 0;
+    bool od_known = true;
+    auto od_of = [&](const PriceSheet& sheet, double times) {
+      if (auto p = sheet.price(Pricing::on_demand)) {
+        od += p->units() * times;
+      } else {
+        od_known = false;
+      }
+    };
+    if (gpu_sheet) {
+      double per_gpu = price_at(*gpu_sheet, pricing, "--gpu " + *r.gpu);
+      total += per_gpu * (from_size ? 1 : gpus);
+      od_of(*gpu_sheet, from_size ? 1 : gpus);
+      priced_as = (from_size ? "" : std::to_string(gpus) + " x ") + *r.gpu;
+    }
+    if (r.instance) {
+      if (from_size) {
+        throw usage("--instance " + *r.instance, "a size estimate is priced per accelerator",
+                    "give --gpu TYPE or --rate PRICE_PER_GPU_HOUR");
+      }
+      const PriceSheet& sheet = sheet_of(policy.instance_rates, *r.instance, "--instance");
+      total += price_at(sheet, pricing, "--instance " + *r.instance);
+      od_of(sheet, 1);
+      priced_as += (priced_as.empty() ? "" : " + ") + *r.instance;
+    }
+    price = total;
+    if (od_known) on_demand_price = od;
+    priced_as += " " + to_string(pricing);
+  }
+  if (r.on_demand) on_demand_price = parse_price(*r.on_demand, "--on-demand");
+
+  nlohmann::json j = nlohmann::json::object();
+  j["currency"] = currency;
+  double billed_hours = 0;  // instance-hours or accelerator-hours
+  std::vector<std::string> lines;
+  if (from_steps) {
+    if (!r.step_time || !r.steps) throw usage("estimate", "needs both --step-time and --steps");
+    double step = seconds_of(*r.step_time, "--step-time");
+    double steps = parse_number(*r.steps, "--steps");
+    StepEstimate e = estimate_from_steps(step, steps, instances, price.value_or(0));
+    billed_hours = e.instance_hours;
+    j["kind"] = "steps";
+    j["wall_hours"] = e.wall_hours;
+    j["instance_hours"] = e.instance_hours;
+    lines.push_back("wall time: " + fixed(e.wall_hours, 3) + " h (" +
+                    format_duration(std::chrono::seconds(std::llround(e.wall_hours * 3600))) + ")" +
+                    (instances > 1 ? ", " + fixed(e.instance_hours, 3) + " instance-hours" : ""));
+  } else {
+    if (!r.params || !r.tokens) throw usage("estimate", "needs both --params and --tokens");
+    double params = parse_number(*r.params, "--params");
+    double tokens = parse_number(*r.tokens, "--tokens");
+    double mfu = r.mfu ? parse_fraction(*r.mfu, "--mfu") : 0.4;
+    double peak = 0;
+    if (r.peak_tflops) {
+      peak = parse_number(*r.peak_tflops, "--peak-tflops");
+    } else if (gpu_sheet && gpu_sheet->peak_tflops) {
+      peak = *gpu_sheet->peak_tflops;
+    } else {
+      throw usage("estimate --params", "no peak TFLOP/s",
+                  "give --peak-tflops, or --gpu TYPE whose policy entry has peak_tflops");
+    }
+    FlopsEstimate e = estimate_from_size(params, tokens, peak, mfu, gpus, price);
+    billed_hours = e.accelerator_hours;
+    j["kind"] = "size";
+    j["flops"] = e.flops;
+    j["achieved_tflops"] = e.achieved_tflops;
+    j["accelerator_hours"] = e.accelerator_hours;
+    j["wall_hours"] = e.wall_hours;
+    j["gpus"] = gpus;
+    char flops[32];
+    std::snprintf(flops, sizeof flops, "%.3g", e.flops);
+    lines.push_back("compute: " + std::string(flops) + " FLOPs (6 x params x tokens) at " +
+                    fixed(e.achieved_tflops, 0) + " TFLOP/s achieved per accelerator (mfu " +
+                    fixed(mfu, 2) + ")");
+    lines.push_back("accelerator-hours: " + fixed(e.accelerator_hours, 1));
+    lines.push_back("wall time at " + std::to_string(gpus) + " GPU" + (gpus > 1 ? "s" : "") + ": " +
+                    fixed(e.wall_hours, 2) + " h");
+  }
+  std::optional<double> cost;
+  if (price) {
+    cost = billed_hours * *price;
+    j["price_per_hour"] = *price;
+    lines.push_back("cost: " + money_text(*cost, currency) + " (" + priced_as + " at " +
+                    money_text(*price, currency) + "/h)");
+  } else {
+    lines.push_back("cost: no price (give --rate, or --gpu/--instance priced by the policy)");
+  }
+  if (r.interruptions_per_100h || r.lost_per_interruption) {
+    if (pricing != Pricing::spot && !r.rate) {
+      throw usage("--interruptions-per-100h", "applies to spot pricing", "add --pricing spot");
+    }
+    if (!r.interruptions_per_100h || !r.lost_per_interruption) {
+      throw usage("estimate", "spot needs --interruptions-per-100h and --lost-per-interruption");
+    }
+    if (!price) throw usage("estimate", "spot needs a price: --rate or --gpu with a spot price");
+    double per_100h = parse_number(*r.interruptions_per_100h, "--interruptions-per-100h", true);
+    double lost = seconds_of(*r.lost_per_interruption, "--lost-per-interruption") / 3600.0;
+    SpotEstimate s =
+        estimate_spot(billed_hours, *price, on_demand_price.value_or(0), per_100h, lost);
+    cost = s.spot_cost;
+    j["interruptions"] = s.interruptions;
+    j["redone_hours"] = s.redone_hours;
+    j["spot_cost"] = s.spot_cost;
+    lines.push_back("spot: " + fixed(s.interruptions, 1) + " interruptions, " +
+                    fixed(s.redone_hours, 1) + " h redone: " + money_text(s.spot_cost, currency));
+    if (on_demand_price) {
+      j["on_demand_cost"] = s.on_demand_cost;
+      lines.push_back("on demand: " + money_text(s.on_demand_cost, currency) + " (" +
+                      money_text(*on_demand_price, currency) + "/h)");
+    }
+  }
+  if (cost) j["cost"] = *cost;
+
+  int status = 0;
+  if (r.team || r.experiment) {
+    if (!cost) throw usage("estimate --team", "no cost to fit: give a price");
+    std::vector<Scope> scopes;
+    if (r.team) scopes.push_back({ScopeKind::team, *r.team});
+    if (r.experiment) scopes.push_back({ScopeKind::experiment, *r.experiment});
+    std::unique_ptr<Ledger> ledger = open_with_budgets(r.choice, loaded);
+    std::vector<BudgetFit> fits = budget_fits(*ledger, scopes, *cost);
+    nlohmann::json budgets = nlohmann::json::array();
+    for (const Scope& scope : scopes) {
+      bool any = false;
+      for (const BudgetFit& f : fits) any = any || f.scope.rfind(to_string(scope) + " ", 0) == 0;
+      if (!any) lines.push_back(to_string(scope) + ": no budget in the ledger");
+    }
+    for (const BudgetFit& f : fits) {
+      budgets.push_back({{"scope", f.scope}, {"remaining", f.remaining}, {"fits", f.fits}});
+      lines.push_back(f.scope + ": " + money_text(f.remaining, currency) +
+                      " remaining: " + (f.fits ? "fits" : "does NOT fit"));
+      if (!f.fits) status = to_int(ExitCode::refused);
+    }
+    j["budgets"] = budgets;
+    j["fits"] = status == 0;
+  }
+  if (r.json) {
+    std::cout << dump_json(j, 2) << "\n";
+  } else {
+    for (const std::string& line : lines) std::cout << escape_for_terminal(line) << "\n";
+  }
+  return status;
+}
+
+int report_command(const ReportRequest& request) {
+  ReportOptions options;
+  for (const std::string& by : request.by) {
+    auto parsed = parse_group_by(by);
+    if (!parsed) {
+      throw usage("--by " + by, "not a grouping",
+                  "team, experiment, project, user, host, day, or tag:KEY");
+    }
+    options.by.push_back(*parsed);
+  }
+  if (request.format != "table" && request.format != "csv" && request.format != "json" &&
+      request.format != "focus" && request.format != "html") {
+    throw usage("--format " + request.format, "not a report format",
+                "table, csv, json, focus or html");
+  }
+  double since = request.since ? parse_when(*request.since, "--since", false) : 0;
+  double until = request.until ? parse_when(*request.until, "--until", true)
+                               : std::numeric_limits<double>::max();
+  if (request.since) options.since = since;
+  if (request.until) options.until = until;
+  if (until <= since) throw usage("--until", "is not after --since");
+  options.team = request.team;
+  options.experiment = request.experiment;
+
+  LoadedPolicy loaded = load_chosen_policy(request.choice);
+  const Policy& policy = loaded.policy;
+  auto experiments = policy.budgets.find(ScopeKind::experiment);
+  if (experiments != policy.budgets.end()) {
+    for (const auto& [name, spec] : experiments->second) {
+      if (!spec.baseline_metric) continue;
+      Baseline b;
+      b.metric = spec.metric.value_or("");
+      b.value = *spec.baseline_metric;
+      b.goal = parse_metric_goal(spec.metric_goal.value_or("max")).value_or(MetricGoal::max);
+      options.experiment_baselines[name] = b;
+    }
+  }
+  if (request.baseline) {
+    char* end = nullptr;
+    double value = std::strtod(request.baseline->c_str(), &end);
+    if (request.baseline->empty() || end != request.baseline->c_str() + request.baseline->size() ||
+        !std::isfinite(value)) {
+      throw usage("--baseline " + *request.baseline, "not a number", "e.g. --baseline 0.82");
+    }
+    Baseline b;
+    b.value = value;
+    b.metric = request.metric.value_or("");
+    if (request.metric_goal) {
+      auto goal = parse_metric_goal(*request.metric_goal);
+      if (!goal) {
+        throw usage("--metric-goal " + *request.metric_goal, "not a direction",
+                    "max (accuracy: improves upward) or min (loss: improves downward)");
+      }
+      b.goal = *goal;
+    }
+    options.baseline = b;
+  } else if (request.metric || request.metric_goal) {
+    throw usage("--metric", "needs --baseline VALUE", "e.g. --baseline 0.82 --metric-goal max");
+  }
+
+  std::unique_ptr<Ledger> ledger = open_chosen_ledger(request.choice, nullptr);
+  if (request.format == "focus") {
+    // One row per run and charge period, streamed: nothing is grouped.
+    if (!request.by.empty() || request.baseline) {
+      throw usage("--format focus", "has one row per run and day: --by and --baseline do not apply",
+                  "leave them out, or use --format csv");
+    }
+    FocusContext context{policy.currency, policy.defaults.pricing, utc_now()};
+    std::string out = focus_header();
+    ledger->for_each_run_started(since, until, [&](const RunRecord& run) {
+      ReportRow row = report_row_of(run);
+      if (!report_includes(options, row)) return;
+      append_focus_rows(out, row, context);
+      if (out.size() > (1 << 20)) {
+        std::cout << out;
+        out.clear();
+      }
+    });
+    std::cout << out;
+    return 0;
+  }
+  std::unordered_set<std::string> accepted;
+  for (const AcceptedResult& a : ledger->accepted_results()) accepted.insert(a.run_id);
+  ReportBuilder builder(options);
+  // html: the same runs by day too, for the chart.
+  ReportOptions day_options = options;
+  day_options.by.insert(day_options.by.begin(), GroupBy{GroupBy::Kind::day, {}});
+  std::optional<ReportBuilder> by_day;
+  if (request.format == "html") by_day.emplace(day_options);
+  std::optional<Money> egress_price = policy.egress_per_gb;
+  ReportRow row;
+  ledger->for_each_run_started(since, until, [&](const RunRecord& run) {
+    fill_report_row(run, row);
+    row.accepted = !accepted.empty() && accepted.count(row.id) > 0;
+    if (row.egress_gb && egress_price) {
+      row.egress_spend = Money{static_cast<std::int64_t>(
+          std::llround(*row.egress_gb * static_cast<double>(egress_price->micros)))};
+    }
+    builder.add(row);
+    if (by_day) by_day->add(row);
+  });
+  Report report = std::move(builder).finish();
+  if (by_day) {
+    std::cout << report_html(report, std::move(*by_day).finish(), policy.currency);
+    return 0;
+  }
+  if (request.format == "csv") {
+    std::cout << report_csv(report, policy.currency);
+  } else if (request.format == "json") {
+    std::cout << report_json(report, policy.currency);
+  } else {
+    std::cout << report_table(report, policy.currency, terminal_width());
+  }
+  return 0;
+}
+
+int accept_command(const LedgerChoice& choice, const std::string& run_id, const std::string& note) {
+  require_printable_name(run_id, "accept");
+  std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
+  AcceptedResult accepted = ledger->accept_run(run_id, note, user_name() + "@" + host_name());
+  std::cout << "accepted " << escape_for_terminal(run_id)
+            << (note.empty() ? std::string() : ": " + escape_for_terminal(note)) << "\n";
+  return 0;
+}
+
+void require_estimate_fits(const RunRequest& request, const RunSettings& settings, Ledger& ledger) {
+  if (!request.estimate_steps && !request.step_time) return;
+  if (!request.estimate_steps || !request.step_time) {
+    throw usage(request.estimate_steps ? "--estimate-steps" : "--step-time",
+                "--estimate-steps and --step-time go together",
+                "e.g. --estimate-steps 50000 --step-time 0.8s");
+  }
+  double steps = parse_number(*request.estimate_steps, "--estimate-steps");
+  double step = seconds_of(*request.step_time, "--step-time");
+  StepEstimate e = estimate_from_steps(step, steps, 1, settings.rate_per_hour.units());
+  const std::string& currency = settings.loaded.policy.currency;
+  std::string estimate = money_text(e.cost, currency) + " (" + fixed(e.wall_hours, 3) + " h at " +
+                         money_text(settings.rate_per_hour.units(), currency) + "/h)";
+  if (settings.budget && e.cost > settings.budget->units()) {
+    throw Error("--estimate-steps " + *request.estimate_steps,
+                "the estimate " + estimate + " does not fit --budget " +
+                    money_text(settings.budget->units(), currency),
+                "raise --budget or shorten the run", ExitCode::refused);
+  }
+  for (const BudgetFit& f : budget_fits(ledger, named_scopes(settings), e.cost)) {
+    if (!f.fits) {
+      throw Error("--estimate-steps " + *request.estimate_steps,
+                  "the estimate " + estimate + " does not fit " + f.scope + ", " +
+                      money_text(f.remaining, currency) + " remaining",
+                  "shorten the run or ask for more budget", ExitCode::refused);
+    }
+  }
+}
+
+}  // namespace spendcap

@@ -1,0 +1,742 @@
+#include "spendcap/report/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "spendcap/base/json_text.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/ledger/ledger_store.hpp"
+
+namespace spendcap {
+
+ReportRow report_row_of(const RunRecord& run) {
+  ReportRow row;
+  fill_report_row(run, row);
+  return row;
+}
+
+void fill_report_row(const RunRecord& run, ReportRow& row) {
+  // Every field is set: `row` may hold the previous run.
+  const ReportRow none;
+  row.preempted = none.preempted;
+  row.accepted = none.accepted;
+  row.gpu_type = none.gpu_type;
+  row.gpu_seconds_allocated = none.gpu_seconds_allocated;
+  row.gpu_seconds_busy = none.gpu_seconds_busy;
+  row.idle_spend = none.idle_spend;
+  row.energy_kwh = none.energy_kwh;
+  row.co2_kg = none.co2_kg;
+  row.metric_name = none.metric_name;
+  row.metric_value = none.metric_value;
+  row.units = none.units;
+  row.egress_gb = none.egress_gb;
+  row.egress_spend = none.egress_spend;
+  row.storage_peak_gb = none.storage_peak_gb;
+  row.storage_spend = none.storage_spend;
+  row.pricing = none.pricing;
+  row.id = run.id;
+  row.team = run.team;
+  row.experiment = run.experiment;
+  row.project = run.project;
+  row.user = run.user;
+  row.host = run.host;
+  row.tags = run.tags;
+  row.status = run.status;
+  row.reason = run.reason;
+  row.started_at = run.started_at;
+  row.finished_at = run.finished_at;
+  // A running run counts with the spend of its last heartbeat; a reconciled lost one with its
+  // charge (its ceiling).
+  row.spend = run.spend;
+  row.rate_per_hour = run.rate_per_hour;
+}
+
+std::optional<GroupBy> parse_group_by(std::string_view text) {
+  using K = GroupBy::Kind;
+  static const std::pair<const char*, K> kinds[] = {
+      {"team", K::team},       {"experiment", K::experiment},
+      {"project", K::project}, {"user", K::user},
+      {"host", K::host},       {"day", K::day}};
+  for (const auto& [name, kind] : kinds) {
+    if (text == name) return GroupBy{kind, {}};
+  }
+  if (text.starts_with("tag:") && text.size() > 4)
+    return GroupBy{K::tag, std::string(text.substr(4))};
+  return std::nullopt;
+}
+
+std::string to_string(const GroupBy& by) {
+  switch (by.kind) {
+    case GroupBy::Kind::team:
+      return "team";
+    case GroupBy::Kind::experiment:
+      return "experiment";
+    case GroupBy::Kind::project:
+      return "project";
+    case GroupBy::Kind::user:
+      return "user";
+    case GroupBy::Kind::host:
+      return "host";
+    case GroupBy::Kind::day:
+      return "day";
+    case GroupBy::Kind::tag:
+      return "tag:" + by.tag;
+  }
+  return "?";
+}
+
+std::string utc_day_text(double unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(std::floor(unix_seconds));
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &tm);
+  return text;
+}
+
+std::string group_value(const ReportRow& row, const GroupBy& by) {
+  switch (by.kind) {
+    case GroupBy::Kind::team:
+      return row.team;
+    case GroupBy::Kind::experiment:
+      return row.experiment;
+    case GroupBy::Kind::project:
+      return row.project;
+    case GroupBy::Kind::user:
+      return row.user;
+    case GroupBy::Kind::host:
+      return row.host;
+    case GroupBy::Kind::day:
+      return utc_day_text(row.started_at);
+    case GroupBy::Kind::tag: {
+      auto it = row.tags.find(by.tag);
+      return it == row.tags.end() ? std::string() : it->second;
+    }
+  }
+  return {};
+}
+
+std::optional<MetricGoal> parse_metric_goal(std::string_view text) {
+  if (text == "max") return MetricGoal::max;
+  if (text == "min") return MetricGoal::min;
+  return std::nullopt;
+}
+
+namespace {
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+// "4166.67" -> "4,166.67"
+std::string with_thousands(const std::string& plain) {
+  size_t start = plain[0] == '-' ? 1 : 0;
+  size_t dot = plain.find('.');
+  if (dot == std::string::npos) dot = plain.size();
+  std::string out = plain.substr(0, start);
+  for (size_t i = start; i < dot; ++i) {
+    out += plain[i];
+    size_t left = dot - i - 1;
+    if (left > 0 && left % 3 == 0) out += ',';
+  }
+  return out + plain.substr(dot);
+}
+
+}  // namespace
+
+CostPerPoint cost_per_metric_point(Money spend, const Baseline& baseline,
+                                   std::optional<double> best) {
+  CostPerPoint result;
+  result.best = best;
+  if (!best) {
+    result.text = "not measured";
+    return result;
+  }
+  double improvement =
+      baseline.goal == MetricGoal::max ? *best - baseline.value : baseline.value - *best;
+  if (!(improvement > 0) || !std::isfinite(improvement)) {
+    result.text = "undefined: no improvement";
+    return result;
+  }
+  result.per_point = spend.units() / improvement;
+  result.text = with_thousands(fixed(*result.per_point, 2));
+  return result;
+}
+
+std::optional<double> GroupTotals::utilisation() const {
+  auto allocated = gpu_hours_allocated.value();
+  auto busy = gpu_hours_busy.value();
+  if (!allocated || !busy || *allocated <= 0) return std::nullopt;
+  return *busy / *allocated;
+}
+
+double GroupTotals::waste_share() const {
+  return spend.micros > 0 ? static_cast<double>(waste.micros) / static_cast<double>(spend.micros)
+                          : 0.0;
+}
+
+std::optional<Money> GroupTotals::cost_per_accepted() const {
+  if (accepted == 0) return std::nullopt;
+  return Money{spend.micros / accepted};
+}
+
+std::optional<double> GroupTotals::cost_per_thousand_units() const {
+  // Only the spend of runs that reported units is divided by them.
+  if (!units.value() || units.total <= 0) return std::nullopt;
+  return spend.units() / units.total * 1e3;
+}
+
+bool report_includes(const ReportOptions& options, const ReportRow& row) {
+  if (options.since && row.started_at < *options.since) return false;
+  if (options.until && row.started_at >= *options.until) return false;
+  if (options.team && row.team != *options.team) return false;
+  if (options.experiment && row.experiment != *options.experiment) return false;
+  return true;
+}
+
+ReportBuilder::ReportBuilder(ReportOptions options) : options_(std::move(options)) {}
+
+void ReportBuilder::account(GroupTotals& g, Extra& extra, const ReportRow& row) {
+  if (g.runs == 0 || row.started_at < g.started_first) g.started_first = row.started_at;
+  g.started_last = std::max(g.started_last, row.started_at);
+  ++g.runs;
+  g.spend += row.spend;
+  bool wasted = row.preempted;
+  switch (row.status) {
+    case RunStatus::running:
+      ++g.running;
+      g.running_spend += row.spend;
+      break;
+    case RunStatus::succeeded:
+      ++g.succeeded;
+      break;
+    case RunStatus::failed:
+      ++g.failed;
+      wasted = true;
+      break;
+    case RunStatus::killed:
+      ++g.killed;
+      wasted = true;
+      break;
+    case RunStatus::refused:
+      ++g.refused;
+      break;
+    case RunStatus::lost:
+      ++g.lost;
+      wasted = true;
+      break;
+  }
+  if (row.preempted) ++g.preempted;
+  if (wasted) g.waste += row.spend;
+  if (row.accepted) ++g.accepted;
+  auto hours = [](const std::optional<double>& seconds) {
+    return seconds ? std::optional<double>(*seconds / 3600.0) : std::nullopt;
+  };
+  auto units_of = [](const std::optional<Money>& money) {
+    return money ? std::optional<double>(money->units()) : std::nullopt;
+  };
+  g.gpu_hours_allocated.add(hours(row.gpu_seconds_allocated));
+  g.gpu_hours_busy.add(hours(row.gpu_seconds_busy));
+  g.idle_spend.add(units_of(row.idle_spend));
+  g.energy_kwh.add(row.energy_kwh);
+  g.co2_kg.add(row.co2_kg);
+  g.units.add(row.units);
+  g.egress_gb.add(row.egress_gb);
+  g.egress_spend.add(units_of(row.egress_spend));
+  if (row.storage_peak_gb) {
+    // Peaks do not add across runs held at different times: the group's peak is the largest.
+    g.storage_peak_gb.runs++;
+    g.storage_peak_gb.total = std::max(g.storage_peak_gb.total, *row.storage_peak_gb);
+  }
+  g.storage_spend.add(units_of(row.storage_spend));
+  if (extra.experiment.empty() && !extra.several) {
+    extra.experiment = row.experiment;
+  } else if (extra.experiment != row.experiment) {
+    extra.several = true;
+  }
+  if (row.metric_name && row.metric_value && std::isfinite(*row.metric_value)) {
+    auto [it, inserted] = extra.metric_range.try_emplace(
+        *row.metric_name, std::pair{*row.metric_value, *row.metric_value});
+    if (!inserted) {
+      it->second.first = std::min(it->second.first, *row.metric_value);
+      it->second.second = std::max(it->second.second, *row.metric_value);
+    }
+  }
+}
+
+void ReportBuilder::finish_group(GroupTotals& g, const Extra& extra) const {
+  std::optional<Baseline> baseline = options_.baseline;
+  if (!baseline && !extra.several) {
+    auto it = options_.experiment_baselines.find(extra.experiment);
+    if (it != options_.experiment_baselines.end()) baseline = it->second;
+  }
+  if (!baseline) return;
+  const std::pair<double, double>* range = nullptr;
+  if (!baseline->metric.empty()) {
+    auto it = extra.metric_range.find(baseline->metric);
+    if (it != extra.metric_range.end()) range = &it->second;
+    g.metric_name = baseline->metric;
+  } else if (extra.metric_range.size() == 1) {
+    range = &extra.metric_range.begin()->second;
+    g.metric_name = extra.metric_range.begin()->first;
+  }
+  if (range) g.best_metric = baseline->goal == MetricGoal::max ? range->second : range->first;
+  g.per_point = cost_per_metric_point(g.spend, *baseline, g.best_metric);
+}
+
+void ReportBuilder::add(const ReportRow& row) {
+  if (!report_includes(options_, row)) return;
+  key_.clear();
+  for (const GroupBy& by : options_.by) {
+    // The named fields without a copy: this runs once per run of the ledger.
+    switch (by.kind) {
+      case GroupBy::Kind::team:
+        key_ += row.team;
+        break;
+      case GroupBy::Kind::experiment:
+        key_ += row.experiment;
+        break;
+      case GroupBy::Kind::project:
+        key_ += row.project;
+        break;
+      case GroupBy::Kind::user:
+        key_ += row.user;
+        break;
+      case GroupBy::Kind::host:
+        key_ += row.host;
+        break;
+      default:
+        key_ += group_value(row, by);
+    }
+    key_ += '\x1f';
+  }
+  auto [it, inserted] = index_.try_emplace(key_, groups_.size());
+  if (inserted) {
+    groups_.emplace_back();
+    for (const GroupBy& by : options_.by) groups_.back().key.push_back(group_value(row, by));
+    extras_.emplace_back();
+  }
+  account(groups_[it->second], extras_[it->second], row);
+  account(total_, total_extra_, row);
+}
+
+Report ReportBuilder::finish() && {
+  for (size_t i = 0; i < groups_.size(); ++i) finish_group(groups_[i], extras_[i]);
+  finish_group(total_, total_extra_);
+  std::sort(groups_.begin(), groups_.end(), [](const GroupTotals& a, const GroupTotals& b) {
+    if (a.spend != b.spend) return a.spend > b.spend;
+    return a.key < b.key;
+  });
+  return Report{options_.by, std::move(groups_), std::move(total_)};
+}
+
+Report build_report(const std::vector<ReportRow>& rows, const ReportOptions& options) {
+  ReportBuilder builder(options);
+  for (const ReportRow& row : rows) builder.add(row);
+  return std::move(builder).finish();
+}
+
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// ---- the outputs ----
+
+namespace {
+
+std::string money_cell(double units, const std::string& currency) {
+  // Below one unit, 4 decimals (as format_money): a short run's spend is not shown as 0.00.
+  std::string number = with_thousands(fixed(units, units != 0 && std::fabs(units) < 1 ? 4 : 2));
+  if (currency == "USD") return number[0] == '-' ? "-$" + number.substr(1) : "$" + number;
+  return number + " " + currency;
+}
+
+std::string money_cell(Money amount, const std::string& currency) {
+  return money_cell(amount.units(), currency);
+}
+
+std::string opt_number(const std::optional<double>& value, int decimals) {
+  return value ? fixed(*value, decimals) : std::string();
+}
+
+std::string key_text(const std::string& value) {
+  return value.empty() ? "-" : value;
+}
+
+// One column of the table and the csv: its header and how a group fills it.
+struct Column {
+  std::string header;
+  bool money = false;  // right-aligned with the currency
+  bool numeric = true;
+  std::function<std::string(const GroupTotals&, bool table)> cell;
+  // Shown only where some group measured it (the table); csv and json always carry it.
+  std::function<bool(const GroupTotals&)> measured;
+};
+
+std::vector<Column> columns(const std::string& currency) {
+  auto money = [currency](auto get) {
+    return [currency, get](const GroupTotals& g, bool table) -> std::string {
+      std::optional<double> v = get(g);
+      if (!v) return {};
+      return table ? money_cell(*v, currency) : fixed(*v, 6);
+    };
+  };
+  auto number = [](auto get, int decimals) {
+    return [get, decimals](const GroupTotals& g, bool) { return opt_number(get(g), decimals); };
+  };
+  auto count = [](std::int64_t GroupTotals::*field) {
+    return [field](const GroupTotals& g, bool) { return std::to_string(g.*field); };
+  };
+  auto always = [](const GroupTotals&) { return true; };
+  auto has = [](Measured GroupTotals::*field) {
+    return [field](const GroupTotals& g) { return (g.*field).runs > 0; };
+  };
+  auto measured_sum = [](Measured GroupTotals::*field) {
+    return [field](const GroupTotals& g) { return (g.*field).value(); };
+  };
+  std::vector<Column> c;
+  c.push_back({"runs", false, true, count(&GroupTotals::runs), always});
+  c.push_back({"running", false, true, count(&GroupTotals::running), always});
+  c.push_back({"succeeded", false, true, count(&GroupTotals::succeeded), always});
+  c.push_back({"failed", false, true, count(&GroupTotals::failed), always});
+  c.push_back({"killed", false, true, count(&GroupTotals::killed), always});
+  c.push_back({"refused", false, true, count(&GroupTotals::refused), always});
+  c.push_back({"lost", false, true, count(&GroupTotals::lost), always});
+  c.push_back({"preempted", false, true, count(&GroupTotals::preempted),
+               [](const GroupTotals& g) { return g.preempted > 0; }});
+  c.push_back({"spend", true, true,
+               [currency](const GroupTotals& g, bool table) {
+                 if (!table) return fixed(g.spend.units(), 6);
+                 return money_cell(g.spend, currency) + (g.running ? "*" : " ");
+               },
+               always});
+  c.push_back({"running_spend", true, true,
+               money([](const GroupTotals& g) { return std::optional(g.running_spend.units()); }),
+               [](const GroupTotals&) { return false; }});
+  c.push_back({"waste", true, true,
+               money([](const GroupTotals& g) { return std::optional(g.waste.units()); }), always});
+  c.push_back({"waste_share", false, true,
+               [](const GroupTotals& g, bool table) {
+                 return table ? fixed(100 * g.waste_share(), 0) + "%" : fixed(g.waste_share(), 4);
+               },
+               always});
+  c.push_back({"accepted", false, true, count(&GroupTotals::accepted),
+               [](const GroupTotals& g) { return g.accepted > 0; }});
+  c.push_back({"per_accepted", true, true, money([](const GroupTotals& g) -> std::optional<double> {
+                 auto m = g.cost_per_accepted();
+                 return m ? std::optional(m->units()) : std::nullopt;
+               }),
+               [](const GroupTotals& g) { return g.accepted > 0; }});
+  c.push_back({"gpu_hours_allocated", false, true,
+               number(measured_sum(&GroupTotals::gpu_hours_allocated), 2),
+               has(&GroupTotals::gpu_hours_allocated)});
+  c.push_back({"gpu_hours_busy", false, true, number(measured_sum(&GroupTotals::gpu_hours_busy), 2),
+               has(&GroupTotals::gpu_hours_busy)});
+  c.push_back({"utilisation", false, true,
+               [](const GroupTotals& g, bool table) {
+                 auto u = g.utilisation();
+                 if (!u) return std::string();
+                 return table ? fixed(100 * *u, 0) + "%" : fixed(*u, 4);
+               },
+               [](const GroupTotals& g) { return g.utilisation().has_value(); }});
+  c.push_back({"idle_spend", true, true, money(measured_sum(&GroupTotals::idle_spend)),
+               has(&GroupTotals::idle_spend)});
+  c.push_back({"energy_kwh", false, true, number(measured_sum(&GroupTotals::energy_kwh), 3),
+               has(&GroupTotals::energy_kwh)});
+  c.push_back({"co2_kg", false, true, number(measured_sum(&GroupTotals::co2_kg), 3),
+               has(&GroupTotals::co2_kg)});
+  c.push_back({"metric", false, false,
+               [](const GroupTotals& g, bool) { return g.metric_name.value_or(""); },
+               [](const GroupTotals& g) { return g.per_point.has_value(); }});
+  c.push_back({"best_metric", false, true,
+               [](const GroupTotals& g, bool) {
+                 return g.best_metric ? fixed(*g.best_metric, 6) : std::string();
+               },
+               [](const GroupTotals& g) { return g.per_point.has_value(); }});
+  c.push_back({"cost_per_metric_point", false, false,
+               [](const GroupTotals& g, bool table) {
+                 if (!g.per_point) return std::string();
+                 if (!table) {
+                   return g.per_point->per_point ? fixed(*g.per_point->per_point, 6)
+                                                 : g.per_point->text;
+                 }
+                 return g.per_point->text;
+               },
+               [](const GroupTotals& g) { return g.per_point.has_value(); }});
+  c.push_back({"units", false, true, number(measured_sum(&GroupTotals::units), 0),
+               has(&GroupTotals::units)});
+  c.push_back({"per_thousand_units", true, true,
+               money([](const GroupTotals& g) { return g.cost_per_thousand_units(); }),
+               has(&GroupTotals::units)});
+  c.push_back({"egress_gb", false, true, number(measured_sum(&GroupTotals::egress_gb), 3),
+               has(&GroupTotals::egress_gb)});
+  c.push_back({"egress_spend", true, true, money(measured_sum(&GroupTotals::egress_spend)),
+               has(&GroupTotals::egress_spend)});
+  c.push_back({"storage_peak_gb", false, true,
+               number(measured_sum(&GroupTotals::storage_peak_gb), 3),
+               has(&GroupTotals::storage_peak_gb)});
+  c.push_back({"storage_spend", true, true, money(measured_sum(&GroupTotals::storage_spend)),
+               has(&GroupTotals::storage_spend)});
+  return c;
+}
+
+std::string pad_left(const std::string& text, size_t width) {
+  return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+std::string pad_right(const std::string& text, size_t width) {
+  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
+}
+
+// Display width of UTF-8 text: code points (names are printable; wide glyphs are rare in them).
+size_t display_width(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string shorten(const std::string& text, size_t width) {
+  if (display_width(text) <= width) return text;
+  std::string out;
+  size_t n = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) != 0x80) {
+      if (n + 1 >= width) break;
+      ++n;
+    }
+    out += text[i];
+  }
+  return out + "~";
+}
+
+// The table's headers are short, so that it fits a terminal; csv and json keep the long names.
+std::string table_header(const std::string& name) {
+  static const std::map<std::string, std::string> short_names = {
+      {"succeeded", "ok"},
+      {"failed", "failed"},
+      {"refused", "refused"},
+      {"preempted", "preempt"},
+      {"waste_share", "waste%"},
+      {"per_accepted", "per accepted"},
+      {"gpu_hours_allocated", "GPU-h"},
+      {"gpu_hours_busy", "busy GPU-h"},
+      {"utilisation", "util"},
+      {"idle_spend", "idle"},
+      {"energy_kwh", "kWh"},
+      {"co2_kg", "CO2 kg"},
+      {"best_metric", "best"},
+      {"cost_per_metric_point", "per point"},
+      {"per_thousand_units", "per 1k units"},
+      {"egress_gb", "egress GB"},
+      {"egress_spend", "egress"},
+      {"storage_peak_gb", "peak GB"},
+      {"storage_spend", "storage"},
+  };
+  auto it = short_names.find(name);
+  return it == short_names.end() ? name : it->second;
+}
+
+}  // namespace
+
+std::string report_table(const Report& report, const std::string& currency, int width) {
+  std::vector<Column> all = columns(currency);
+  std::vector<const Column*> shown;
+  std::vector<std::string> unmeasured;
+  for (const Column& column : all) {
+    bool any = column.measured(report.total);
+    for (const GroupTotals& g : report.groups) any = any || column.measured(g);
+    if (any) {
+      shown.push_back(&column);
+    } else if (column.header.find("gpu") != std::string::npos || column.header == "energy_kwh" ||
+               column.header == "co2_kg" || column.header == "idle_spend" ||
+               column.header == "egress_gb" || column.header == "storage_spend" ||
+               column.header == "units") {
+      unmeasured.push_back(column.header);
+    }
+  }
+  std::vector<std::string> key_headers;
+  for (const GroupBy& by : report.by) key_headers.push_back(to_string(by));
+  if (key_headers.empty()) key_headers.push_back("all");
+
+  // Cells: the groups, then the total.
+  std::vector<std::vector<std::string>> keys, cells;
+  auto add = [&](const GroupTotals& g, bool is_total) {
+    std::vector<std::string> key;
+    for (size_t i = 0; i < key_headers.size(); ++i) {
+      std::string value =
+          is_total ? (i == 0 ? "total" : "") : (i < g.key.size() ? key_text(g.key[i]) : "all");
+      key.push_back(escape_for_terminal(value));
+    }
+    keys.push_back(std::move(key));
+    std::vector<std::string> row;
+    for (const Column* column : shown) row.push_back(column->cell(g, true));
+    cells.push_back(std::move(row));
+  };
+  for (const GroupTotals& g : report.groups) add(g, false);
+  add(report.total, true);
+
+  std::vector<size_t> key_widths(key_headers.size());
+  for (size_t i = 0; i < key_headers.size(); ++i) key_widths[i] = display_width(key_headers[i]);
+  for (const auto& key : keys) {
+    for (size_t i = 0; i < key.size(); ++i) {
+      key_widths[i] = std::max(key_widths[i], display_width(key[i]));
+    }
+  }
+  std::vector<size_t> widths(shown.size());
+  for (size_t i = 0; i < shown.size(); ++i) widths[i] = table_header(shown[i]->header).size();
+  for (const auto& row : cells) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  size_t numbers = 0;
+  for (size_t w : widths) numbers += w + 2;
+  // Names are shortened before the numbers: the table fits the terminal.
+  size_t keys_total = 0;
+  for (size_t w : key_widths) keys_total += w + 2;
+  constexpr size_t kMinBar = 10;
+  size_t budget = width > 0 ? static_cast<size_t>(width) : 120;
+  while (keys_total + numbers + kMinBar > budget) {
+    auto widest = std::max_element(key_widths.begin(), key_widths.end());
+    if (*widest <= 8) break;
+    --*widest;
+    --keys_total;
+  }
+  size_t used = keys_total + numbers;
+  size_t bar_width = used < budget ? std::min<size_t>(budget - used, 40) : 0;
+  if (bar_width < 4) bar_width = 0;
+
+  double biggest = 0;
+  for (const GroupTotals& g : report.groups) biggest = std::max(biggest, g.spend.units());
+
+  std::string out;
+  auto line = [&](const std::vector<std::string>& key, const std::vector<std::string>& row,
+                  std::string bar) {
+    std::string text;
+    for (size_t i = 0; i < key.size(); ++i) {
+      std::string k = shorten(key[i], key_widths[i]);
+      text += k + std::string(key_widths[i] - display_width(k) + 2, ' ');
+    }
+    for (size_t i = 0; i < row.size(); ++i) {
+      text += (shown[i]->numeric ? pad_left(row[i], widths[i]) : pad_right(row[i], widths[i]));
+      text += "  ";
+    }
+    text += bar;
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out += text + "\n";
+  };
+  std::vector<std::string> header;
+  for (const Column* column : shown) header.push_back(table_header(column->header));
+  line(key_headers, header, "");
+  for (size_t r = 0; r < keys.size(); ++r) {
+    std::string bar;
+    bool is_total = r + 1 == keys.size();
+    if (!is_total && bar_width > 0 && biggest > 0) {
+      double share = report.groups[r].spend.units() / biggest;
+      size_t n = static_cast<size_t>(std::lround(share * static_cast<double>(bar_width)));
+      if (n == 0 && report.groups[r].spend.micros > 0) n = 1;
+      for (size_t i = 0; i < n; ++i) bar += "\u2588";
+    }
+    if (is_total) out += "\n";
+    line(keys[r], cells[r], bar);
+  }
+  if (report.total.running > 0) out += "* includes the spend so far of runs still running\n";
+  if (!unmeasured.empty()) out += "not measured: " + join(unmeasured, ", ") + "\n";
+  return out;
+}
+
+std::string report_csv(const Report& report, const std::string& currency) {
+  std::vector<Column> all = columns(currency);
+  std::vector<std::string> header;
+  for (const GroupBy& by : report.by) header.push_back(csv_field(to_string(by)));
+  for (const Column& column : all) header.push_back(column.header);
+  header.push_back("currency");
+  std::string out = join(header, ",") + "\n";
+  for (const GroupTotals& g : report.groups) {
+    std::vector<std::string> row;
+    for (const std::string& value : g.key) row.push_back(csv_field(value));
+    for (const Column& column : all) row.push_back(csv_field(column.cell(g, false)));
+    row.push_back(currency);
+    out += join(row, ",") + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+nlohmann::json group_json(const Report& report, const GroupTotals& g, const std::string& currency,
+                          bool with_key) {
+  nlohmann::json j = nlohmann::json::object();
+  if (with_key) {
+    nlohmann::json key = nlohmann::json::object();
+    for (size_t i = 0; i < report.by.size() && i < g.key.size(); ++i) {
+      key[to_string(report.by[i])] = g.key[i];
+    }
+    j["group"] = key;
+  }
+  auto opt = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json();
+  };
+  j["runs"] = g.runs;
+  j["running"] = g.running;
+  j["succeeded"] = g.succeeded;
+  j["failed"] = g.failed;
+  j["killed"] = g.killed;
+  j["refused"] = g.refused;
+  j["lost"] = g.lost;
+  j["preempted"] = g.preempted;
+  j["accepted"] = g.accepted;
+  j["spend"] = money_to_json(g.spend);
+  j["running_spend"] = money_to_json(g.running_spend);
+  j["waste"] = money_to_json(g.waste);
+  j["waste_share"] = g.waste_share();
+  auto per_accepted = g.cost_per_accepted();
+  j["cost_per_accepted"] = per_accepted ? nlohmann::json(money_to_json(*per_accepted)) : nullptr;
+  j["gpu_hours_allocated"] = opt(g.gpu_hours_allocated.value());
+  j["gpu_hours_busy"] = opt(g.gpu_hours_busy.value());
+  j["utilisation"] = opt(g.utilisation());
+  j["idle_spend"] = opt(g.idle_spend.value());
+  j["energy_kwh"] = opt(g.energy_kwh.value());
+  j["co2_kg"] = opt(g.co2_kg.value());
+  j["units"] = opt(g.units.value());
+  j["cost_per_thousand_units"] = opt(g.cost_per_thousand_units());
+  j["egress_gb"] = opt(g.egress_gb.value());
+  j["egress_spend"] = opt(g.egress_spend.value());
+  j["storage_peak_gb"] = opt(g.storage_peak_gb.value());
+  j["storage_spend"] = opt(g.storage_spend.value());
+  if (g.per_point) {
+    j["metric"] = g.metric_name ? nlohmann::json(*g.metric_name) : nullptr;
+    j["best_metric"] = opt(g.best_metric);
+    j["cost_per_metric_point"] = opt(g.per_point->per_point);
+    j["cost_per_metric_point_text"] = g.per_point->text;
+  }
+  j["currency"] = currency;
+  return j;
+}
+
+}  // namespace
+
+std::string report_json(const Report& report, const std::string& currency) {
+  nlohmann::json j = nlohmann::json::object();
+  nlohmann::json by = nlohmann::json::array();
+  for (const GroupBy& b : report.by) by.push_back(to_string(b));
+  j["by"] = by;
+  j["currency"] = currency;
+  nlohmann::json groups = nlohmann::json::array();
+  for (const GroupTotals& g : report.groups)
+    groups.push_back(group_json(report, g, currency, true));
+  j["groups"] = groups;
+  j["total"] = group_json(report, report.total, currency, false);
+  return dump_json(j, 2) + "\n";
+}
+
+}  // namespace spendcap

@@ -1,0 +1,158 @@
+// `spendcap report` grouped by team and by experiment over a ledger of 1,000,000 runs (issue 11's
+// benchmark: under 1 s). Seeds a SQLite ledger (schema by SqliteLedger, rows by plain INSERTs in
+// one transaction), then times the report's own path: the ledger's runs streamed into a
+// ReportBuilder, grouped by team and experiment, and the table rendered.
+//
+//   report_bench [--runs N] [--dir DIR] [--repeat K]
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "spendcap/ledger/ledger_store.hpp"
+#include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+#include "spendcap/report/report.hpp"
+
+using namespace spendcap;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+void seed(const std::string& path, std::int64_t runs) {
+  { SqliteLedger ledger(path, {}); }  // creates the schema
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) throw std::runtime_error("open");
+  sqlite3_exec(db, "PRAGMA synchronous = OFF; BEGIN", nullptr, nullptr, nullptr);
+  sqlite3_stmt* insert = nullptr;
+  const char* sql =
+      "INSERT INTO runs (id, job_key, team, experiment, project, user_name, tags, command, "
+      "fingerprint, host, pid, mode, status, reason, exit_code, rate_micros_per_hour, "
+      "reserve_micros, budget_micros, shutdown_ms, sync_ms, started_at, day, heartbeat_at, "
+      "reconcile_at, finished_at, spend_micros, ceiling_micros, allowed_micros, reconciled, "
+      "would_stop_at, would_stop_reason, elapsed_seconds) VALUES (?1, NULL, ?2, ?3, ?4, ?5, "
+      "?6, '[\"python\",\"train.py\"]', 'f', 'host', 1, 'enforce', ?7, 'exited', 0, "
+      "36000000, 110000, NULL, 11000, 5000, ?8, ?9, ?10, ?10, ?10, ?11, ?11, ?11, 0, NULL, '', "
+      "?12)";
+  if (sqlite3_prepare_v2(db, sql, -1, &insert, nullptr) != SQLITE_OK) {
+    throw std::runtime_error(sqlite3_errmsg(db));
+  }
+  std::uint64_t state = 42;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const char* statuses[] = {"succeeded", "succeeded", "succeeded", "failed", "killed", "lost"};
+  const double start = 1'780'000'000;
+  for (std::int64_t i = 0; i < runs; ++i) {
+    std::string id = "run-" + std::to_string(i);
+    std::string team = "team-" + std::to_string(next() % 50);
+    std::string experiment = "exp-" + std::to_string(next() % 2000);
+    std::string project = "project-" + std::to_string(next() % 100);
+    std::string user = "user-" + std::to_string(next() % 500);
+    // One run in ten carries a tag (the rest '{}', as most runs do).
+    std::string tags = i % 10 == 0 ? "{\"lr\":\"" + std::to_string(next() % 5) + "e-4\"}" : "{}";
+    double started = start + static_cast<double>(next() % (90 * 86400));
+    std::int64_t spend = static_cast<std::int64_t>(next() % 100'000'000);
+    sqlite3_bind_text(insert, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 2, team.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 3, experiment.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 4, project.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 5, user.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 6, tags.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 7, statuses[next() % 6], -1, SQLITE_STATIC);
+    sqlite3_bind_double(insert, 8, started);
+    sqlite3_bind_int64(insert, 9, static_cast<std::int64_t>(started / 86400));
+    sqlite3_bind_double(insert, 10, started + 3600);
+    sqlite3_bind_int64(insert, 11, spend);
+    sqlite3_bind_double(insert, 12, 3600);
+    if (sqlite3_step(insert) != SQLITE_DONE) throw std::runtime_error(sqlite3_errmsg(db));
+    sqlite3_reset(insert);
+  }
+  sqlite3_finalize(insert);
+  sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+}
+
+double report_seconds(const std::string& path, const std::vector<GroupBy>& by, std::int64_t* groups,
+                      Money* total) {
+  auto started = SteadyClock::now();
+  SqliteLedger ledger(path, {});
+  ReportOptions options;
+  options.by = by;
+  ReportBuilder builder(options);
+  ReportRow row;
+  ledger.for_each_run_started(0, 1e18, [&](const RunRecord& run) {
+    fill_report_row(run, row);
+    builder.add(row);
+  });
+  Report report = std::move(builder).finish();
+  auto grouped = SteadyClock::now();
+  std::string table = report_table(report, "USD", 160);
+  std::printf("  read and grouped in %.3f s, table in %.3f s\n",
+              std::chrono::duration<double>(grouped - started).count(),
+              std::chrono::duration<double>(SteadyClock::now() - grouped).count());
+  double seconds = std::chrono::duration<double>(SteadyClock::now() - started).count();
+  *groups = static_cast<std::int64_t>(report.groups.size());
+  *total = report.total.spend;
+  if (table.empty()) throw std::runtime_error("no table");
+  return seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::int64_t runs = 1'000'000;
+  int repeat = 5;
+  std::string dir;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--runs") {
+      runs = std::atoll(argv[i + 1]);
+    } else if (flag == "--dir") {
+      dir = argv[i + 1];
+    } else if (flag == "--repeat") {
+      repeat = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "usage: report_bench [--runs N] [--dir DIR] [--repeat K]\n");
+      return 2;
+    }
+  }
+  namespace fs = std::filesystem;
+  fs::path base = dir.empty() ? fs::temp_directory_path() / "spendcap-report-bench" : fs::path(dir);
+  fs::remove_all(base);
+  fs::create_directories(base);
+  std::string path = (base / "ledger.db").string();
+  auto seeding = SteadyClock::now();
+  seed(path, runs);
+  std::printf("seeded %lld runs in %.1f s\n", static_cast<long long>(runs),
+              std::chrono::duration<double>(SteadyClock::now() - seeding).count());
+  if (repeat < 1) repeat = 1;
+  // As the issue asks: grouped by team, and grouped by experiment; and by both at once (the
+  // cross product: 100,000 groups here, a table nobody reads, timed as the worst case).
+  const std::vector<std::pair<std::string, std::vector<GroupBy>>> cases = {
+      {"--by team", {*parse_group_by("team")}},
+      {"--by experiment", {*parse_group_by("experiment")}},
+      {"--by team --by experiment", {*parse_group_by("team"), *parse_group_by("experiment")}}};
+  for (const auto& [name, by] : cases) {
+    std::vector<double> times;
+    std::int64_t groups = 0;
+    Money total;
+    for (int i = 0; i < repeat; ++i) times.push_back(report_seconds(path, by, &groups, &total));
+    std::sort(times.begin(), times.end());
+    std::printf(
+        "report %s over %lld runs (%lld groups, total %.2f): median %.3f s, min %.3f s, "
+        "max %.3f s\n",
+        name.c_str(), static_cast<long long>(runs), static_cast<long long>(groups), total.units(),
+        times[times.size() / 2], times.front(), times.back());
+  }
+  if (dir.empty()) fs::remove_all(base);  // --dir DIR keeps the ledger, to time the CLI on it
+  return 0;
+}
