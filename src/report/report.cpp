@@ -52,6 +52,14 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
   // charge (its ceiling).
   row.spend = run.spend;
   row.rate_per_hour = run.rate_per_hour;
+  row.preempted = run.status == RunStatus::preempted;
+  if (run.gpu && run.gpu->not_measured.empty()) {
+    row.gpu_seconds_allocated = run.gpu->allocated_seconds;
+    row.gpu_seconds_busy = run.gpu->busy_seconds;
+    row.idle_spend = run.gpu->idle_spend;
+    row.energy_kwh = run.gpu->energy_kwh;
+    row.co2_kg = run.gpu->co2_kg;
+  }
 }
 
 std::optional<GroupBy> parse_group_by(std::string_view text) {
@@ -229,6 +237,8 @@ void ReportBuilder::account(GroupTotals& g, Extra& extra, const ReportRow& row) 
     case RunStatus::lost:
       ++g.lost;
       wasted = true;
+      break;
+    case RunStatus::preempted:  // counted below; its spend is waste unless it is resumed
       break;
   }
   if (row.preempted) ++g.preempted;
