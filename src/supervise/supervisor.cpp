@@ -202,6 +202,12 @@ class Supervisor::Impl {
     }
     parts_.push_back(std::make_unique<RunThresholds>(io_, reporter_, meter_, plan_));
     parts_.push_back(std::make_unique<Title>(io_, reporter_, meter_, plan_));
+    parts_.push_back(make_guard_part(
+        io_, reporter_, meter_, plan_,
+        [this](const Trip& runaway) {
+          if (running()) trip(runaway, now());
+        },
+        outcome_.progress));
     outcome_.run_id = plan_.run_id;
     outcome_.currency = plan_.currency;
     outcome_.rate_per_hour = plan_.rate_per_hour;

@@ -29,6 +29,10 @@ struct RunRequest {
   bool quiet = false;
   bool title = false;
   std::vector<std::string> command;
+  // The runaway guards (README, "Runaway guards and the progress channel").
+  std::optional<std::string> stall_after;  // sets guards.stall.after
+  bool require_fit = false;                // stop a run whose projection exceeds its budget
+  bool retry_backoff = false;              // wait out recent failures instead of starting at once
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma

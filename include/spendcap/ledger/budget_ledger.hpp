@@ -40,6 +40,8 @@ class BudgetLedger : public Ledger {
                              const std::string& placed_by) override;
   int clear_stop_orders(const Scope& scope) override;
   std::vector<StopOrder> active_stop_orders() override;
+  CommandHistory command_history(const std::string& fingerprint, double window_seconds) override;
+  void record_refused(const RunStart& run, const std::string& reason) override;
 
  protected:
   LedgerStore& store() { return *store_; }

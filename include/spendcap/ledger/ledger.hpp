@@ -128,6 +128,9 @@ struct RunFinal {
   std::optional<int> exit_code;
   Money spend;
   double elapsed_seconds = 0;  // launch until the tree was empty
+  // What the job last reported on its progress channel (none: it did not report it).
+  std::optional<std::string> metric_name;
+  std::optional<double> metric_value, units, egress_gb;
 };
 
 struct RunView {
@@ -151,6 +154,7 @@ struct RunView {
   std::optional<double> finished_at;
   std::optional<double> would_stop_at;  // warn mode: when it would have been stopped, and why
   std::string would_stop_reason;
+  std::string fingerprint;  // of team + experiment + command (the crash-loop guard's key)
 };
 
 struct BudgetView {
@@ -186,6 +190,11 @@ bool in_scope(const Run& run, const Scope& scope) {
 // A heartbeat older than this means the wrapper is lost: three missed beats, and never less than
 // the sync interval plus 2 s so that a short --sync does not turn a slow disk into lost runs.
 Nanos stale_after(Nanos sync);
+
+struct CommandHistory {
+  double now = 0;
+  std::vector<RunView> runs;
+};
 
 class Ledger {
  public:
@@ -238,6 +247,14 @@ class Ledger {
   // Clears the active orders on `scope`; returns how many.
   virtual int clear_stop_orders(const Scope& scope) = 0;
   virtual std::vector<StopOrder> active_stop_orders() = 0;
+
+  // --- the crash-loop guard ---
+  // The runs of one command fingerprint started within the last `window_seconds`, oldest first,
+  // and the ledger's clock now (unix seconds), for guards/crash_loop.hpp.
+  virtual CommandHistory command_history(const std::string& fingerprint,
+                                         double window_seconds) = 0;
+  // Records a run refused before admission (runaway:crash-loop): a refused row that holds nothing.
+  virtual void record_refused(const RunStart& run, const std::string& reason) = 0;
 };
 
 struct LedgerOptions {

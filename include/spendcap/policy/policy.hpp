@@ -57,7 +57,7 @@ struct BudgetSpec {
   Money amount;
   Period period = Period::month;
   std::optional<Money> max_run;            // the most one run may be granted
-  std::optional<Money> expected_per_hour;  // for the burn-rate guard (later)
+  std::optional<Money> expected_per_hour;  // for the burn-rate guard
   std::optional<std::string> metric;       // for cost per metric point (later)
   std::optional<double> baseline_metric;
   std::optional<std::string> metric_goal;  // "max" or "min"
@@ -90,6 +90,7 @@ struct Defaults {
 struct CrashLoopGuard {
   int max_failures = 5;
   Nanos window = std::chrono::minutes(10);
+  bool enabled = true;  // on without a policy; "enabled": false turns it off
 };
 struct RespawnLoopGuard {
   int max_restarts = 10;

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "spendcap/base/money.hpp"
+#include "spendcap/guards/progress.hpp"
 #include "spendcap/ledger/ledger.hpp"
 
 namespace spendcap {
@@ -39,6 +40,7 @@ struct RunOutcome {
   std::string message;                          // refusals and failures: why
   std::string tree_tracking;  // "cgroup" (the run's own cgroup) or "parentage" (the fallback)
   std::string isolation;      // "pid" (the guard is the init of a PID namespace) or "none"
+  std::optional<ProgressState> progress;  // what the progress file said, when it said anything
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

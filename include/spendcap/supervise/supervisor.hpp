@@ -24,6 +24,7 @@
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
+#include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
@@ -67,6 +68,7 @@ struct SupervisorPlan {
   std::string isolation;
   // Builds the tree rooted at `root`: the guard, or spendcap itself if the guard dies.
   std::function<std::unique_ptr<ProcessTree>(pid_t root)> make_tree;
+  GuardPlan guards;  // the runaway guards and the progress channel
 };
 
 class Supervisor {
