@@ -256,9 +256,11 @@ TestSwitches TestSwitches::from(const Environment& env) {
       switches.no_subreaper = true;
     } else if (name == "no-ceilings") {
       switches.no_ceilings = true;
+    } else if (name == "no-proc-connector") {
+      switches.no_proc_connector = true;
     } else {
       throw Error("SPENDCAP_TEST_SWITCHES " + it->second, "unknown switch " + name,
-                  "known: no-cgroup, no-subreaper, no-ceilings");
+                  "known: no-cgroup, no-subreaper, no-ceilings, no-proc-connector");
     }
   }
   return switches;
@@ -613,8 +615,8 @@ void record_final(Supervisor& supervisor, const std::string& ledger_url, const R
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
-int check_crash_loop(const RunRequest& request, const RunSettings& settings,
-                     const RunStart& start, Ledger& ledger, const Reporter& reporter) {
+int check_crash_loop(const RunRequest& request, const RunSettings& settings, const RunStart& start,
+                     Ledger& ledger, const Reporter& reporter) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
   if (!guard.enabled) return 0;
   CommandHistory history = ledger.command_history(start.fingerprint, to_seconds(guard.window));
@@ -637,19 +639,19 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings,
       default:
         p.ended = PastRun::Ended::other;
     }
-    p.crash_loop_refusal = run.status == RunStatus::refused &&
-                           run.reason.find(kCrashLoopReason) != std::string::npos;
+    p.crash_loop_refusal =
+        run.status == RunStatus::refused && run.reason.find(kCrashLoopReason) != std::string::npos;
     past.push_back(p);
   }
-  CrashLoopVerdict verdict = decide_crash_loop(past, history.now, guard.max_failures,
-                                               guard.window, request.retry_backoff);
+  CrashLoopVerdict verdict =
+      decide_crash_loop(past, history.now, guard.max_failures, guard.window, request.retry_backoff);
   if (verdict.refuse) {
     ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
     // The `refused` event goes out once per window (verdict.send_refused_event): the hook for
     // the notifier, which sends it from here when it is built.
     Admission refused;
-    refused.refusal = verdict.message +
-                      (verdict.send_refused_event ? "" : " (refused before in this window)");
+    refused.refusal =
+        verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");
     refused.run_budget = settings.budget;
     return refuse(request, settings, start.id, refused, reporter);
   }
@@ -770,6 +772,12 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
   plan.guards = make_guard_plan(request, settings, run_dir);
+  RespawnLoopGuard respawn =
+      settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
+  if (respawn.enabled) {
+    plan.guards.respawn = RespawnPlan{respawn.max_restarts, respawn.window, respawn.min_life,
+                                      !switches.no_proc_connector};
+  }
   plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
   };

@@ -474,7 +474,8 @@ CommandHistory BudgetLedger::command_history(const std::string& fingerprint,
   return transact(Access::read, [&](StoreTxn& txn) {
     CommandHistory history;
     history.now = txn.now();
-    for (const RunRecord& run : txn.runs_of_fingerprint(fingerprint, history.now - window_seconds)) {
+    for (const RunRecord& run :
+         txn.runs_of_fingerprint(fingerprint, history.now - window_seconds)) {
       history.runs.push_back(view_of(run, history.now));
     }
     return history;

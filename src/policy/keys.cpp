@@ -328,14 +328,20 @@ std::vector<PolicyKey> build_keys() {
           .at_least(Scale::duration, "shorter")
           .implied(always, duration_text(crash_loop.window)));
   add(Row("/guards/respawn_loop", optional_section(&Guards::respawn_loop, "/guards/respawn_loop"))
-          .by_key()
-          .no_effect_yet("the respawn-loop guard"));
+          .by_key());
+  add(Row("/guards/respawn_loop/enabled", value(&RespawnLoopGuard::enabled, boolean))
+          .on_kept()
+          .implied(always, respawn_loop.enabled));
   add(Row("/guards/respawn_loop/max_restarts", value(&RespawnLoopGuard::max_restarts, count))
           .at_most(Scale::number, "more")
-          .implied(with_parent, respawn_loop.max_restarts));
+          .implied(always, respawn_loop.max_restarts));
   add(Row("/guards/respawn_loop/window", value(&RespawnLoopGuard::window, positive_duration))
           .at_least(Scale::duration, "shorter")
-          .implied(with_parent, duration_text(respawn_loop.window)));
+          .implied(always, duration_text(respawn_loop.window)));
+  // A longer minimum life makes the fallback warn about more.
+  add(Row("/guards/respawn_loop/min_life", value(&RespawnLoopGuard::min_life, positive_duration))
+          .at_least(Scale::duration, "shorter")
+          .implied(always, duration_text(respawn_loop.min_life)));
   add(Row("/guards/idle_gpu", optional_section(&Guards::idle_gpu, "/guards/idle_gpu"))
           .by_key()
           .no_effect_yet("GPU measurement (NVML)"));

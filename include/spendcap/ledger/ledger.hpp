@@ -251,8 +251,7 @@ class Ledger {
   // --- the crash-loop guard ---
   // The runs of one command fingerprint started within the last `window_seconds`, oldest first,
   // and the ledger's clock now (unix seconds), for guards/crash_loop.hpp.
-  virtual CommandHistory command_history(const std::string& fingerprint,
-                                         double window_seconds) = 0;
+  virtual CommandHistory command_history(const std::string& fingerprint, double window_seconds) = 0;
   // Records a run refused before admission (runaway:crash-loop): a refused row that holds nothing.
   virtual void record_refused(const RunStart& run, const std::string& reason) = 0;
 };

@@ -95,6 +95,8 @@ struct CrashLoopGuard {
 struct RespawnLoopGuard {
   int max_restarts = 10;
   Nanos window = std::chrono::minutes(5);
+  bool enabled = true;                        // on without a policy; false turns it off
+  Nanos min_life = std::chrono::seconds(10);  // the fallback detector's "too short to be healthy"
 };
 struct IdleGpuGuard {
   double below_percent = 5;

@@ -17,6 +17,7 @@
 #include "spendcap/base/money.hpp"
 #include "spendcap/guards/progress.hpp"
 #include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/respawn_part.hpp"
 
 namespace spendcap {
 
@@ -40,6 +41,7 @@ struct GuardPlan {
   std::optional<Nanos> stall_after;  // --stall-after / guards.stall.after
   bool require_fit = false;          // --require-fit
   std::optional<BurnRateCheck> burn_rate;
+  std::optional<RespawnPlan> respawn;  // the respawn-loop guard (respawn_part.hpp)
 };
 
 // `trip` stops the run (the supervisor's single trip); `progress_out` receives what the progress

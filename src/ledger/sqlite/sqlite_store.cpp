@@ -421,8 +421,7 @@ struct SqliteStore::Impl final : StoreTxn {
   std::vector<RunRecord> runs_due(double now) override;
   bool any_run_due(double now) override;
   std::vector<RunRecord> runs_of_job(const std::string& job_key) override;
-  std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint,
-                                             double since) override;
+  std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint, double since) override;
   void read_progress(RunRecord& run);
   std::int64_t count_unfinished(const Scope& scope, DayRange days) override;
   Money overrun(const Scope& scope, DayRange days) override;
@@ -576,9 +575,9 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
              r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0, r.id);
   q.run();
   if (r.metric_name || r.units || r.egress_gb) {
-    auto progress =
-        query("UPDATE runs SET metric_name = ?, metric_value = ?, units = ?, egress_gb = ? "
-              "WHERE id = ?");
+    auto progress = query(
+        "UPDATE runs SET metric_name = ?, metric_value = ?, units = ?, egress_gb = ? "
+        "WHERE id = ?");
     progress.bind_all(r.metric_name, r.metric_value, r.units, r.egress_gb, r.id);
     progress.run();
   }

@@ -2,6 +2,7 @@
 
 #include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/guards/progress.hpp"
+#include "spendcap/guards/respawn_loop.hpp"
 #include "spendcap/guards/run_guard.hpp"
 
 using namespace spendcap;
@@ -174,4 +175,30 @@ TEST_CASE("retry back-off: 10s doubling, capped at 5m, from the last failure") {
   CHECK(verdict.backoff > seconds(16));
   CHECK(verdict.backoff <= seconds(17));
   CHECK(decide_crash_loop(history, now, 5, minutes(10), false).backoff == Nanos{});
+}
+
+TEST_CASE("respawn tracker: restarts after abnormal exits only, more than N in the window") {
+  const TimePoint t0 = TimePoint(hours(1000));
+  RespawnTracker tracker(10, minutes(5));
+  std::string crash = respawn_key("/usr/bin/python3", "python3 crash.py", 42);
+  std::string healthy = respawn_key("/usr/bin/python3", "python3 worker.py", 42);
+  int restarts = 0;
+  tracker.started(crash, t0);  // the first start is no restart
+  for (int i = 1; i <= 11; ++i) {
+    tracker.exited(crash, t0 + seconds(i), true);
+    restarts = tracker.started(crash, t0 + seconds(i));
+    CHECK(tracker.over(restarts) == (i > 10));
+  }
+  CHECK(restarts == 11);
+  for (int i = 0; i < 50; ++i) {
+    tracker.exited(healthy, t0 + seconds(i), false);
+    CHECK(tracker.started(healthy, t0 + seconds(i)) == 0);
+  }
+  // Outside the window the old restarts no longer count.
+  tracker.exited(crash, t0 + minutes(20), true);
+  CHECK(tracker.started(crash, t0 + minutes(20)) == 1);
+  // The fallback: a replacement counts when its predecessor lived less than the minimum life.
+  RespawnTracker fallback(10, minutes(5));
+  CHECK(fallback.replaced(crash, t0, seconds(11), seconds(10)) == 0);
+  CHECK(fallback.replaced(crash, t0, seconds(1), seconds(10)) == 1);
 }
