@@ -49,6 +49,12 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option(
       "--isolation", request.isolation,
       "pid (default where the kernel allows it: the job cannot signal spendcap) or none");
+  run.add_option("--stall-after", request.stall_after,
+                 "stop the run (123) when no progress line came for this long");
+  run.add_flag("--require-fit", request.require_fit,
+               "stop the run (123) when its projected total exceeds its budget");
+  run.add_flag("--retry-backoff", request.retry_backoff,
+               "after recent failures of the same command, wait 10s doubling (max 5m) first");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH, a path or postgresql://...");

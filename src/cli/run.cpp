@@ -15,6 +15,7 @@
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/webhooks.hpp"
+#include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -64,6 +65,7 @@ nlohmann::json flags_layer(const RunRequest& request) {
   duration(request.interval, "--interval");
   duration(request.sync, "--sync");
   duration(request.claim_horizon, "--claim-horizon");
+  duration(request.stall_after, "--stall-after");
   if (request.checkpoint_signal) {
     auto signal = parse_signal(*request.checkpoint_signal);
     if (!signal || *signal == SIGKILL || *signal == SIGSTOP) {
@@ -262,9 +264,11 @@ TestSwitches TestSwitches::from(const Environment& env) {
       switches.no_subreaper = true;
     } else if (name == "no-ceilings") {
       switches.no_ceilings = true;
+    } else if (name == "no-proc-connector") {
+      switches.no_proc_connector = true;
     } else {
       throw Error("SPENDCAP_TEST_SWITCHES " + it->second, "unknown switch " + name,
-                  "known: no-cgroup, no-subreaper, no-ceilings");
+                  "known: no-cgroup, no-subreaper, no-ceilings, no-proc-connector");
     }
   }
   return switches;
@@ -459,8 +463,10 @@ class RunDir {
 
   const std::string& path() const { return path_; }
   std::string checkpoint_done() const { return checkpoint_done_path(path_); }
+  std::string progress() const { return path_ + "/progress.jsonl"; }
   void remove() noexcept {
     ::unlink(checkpoint_done().c_str());
+    ::unlink(progress().c_str());
     ::rmdir(path_.c_str());
   }
 
@@ -620,7 +626,8 @@ LaunchSpec make_launch_spec(const RunRequest& request, const std::string& execut
                        settings.project,
                        admission.run_budget ? to_decimal(*admission.run_budget) : "",
                        signal_name(settings.checkpoint_signal),
-                       run_dir.checkpoint_done()};
+                       run_dir.checkpoint_done(),
+                       run_dir.progress()};
   LaunchSpec spec;
   spec.executable = executable;
   spec.argv = request.command;
@@ -716,6 +723,12 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   final.spend = outcome.spend;
   final.elapsed_seconds = outcome.elapsed_seconds;
   if (outcome.gpu) final.gpu = to_run_gpu(*outcome.gpu);
+  if (outcome.progress) {
+    final.metric_name = outcome.progress->metric_name;
+    final.metric_value = outcome.progress->metric_value;
+    final.units = outcome.progress->units;
+    final.egress_gb = outcome.progress->egress_gb;
+  }
   std::string error = supervisor.record_final(final, kFinalRowTimeout);
   if (error.empty()) return true;
   try {
@@ -745,6 +758,88 @@ RunFacts run_facts(const RunSettings& settings, const std::vector<std::string>& 
   facts.budget = admission.run_budget ? admission.run_budget : settings.budget;
   facts.rate_per_hour = settings.rate_per_hour;
   return facts;
+}
+
+// The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
+// --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
+int check_crash_loop(const RunRequest& request, const RunSettings& settings, const RunStart& start,
+                     Ledger& ledger, const Reporter& reporter) {
+  CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
+  if (!guard.enabled) return 0;
+  CommandHistory history = ledger.command_history(start.fingerprint, to_seconds(guard.window));
+  std::vector<PastRun> past;
+  for (const RunView& run : history.runs) {
+    PastRun p;
+    p.started_at = run.started_at;
+    p.finished_at = run.finished_at;
+    switch (run.status) {
+      case RunStatus::running:
+        p.ended = PastRun::Ended::running;
+        break;
+      case RunStatus::succeeded:
+        p.ended = PastRun::Ended::succeeded;
+        break;
+      case RunStatus::failed:
+        // A run spendcap could not launch failed by no fault of the command.
+        p.ended = run.reason == "not launched" ? PastRun::Ended::other : PastRun::Ended::failed;
+        break;
+      default:
+        p.ended = PastRun::Ended::other;
+    }
+    p.crash_loop_refusal =
+        run.status == RunStatus::refused && run.reason.find(kCrashLoopReason) != std::string::npos;
+    past.push_back(p);
+  }
+  CrashLoopVerdict verdict =
+      decide_crash_loop(past, history.now, guard.max_failures, guard.window, request.retry_backoff);
+  if (verdict.refuse) {
+    ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
+    // The `refused` event goes out once per window (verdict.send_refused_event): the hook for
+    // the notifier, which sends it from here when it is built.
+    Admission refused;
+    refused.refusal =
+        verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");
+    refused.run_budget = settings.budget;
+    return refuse(request, settings, start.id, refused, reporter);
+  }
+  if (verdict.backoff > Nanos{}) {
+    reporter.line(verdict.message);
+    // The stop signals are blocked: the wait ends early on one, and spendcap dies by it.
+    sigset_t stops;
+    sigemptyset(&stops);
+    for (int signal : kStopSignals) sigaddset(&stops, signal);
+    auto seconds = std::chrono::duration_cast<std::chrono::seconds>(verdict.backoff);
+    timespec wait{static_cast<time_t>(seconds.count()),
+                  static_cast<long>((verdict.backoff - seconds).count())};
+    int signal = 0;
+    while ((signal = ::sigtimedwait(&stops, nullptr, &wait)) < 0 && errno == EINTR) {
+    }
+    if (signal > 0) reraise(signal);
+  }
+  return 0;
+}
+
+// The guards that watch the run, from the flags and the policy.
+GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings,
+                          const RunDir& run_dir) {
+  const Policy& policy = settings.loaded.policy;
+  GuardPlan plan;
+  plan.progress_path = run_dir.progress();
+  plan.require_fit = request.require_fit;
+  if (policy.guards.stall) plan.stall_after = policy.guards.stall->after;
+  // The burn-rate guard: on where the experiment's budget says what it expects per hour.
+  auto experiments = policy.budgets.find(ScopeKind::experiment);
+  if (!settings.experiment.empty() && experiments != policy.budgets.end()) {
+    auto spec = experiments->second.find(settings.experiment);
+    if (spec != experiments->second.end() && spec->second.expected_per_hour) {
+      BurnRateCheck check;
+      check.factor = policy.guards.burn_rate.value_or(BurnRateGuard{}).factor;
+      check.expected_per_hour = *spec->second.expected_per_hour;
+      check.experiment = settings.experiment;
+      plan.burn_rate = check;
+    }
+  }
+  return plan;
 }
 
 }  // namespace
@@ -785,7 +880,9 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
   require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
-  Admission admission = ledger->begin_run(make_run_start(settings, request.command, run_id));
+  RunStart start = make_run_start(settings, request.command, run_id);
+  if (int code = check_crash_loop(request, settings, start, *ledger, reporter)) return code;
+  Admission admission = ledger->begin_run(start);
   RunFacts facts = run_facts(settings, request.command, run_id, admission);
   if (!admission.admitted) {
     if (!webhooks.empty()) {
@@ -845,6 +942,13 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
   plan.ledger = ledger->url();
+  plan.guards = make_guard_plan(request, settings, run_dir);
+  RespawnLoopGuard respawn =
+      settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
+  if (respawn.enabled) {
+    plan.guards.respawn = RespawnPlan{respawn.max_restarts, respawn.window, respawn.min_life,
+                                      !switches.no_proc_connector};
+  }
   plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
     return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
   };

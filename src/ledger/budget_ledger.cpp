@@ -87,6 +87,7 @@ RunView view_of(const RunRecord& r, double now) {
   view.would_stop_at = r.would_stop_at;
   view.would_stop_reason = r.would_stop_reason;
   view.gpu = r.gpu;
+  view.fingerprint = r.fingerprint;
   return view;
 }
 
@@ -486,6 +487,30 @@ void BudgetLedger::record_would_stop(const std::string& run_id, const std::strin
   });
 }
 
+CommandHistory BudgetLedger::command_history(const std::string& fingerprint,
+                                             double window_seconds) {
+  return transact(Access::read, [&](StoreTxn& txn) {
+    CommandHistory history;
+    history.now = txn.now();
+    for (const RunRecord& run :
+         txn.runs_of_fingerprint(fingerprint, history.now - window_seconds)) {
+      history.runs.push_back(view_of(run, history.now));
+    }
+    return history;
+  });
+}
+
+void BudgetLedger::record_refused(const RunStart& start, const std::string& reason) {
+  if (start.id.empty()) throw Error("run", "has no id");
+  transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    RunRecord run = new_record(start, now);  // refused, nothing held
+    run.reason = reason;
+    run.finished_at = now;
+    txn.insert_run(run);
+  });
+}
+
 bool BudgetLedger::finish_run(const RunFinal& final) {
   if (final.status == RunStatus::running) {
     throw Error("run " + final.id, "cannot be finished with status running");
@@ -508,6 +533,10 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     run.spend = final.spend;
     run.elapsed_seconds = final.elapsed_seconds;
     if (final.gpu) run.gpu = final.gpu;
+    run.metric_name = final.metric_name;
+    run.metric_value = final.metric_value;
+    run.units = final.units;
+    run.egress_gb = final.egress_gb;
     run.reconciled = false;
     // Recorded with its true spend, never hidden: the rule's sum is then over budget by the
     // overrun, and `budgets` says so.

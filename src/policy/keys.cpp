@@ -150,6 +150,7 @@ class Row {
   Row& enforce_kept() { return rule(Tightening::enforce_kept); }
   Row& signal_kept() { return rule(Tightening::signal_kept); }
   Row& pid_kept() { return rule(Tightening::pid_kept); }
+  Row& on_kept() { return rule(Tightening::on_kept); }
   Row& implied(Implied when, json value) {
     key_.implied = when;
     key_.default_value = std::move(value);
@@ -303,8 +304,7 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/budgets/*/*/max_run", value(&BudgetSpec::max_run, positive_money))
           .at_most(Scale::number, "more"));
   add(Row("/budgets/*/*/expected_per_hour", value(&BudgetSpec::expected_per_hour, positive_money))
-          .at_most(Scale::number, "more")
-          .no_effect_yet("the burn-rate guard"));
+          .at_most(Scale::number, "more"));
   add(Row("/budgets/*/*/metric", value(&BudgetSpec::metric, text)).any());
   add(Row("/budgets/*/*/baseline_metric", value(&BudgetSpec::baseline_metric, number_in({})))
           .any());
@@ -312,27 +312,37 @@ std::vector<PolicyKey> build_keys() {
           .any());
 
   // A guard the locked policy leaves off, a layer may add with any values; one it turns on keeps
-  // at least its defaults.
-  add(Row("/guards", section(&Policy::guards, "/guards"))
-          .by_key()
-          .no_effect_yet("the runaway guards"));
+  // at least its defaults. The crash-loop guard is on without a policy: a locked policy's defaults
+  // hold whether it writes them down or not, and only "enabled": false turns it off.
+  add(Row("/guards", section(&Policy::guards, "/guards")).by_key());
   add(Row("/guards/crash_loop", optional_section(&Guards::crash_loop, "/guards/crash_loop"))
           .by_key());
+  add(Row("/guards/crash_loop/enabled", value(&CrashLoopGuard::enabled, boolean))
+          .on_kept()
+          .implied(always, crash_loop.enabled));
   add(Row("/guards/crash_loop/max_failures", value(&CrashLoopGuard::max_failures, count))
           .at_most(Scale::number, "more")
-          .implied(with_parent, crash_loop.max_failures));
+          .implied(always, crash_loop.max_failures));
   add(Row("/guards/crash_loop/window", value(&CrashLoopGuard::window, positive_duration))
           .at_least(Scale::duration, "shorter")
-          .implied(with_parent, duration_text(crash_loop.window)));
+          .implied(always, duration_text(crash_loop.window)));
   add(Row("/guards/respawn_loop", optional_section(&Guards::respawn_loop, "/guards/respawn_loop"))
           .by_key());
+  add(Row("/guards/respawn_loop/enabled", value(&RespawnLoopGuard::enabled, boolean))
+          .on_kept()
+          .implied(always, respawn_loop.enabled));
   add(Row("/guards/respawn_loop/max_restarts", value(&RespawnLoopGuard::max_restarts, count))
           .at_most(Scale::number, "more")
-          .implied(with_parent, respawn_loop.max_restarts));
+          .implied(always, respawn_loop.max_restarts));
   add(Row("/guards/respawn_loop/window", value(&RespawnLoopGuard::window, positive_duration))
           .at_least(Scale::duration, "shorter")
-          .implied(with_parent, duration_text(respawn_loop.window)));
-  add(Row("/guards/idle_gpu", optional_section(&Guards::idle_gpu, "/guards/idle_gpu")).by_key());
+          .implied(always, duration_text(respawn_loop.window)));
+  // A longer minimum life makes the fallback warn about more.
+  add(Row("/guards/respawn_loop/min_life", value(&RespawnLoopGuard::min_life, positive_duration))
+          .at_least(Scale::duration, "shorter")
+          .implied(always, duration_text(respawn_loop.min_life)));
+  add(Row("/guards/idle_gpu", optional_section(&Guards::idle_gpu, "/guards/idle_gpu"))
+          .by_key());
   add(Row("/guards/idle_gpu/below_percent",
           value(&IdleGpuGuard::below_percent, number_in({0, true, 100, false})))
           .at_least(Scale::number, "lower")
@@ -343,7 +353,8 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/guards/stall", optional_section(&Guards::stall, "/guards/stall")).by_key());
   add(Row("/guards/stall/after", value(&StallGuard::after, positive_duration))
           .at_most(Scale::duration, "longer")
-          .implied(with_parent, duration_text(stall.after)));
+          .implied(with_parent, duration_text(stall.after))
+          .flag("--stall-after"));
   add(Row("/guards/burn_rate", optional_section(&Guards::burn_rate, "/guards/burn_rate")).by_key());
   // A factor below 1 would warn about a run that burns less than expected.
   add(Row("/guards/burn_rate/factor", value(&BurnRateGuard::factor, number_in({1})))

@@ -148,6 +148,9 @@ std::optional<std::string> violation(const PolicyKey& rule, const json* locked, 
         return std::nullopt;
       }
       return got + " would loosen the locked enforce mode";
+    case Tightening::on_kept:
+      if (!locked || *locked != true || upper == true) return std::nullopt;
+      return got + " would turn off what the locked policy keeps on";
     case Tightening::pid_kept:
       if (!locked || *locked != to_string(Isolation::pid) || upper == to_string(Isolation::pid)) {
         return std::nullopt;

@@ -41,6 +41,20 @@ nlohmann::json gpu_to_json(const GpuReport& report) {
   return json;
 }
 
+// What the job reported, and the costs from it; a figure it did not report is left out.
+nlohmann::json progress_json(const ProgressState& p) {
+  nlohmann::json json = {{"good_lines", p.good_lines}, {"bad_lines", p.bad_lines}};
+  if (p.step) json["step"] = *p.step;
+  if (p.total_steps) json["total_steps"] = *p.total_steps;
+  if (p.metric_name) json["metric"] = {{*p.metric_name, *p.metric_value}};
+  if (p.units) json["units"] = *p.units;
+  if (p.egress_gb) json["egress_gb"] = *p.egress_gb;
+  if (auto cost = cost_per_step(p)) json["cost_per_step"] = *cost;
+  if (auto cost = cost_per_thousand_units(p)) json["cost_per_thousand_units"] = *cost;
+  if (auto total = projected_total(p)) json["projected_total"] = money_to_json(*total);
+  return json;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const RunOutcome& outcome) {
@@ -74,6 +88,7 @@ nlohmann::json to_json(const RunOutcome& outcome) {
   if (!outcome.tree_tracking.empty()) json["tree_tracking"] = outcome.tree_tracking;
   if (!outcome.isolation.empty()) json["isolation"] = outcome.isolation;
   if (outcome.gpu) json["gpu"] = gpu_to_json(*outcome.gpu);
+  if (outcome.progress) json["progress"] = progress_json(*outcome.progress);
   return json;
 }
 

@@ -140,6 +140,7 @@ std::vector<std::string> job_environment(const Environment& env, const JobIdenti
   set("SPENDCAP_BUDGET_USD", identity.budget_usd);
   set("SPENDCAP_CHECKPOINT_SIGNAL", identity.checkpoint_signal);
   set("SPENDCAP_CHECKPOINT_DONE", identity.checkpoint_done);
+  set("SPENDCAP_PROGRESS", identity.progress);
   std::vector<std::string> entries;
   entries.reserve(job.size());
   for (const auto& [name, value] : job) entries.push_back(name + "=" + value);

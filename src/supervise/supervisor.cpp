@@ -236,6 +236,18 @@ class Supervisor::Impl {
           if (!trip_ && running()) trip(stop, now());
         },
         outcome_.gpu));
+    parts_.push_back(make_guard_part(
+        io_, reporter_, meter_, plan_,
+        [this](const Trip& runaway) {
+          if (running()) trip(runaway, now());
+        },
+        outcome_.progress));
+    if (plan_.guards.respawn) {
+      parts_.push_back(
+          make_respawn_part(io_, reporter_, plan_, guard_.pid, [this](const Trip& runaway) {
+            if (running()) trip(runaway, now());
+          }));
+    }
     outcome_.run_id = plan_.run_id;
     outcome_.currency = plan_.currency;
     outcome_.rate_per_hour = plan_.rate_per_hour;

@@ -38,15 +38,20 @@ struct RunRequest {
   std::vector<std::string> webhook_urls;  // --webhook URL (visible to any user's ps)
   // --estimate-steps N --step-time T: refused when the estimate does not fit (report_commands.hpp).
   std::optional<std::string> estimate_steps, step_time;
+  // The runaway guards (README, "Runaway guards and the progress channel").
+  std::optional<std::string> stall_after;  // sets guards.stall.after
+  bool require_fit = false;                // stop a run whose projection exceeds its budget
+  bool retry_backoff = false;              // wait out recent failures instead of starting at once
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
 // separated). Refused under a locked policy: they would let a job escape its tree or its budget.
 struct TestSwitches {
-  bool no_cgroup = false;     // follow the tree by parentage only (the fallback)
-  bool no_subreaper = false;  // neither the guard nor spendcap is a subreaper
-  bool no_ceilings = false;   // grants ignore other runs: shared budgets overshoot
-  bool any() const { return no_cgroup || no_subreaper || no_ceilings; }
+  bool no_cgroup = false;          // follow the tree by parentage only (the fallback)
+  bool no_subreaper = false;       // neither the guard nor spendcap is a subreaper
+  bool no_ceilings = false;        // grants ignore other runs: shared budgets overshoot
+  bool no_proc_connector = false;  // the respawn-loop guard's fallback detector
+  bool any() const { return no_cgroup || no_subreaper || no_ceilings || no_proc_connector; }
   static TestSwitches from(const Environment& env);
 };
 

@@ -50,6 +50,8 @@ class BudgetLedger : public Ledger {
   AcceptedResult accept_run(const std::string& run_id, const std::string& note,
                             const std::string& accepted_by) override;
   std::vector<AcceptedResult> accepted_results() override;
+  CommandHistory command_history(const std::string& fingerprint, double window_seconds) override;
+  void record_refused(const RunStart& run, const std::string& reason) override;
 
  protected:
   LedgerStore& store() { return *store_; }

@@ -144,6 +144,9 @@ struct RunFinal {
   Money spend;
   double elapsed_seconds = 0;  // launch until the tree was empty
   std::optional<RunGpu> gpu;   // what its GPUs did; none: GPU measurement did not run
+  // What the job last reported on its progress channel (none: it did not report it).
+  std::optional<std::string> metric_name;
+  std::optional<double> metric_value, units, egress_gb;
 };
 
 struct RunView {
@@ -168,6 +171,7 @@ struct RunView {
   std::optional<double> would_stop_at;  // warn mode: when it would have been stopped, and why
   std::string would_stop_reason;
   std::optional<RunGpu> gpu;  // none: no GPU record (run_gpu.hpp)
+  std::string fingerprint;  // of team + experiment + command (the crash-loop guard's key)
 };
 
 struct BudgetView {
@@ -218,6 +222,11 @@ struct OutboxEntry {
   double created_at = 0;   // unix seconds, the ledger's clock
   int attempts = 0;
   std::string last_error;  // redacted
+};
+
+struct CommandHistory {
+  double now = 0;
+  std::vector<RunView> runs;
 };
 
 class Ledger {
@@ -290,6 +299,12 @@ class Ledger {
   virtual AcceptedResult accept_run(const std::string& run_id, const std::string& note,
                                     const std::string& accepted_by) = 0;
   virtual std::vector<AcceptedResult> accepted_results() = 0;  // by run id
+  // --- the crash-loop guard ---
+  // The runs of one command fingerprint started within the last `window_seconds`, oldest first,
+  // and the ledger's clock now (unix seconds), for guards/crash_loop.hpp.
+  virtual CommandHistory command_history(const std::string& fingerprint, double window_seconds) = 0;
+  // Records a run refused before admission (runaway:crash-loop): a refused row that holds nothing.
+  virtual void record_refused(const RunStart& run, const std::string& reason) = 0;
 };
 
 struct LedgerOptions {

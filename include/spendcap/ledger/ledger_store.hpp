@@ -61,6 +61,9 @@ struct RunRecord {
   std::string would_stop_reason;
   std::optional<double> elapsed_seconds;
   std::optional<RunGpu> gpu;  // written with the final row (update_run); none: no GPU record
+  // The progress channel's last report (RunFinal's); stored by update_run.
+  std::optional<std::string> metric_name;
+  std::optional<double> metric_value, units, egress_gb;
 };
 
 // Per scope and UTC start day: spent = finished runs' spend, held = unfinished runs' ceilings,
@@ -98,6 +101,9 @@ class StoreTxn {
   virtual bool any_run_due(double now) = 0;
   // Every run (finished or not) with this job key.
   virtual std::vector<RunRecord> runs_of_job(const std::string& job_key) = 0;
+  // The runs of a command fingerprint started at or after `since` (unix seconds), oldest first.
+  virtual std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint,
+                                                     double since) = 0;
   // Unfinished runs of `scope` (team, experiment, project or user) that started in `days`.
   virtual std::int64_t count_unfinished(const Scope& scope, DayRange days) = 0;
   // The sum of spend above ceiling of the overrun runs of `scope` that started in `days`.

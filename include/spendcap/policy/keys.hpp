@@ -36,6 +36,7 @@ enum class Tightening {
   enforce_kept,  // enforce may not become warn
   signal_kept,   // a checkpoint signal may change, but not to none
   pid_kept,      // a locked "pid" isolation may not become "none"
+  on_kept,       // a locked true (a guard that is on) may not become false
 };
 // How at_most / at_least compare: durations as durations ("2m" > "90s"), the rest as numbers.
 enum class Scale { none, duration, number };

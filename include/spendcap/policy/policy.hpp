@@ -58,7 +58,7 @@ struct BudgetSpec {
   Money amount;
   Period period = Period::month;
   std::optional<Money> max_run;            // the most one run may be granted
-  std::optional<Money> expected_per_hour;  // for the burn-rate guard (later)
+  std::optional<Money> expected_per_hour;  // for the burn-rate guard
   std::optional<std::string> metric;       // for cost per metric point (later)
   std::optional<double> baseline_metric;
   std::optional<std::string> metric_goal;  // "max" or "min"
@@ -91,10 +91,13 @@ struct Defaults {
 struct CrashLoopGuard {
   int max_failures = 5;
   Nanos window = std::chrono::minutes(10);
+  bool enabled = true;  // on without a policy; "enabled": false turns it off
 };
 struct RespawnLoopGuard {
   int max_restarts = 10;
   Nanos window = std::chrono::minutes(5);
+  bool enabled = true;                        // on without a policy; false turns it off
+  Nanos min_life = std::chrono::seconds(10);  // the fallback detector's "too short to be healthy"
 };
 struct IdleGpuGuard {
   double below_percent = 5;

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "spendcap/base/money.hpp"
+#include "spendcap/guards/progress.hpp"
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
 
@@ -42,6 +43,7 @@ struct RunOutcome {
   std::string isolation;      // "pid" (the guard is the init of a PID namespace) or "none"
   // What the run's GPUs did; none: the run never launched.
   std::optional<GpuReport> gpu;
+  std::optional<ProgressState> progress;  // what the progress file said, when it said anything
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

@@ -1,7 +1,7 @@
 // Who and what a run is: its id, the user and host, tags from the scheduler it runs under (Slurm,
 // Kubernetes), the GPU count the environment gives it, and the environment the command gets:
 // the caller's, plus SPENDCAP_RUN_ID, _TEAM, _EXPERIMENT, _PROJECT, _BUDGET_USD,
-// _CHECKPOINT_SIGNAL, _CHECKPOINT_DONE, minus the webhook secrets the policy names.
+// _CHECKPOINT_SIGNAL, _CHECKPOINT_DONE, _PROGRESS, minus the webhook secrets the policy names.
 #pragma once
 
 #include <map>
@@ -41,6 +41,7 @@ struct JobIdentity {
   std::string budget_usd;         // "" when the run has no budget of its own
   std::string checkpoint_signal;  // "SIGUSR1" or "none"
   std::string checkpoint_done;    // the file the job may create when its checkpoint is written
+  std::string progress;           // the file the job may append progress lines to (guard_part.hpp)
 };
 
 // KEY=VALUE entries for the command: `env` with the SPENDCAP_* variables set and `secret_names`

@@ -25,6 +25,7 @@
 #include "spendcap/notify/notifier.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
+#include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
 #include "spendcap/supervise/outcome.hpp"
@@ -99,6 +100,7 @@ struct SupervisorPlan {
   // Webhook events (notify/): none when null. Outlives the supervisor.
   Notifier* notifier = nullptr;
   GpuPlan gpu;  // GPU measurement and the idle guard
+  GuardPlan guards;  // the runaway guards and the progress channel
 };
 
 class Supervisor {

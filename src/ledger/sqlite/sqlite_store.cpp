@@ -176,6 +176,15 @@ CREATE TABLE accepted_results (
   accepted_at REAL NOT NULL
 );
 )sql",
+    // v7: the progress channel's last report
+    // with the run, and the crash-loop guard's look-up of a command's recent runs.
+    R"sql(
+ALTER TABLE runs ADD COLUMN metric_name TEXT;  -- NULL: the job did not report it
+ALTER TABLE runs ADD COLUMN metric_value REAL;
+ALTER TABLE runs ADD COLUMN units REAL;
+ALTER TABLE runs ADD COLUMN egress_gb REAL;
+CREATE INDEX runs_fingerprint ON runs(fingerprint, started_at);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -483,6 +492,8 @@ struct SqliteStore::Impl final : StoreTxn {
   std::vector<RunRecord> runs_due(double now) override;
   bool any_run_due(double now) override;
   std::vector<RunRecord> runs_of_job(const std::string& job_key) override;
+  std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint, double since) override;
+  void read_progress(RunRecord& run);
   std::int64_t count_unfinished(const Scope& scope, DayRange days) override;
   Money overrun(const Scope& scope, DayRange days) override;
 
@@ -620,7 +631,20 @@ std::optional<RunRecord> SqliteStore::Impl::find_run(const std::string& id) {
   auto q = query("SELECT " SPENDCAP_RUN_COLUMNS " FROM runs WHERE id = ?");
   q.bind(id);
   if (!q.step()) return std::nullopt;
-  return read_run(q);
+  RunRecord run = read_run(q);
+  read_progress(run);
+  return run;
+}
+
+// The progress columns (v5), outside SPENDCAP_RUN_COLUMNS: only find_run needs them.
+void SqliteStore::Impl::read_progress(RunRecord& run) {
+  auto q = query("SELECT metric_name, metric_value, units, egress_gb FROM runs WHERE id = ?");
+  q.bind(run.id);
+  if (!q.step()) return;
+  if (!q.is_null(0)) run.metric_name = q.text(0);
+  run.metric_value = q.optional_f64(1);
+  run.units = q.optional_f64(2);
+  run.egress_gb = q.optional_f64(3);
 }
 
 void SqliteStore::Impl::insert_run(const RunRecord& r) {
@@ -649,6 +673,13 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
              r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0, r.id);
   q.run();
+  if (r.metric_name || r.units || r.egress_gb) {
+    auto progress = query(
+        "UPDATE runs SET metric_name = ?, metric_value = ?, units = ?, egress_gb = ? "
+        "WHERE id = ?");
+    progress.bind_all(r.metric_name, r.metric_value, r.units, r.egress_gb, r.id);
+    progress.run();
+  }
   if (r.gpu) update_run_gpu(r.id, *r.gpu);
 }
 
@@ -691,6 +722,14 @@ bool SqliteStore::Impl::any_run_due(double now) {
   auto q = query("SELECT 1 FROM runs WHERE status = 'running' AND reconcile_at <= ? LIMIT 1");
   q.bind(now);
   return q.step();
+}
+
+std::vector<RunRecord> SqliteStore::Impl::runs_of_fingerprint(const std::string& fingerprint,
+                                                              double since) {
+  auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
+                 " FROM runs WHERE fingerprint = ? AND started_at >= ? ORDER BY started_at, id");
+  q.bind_all(fingerprint, since);
+  return read_runs(q);
 }
 
 std::vector<RunRecord> SqliteStore::Impl::runs_of_job(const std::string& job_key) {

@@ -158,7 +158,7 @@ TEST_CASE("policy keys: every flag names one concrete key that the locked check 
   CHECK(flags == std::set<std::string>{"--grace", "--kill-after", "--interval", "--sync",
                                        "--claim-horizon", "--checkpoint-signal", "--pricing",
                                        "--gpus", "--gpu", "--instances", "--instance", "--mode",
-                                       "--ledger", "--isolation"});
+                                       "--ledger", "--isolation", "--stall-after"});
   CHECK(policy_key_for_flag("--job-key") == nullptr);
 }
 
@@ -185,6 +185,8 @@ std::optional<json> loosened(const PolicyKey& key, const json& locked) {
       return up ? locked.get<double>() * 2 : locked.get<double>() / 2;
     case Tightening::enforce_kept:
       return "warn";
+    case Tightening::on_kept:
+      return false;
     case Tightening::signal_kept:
     case Tightening::pid_kept:
       return "none";

@@ -522,6 +522,14 @@ TEST_CASE("policy layers: each way of loosening a locked policy is refused") {
        "/guards/crash_loop/max_failures: 10 is more than the locked 5"},
       {{{"guards", {{"crash_loop", {{"window", "5m"}}}}}},
        "/guards/crash_loop/window: 5m is shorter than the locked 10m"},
+      // Crash-loop and respawn-loop guards are on by default: a locked policy keeps them on with
+      // at least their defaults, whether it writes them down or not.
+      {{{"guards", {{"crash_loop", {{"enabled", false}}}}}},
+       "/guards/crash_loop/enabled: false would turn off what the locked policy keeps on"},
+      {{{"guards", {{"respawn_loop", {{"enabled", false}}}}}},
+       "/guards/respawn_loop/enabled: false would turn off what the locked policy keeps on"},
+      {{{"guards", {{"respawn_loop", {{"max_restarts", 20}}}}}},
+       "/guards/respawn_loop/max_restarts: 20 is more than the locked 10"},
       // The locked policy turned the stall guard on with its defaults.
       {{{"guards", {{"stall", {{"after", "1h"}}}}}},
        "/guards/stall/after: 1h is longer than the locked 1200s"},
@@ -555,7 +563,8 @@ TEST_CASE("policy layers: tightening a locked policy is allowed") {
       {{"budgets",
         {{"team", {{"nlp", {{"amount", 99999}}}}}, {"user", {{"bob", {{"amount", 5}}}}}}}},
       {{"budgets", {{"team", {{"vision", {{"expected_per_hour", 40}, {"metric", "val_acc"}}}}}}}},
-      {{"guards", {{"crash_loop", {{"max_failures", 2}, {"window", "1h"}}}}}},
+      {{"guards", {{"crash_loop", {{"max_failures", 2}, {"window", "1h"}, {"enabled", true}}}}}},
+      {{"guards", {{"respawn_loop", {{"max_restarts", 3}, {"min_life", "1m"}}}}}},
       {{"guards", {{"idle_gpu", {{"below_percent", 1}, {"for", "9h"}}}}}},  // a new guard
       {{"rates", {{"gpu", {{"a100-80gb", {{"on_demand", 4.1}}}}}}}},        // the same rate
       {{"webhooks", {{{"url_env", "MY_HOOK"}}}}, {"metrics_dir", "/tmp/m"}},

@@ -1,0 +1,79 @@
+// The progress channel: the job appends JSON lines to $SPENDCAP_PROGRESS, e.g.
+//   {"step":1200,"total_steps":50000,"metric":{"val_acc":0.83},"units":40960,"egress_gb":0.5}
+// ProgressLines splits the bytes read so far into lines with a bounded buffer (a huge line is cut
+// and skipped, never loaded); parse_progress_line reads one; ProgressState keeps what the lines
+// said last. A bad line is counted and ignored, never fatal. Pure: no file, no clock (the reader in
+// supervise/ feeds bytes and times). Not thread-safe; one run's event loop owns each.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spendcap/base/duration.hpp"
+#include "spendcap/base/money.hpp"
+
+namespace spendcap {
+
+// Longer lines are cut: a progress line is a few hundred bytes; 64 KiB leaves room for a big metric
+// object and still bounds what one read may hold in memory.
+inline constexpr std::size_t kMaxProgressLineBytes = 64 * 1024;
+
+struct ProgressLine {
+  std::optional<std::int64_t> step, total_steps;
+  std::optional<std::string> metric_name;  // the first key of "metric"
+  std::optional<double> metric_value;
+  std::optional<double> units;      // items processed so far (samples, tokens, predictions)
+  std::optional<double> egress_gb;  // data sent out so far
+};
+
+// nullopt for a line that is not a JSON object with at least one known field of the right type
+// (steps and units are non-negative; a metric is {"name": number}).
+std::optional<ProgressLine> parse_progress_line(std::string_view line);
+
+// Splits a byte stream into lines, holding at most kMaxProgressLineBytes of an unfinished line.
+class ProgressLines {
+ public:
+  explicit ProgressLines(std::size_t max_line_bytes = kMaxProgressLineBytes)
+      : max_line_bytes_(max_line_bytes) {}
+  // The complete lines in `bytes` (with what was held before); lines over the limit are dropped
+  // and counted in oversized().
+  std::vector<std::string> feed(std::string_view bytes);
+  std::int64_t oversized() const { return oversized_; }
+
+ private:
+  std::size_t max_line_bytes_;
+  std::string partial_;
+  bool skipping_ = false;  // inside a line that was already too long
+  std::int64_t oversized_ = 0;
+};
+
+struct ProgressState {
+  std::optional<std::int64_t> step, total_steps;
+  std::optional<std::string> metric_name;
+  std::optional<double> metric_value;
+  std::optional<double> units, egress_gb;
+  std::int64_t good_lines = 0, bad_lines = 0;
+  std::optional<TimePoint> last_line_at;  // when the last good line was read
+  Money spend_at_last_line;               // the run's spend when it was read
+
+  // Folds one line in (nullopt: a bad line), read at `at` when the spend was `spend`.
+  void apply(const std::optional<ProgressLine>& line, TimePoint at, Money spend);
+};
+
+// Costs from what the job reported, at the spend when the last line was read; nullopt where the
+// job did not report what it needs (never 0 for "not known").
+std::optional<double> cost_per_step(const ProgressState& state);
+std::optional<double> cost_per_thousand_units(const ProgressState& state);
+// spend / step x total_steps: the total the run will cost at its pace so far.
+std::optional<Money> projected_total(const ProgressState& state);
+
+// "$0.0012": four significant digits, for per-step costs below a cent.
+std::string format_unit_cost(double amount, std::string_view currency = "USD");
+
+// "progress: step 1200 of 50000, $0.0012/step, $0.03 per 1000 units, projected $60.00"
+std::string progress_summary(const ProgressState& state, std::string_view currency);
+
+}  // namespace spendcap

@@ -1,0 +1,54 @@
+// The runaway guards as a part of the run (run_part.hpp): at every interval it reads the new lines
+// of the progress file ($SPENDCAP_PROGRESS, in the run directory; bounded reads, a huge line cut),
+// asks each guard (guards/run_guard.hpp) and acts: a warning is printed, a stop goes through the
+// supervisor's trip. It prints what the progress says (cost per step, per 1000 units, the projected
+// total) when new lines came, at most every kProgressLineEvery, and once at the end. Called from
+// the event loop only.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "spendcap/base/duration.hpp"
+#include "spendcap/base/money.hpp"
+#include "spendcap/guards/progress.hpp"
+#include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/respawn_part.hpp"
+
+namespace spendcap {
+
+class Meter;
+class Reporter;
+class RunPart;
+struct SupervisorPlan;
+
+// Progress lines on stderr at most this often: a job that reports every step must not flood it.
+inline constexpr Nanos kProgressLineEvery = std::chrono::seconds(10);
+
+struct BurnRateCheck {
+  double factor = 2.0;
+  Money expected_per_hour;
+  std::string experiment;
+};
+
+// What the run's guards are, decided by `spendcap run` from flags and the policy.
+struct GuardPlan {
+  std::string progress_path;         // $SPENDCAP_PROGRESS ("": no progress channel)
+  std::optional<Nanos> stall_after;  // --stall-after / guards.stall.after
+  bool require_fit = false;          // --require-fit
+  std::optional<BurnRateCheck> burn_rate;
+  std::optional<RespawnPlan> respawn;  // the respawn-loop guard (respawn_part.hpp)
+};
+
+// `trip` stops the run (the supervisor's single trip); `progress_out` receives what the progress
+// file said, at the end, when it said anything.
+std::unique_ptr<RunPart> make_guard_part(boost::asio::io_context& io, const Reporter& reporter,
+                                         const Meter& meter, const SupervisorPlan& plan,
+                                         std::function<void(const Trip&)> trip,
+                                         std::optional<ProgressState>& progress_out);
+
+}  // namespace spendcap

@@ -1,0 +1,61 @@
+#include "spendcap/guards/crash_loop.hpp"
+
+#include <algorithm>
+
+namespace spendcap {
+
+Nanos retry_backoff(int failures) {
+  if (failures <= 0) return Nanos{};
+  constexpr Nanos first = std::chrono::seconds(10), cap = std::chrono::minutes(5);
+  Nanos wait = first;
+  for (int i = 1; i < failures && wait < cap; ++i) wait *= 2;
+  return std::min(wait, cap);
+}
+
+CrashLoopVerdict decide_crash_loop(const std::vector<PastRun>& history, double now,
+                                   int max_failures, Nanos window, bool retry_backoff_on) {
+  CrashLoopVerdict verdict;
+  double window_start = now - to_seconds(window);
+  // The count restarts at the latest success, whenever it was.
+  double since = window_start;
+  for (const PastRun& run : history) {
+    if (run.ended == PastRun::Ended::succeeded) {
+      since = std::max(since, run.finished_at.value_or(run.started_at));
+    }
+  }
+  std::optional<double> last_failure;
+  for (const PastRun& run : history) {
+    if (run.ended != PastRun::Ended::failed) continue;
+    double at = run.finished_at.value_or(run.started_at);
+    if (at < since) continue;
+    ++verdict.failures;
+    last_failure = std::max(last_failure.value_or(at), at);
+  }
+  std::string count = std::to_string(verdict.failures) + " failures of this command in the last " +
+                      format_duration(window);
+  if (verdict.failures >= max_failures) {
+    verdict.refuse = true;
+    bool refused_already = std::any_of(history.begin(), history.end(), [&](const PastRun& run) {
+      return run.crash_loop_refusal && run.started_at >= since;
+    });
+    verdict.send_refused_event = !refused_already;
+    verdict.message = std::string(kCrashLoopReason) + ": " + count +
+                      " with no success since (limit " + std::to_string(max_failures) +
+                      "); fix the command, or wait for the window to pass";
+    return verdict;
+  }
+  if (retry_backoff_on && verdict.failures > 0) {
+    // The wait runs from the last failure: a retry that comes late waits only the rest.
+    Nanos full = retry_backoff(verdict.failures);
+    double waited = now - *last_failure;
+    Nanos left = full - std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(waited));
+    if (left > Nanos{}) {
+      verdict.backoff = left;
+      verdict.message =
+          "retry back-off: " + count + "; waiting " + format_duration(left) + " before starting";
+    }
+  }
+  return verdict;
+}
+
+}  // namespace spendcap

@@ -1,0 +1,161 @@
+#include "spendcap/guards/progress.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace spendcap {
+
+namespace {
+
+std::optional<double> non_negative(const nlohmann::json& value) {
+  if (!value.is_number()) return std::nullopt;
+  double number = value.get<double>();
+  if (!std::isfinite(number) || number < 0) return std::nullopt;
+  return number;
+}
+
+std::optional<std::int64_t> whole(const nlohmann::json& value) {
+  if (!value.is_number_integer() && !value.is_number_unsigned()) return std::nullopt;
+  if (value.is_number_unsigned() && value.get<std::uint64_t>() > INT64_MAX) return std::nullopt;
+  std::int64_t number = value.get<std::int64_t>();
+  if (number < 0) return std::nullopt;
+  return number;
+}
+
+}  // namespace
+
+std::optional<ProgressLine> parse_progress_line(std::string_view text) {
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return std::nullopt;
+  ProgressLine line;
+  bool known = false;
+  // A known field of the wrong type makes the whole line bad: half a line is not trusted.
+  auto take = [&](const char* name, auto& slot, auto read) {
+    auto it = json.find(name);
+    if (it == json.end()) return true;
+    auto value = read(*it);
+    if (!value) return false;
+    slot = *value;
+    known = true;
+    return true;
+  };
+  if (!take("step", line.step, whole) || !take("total_steps", line.total_steps, whole) ||
+      !take("units", line.units, non_negative) ||
+      !take("egress_gb", line.egress_gb, non_negative)) {
+    return std::nullopt;
+  }
+  if (auto metric = json.find("metric"); metric != json.end()) {
+    if (!metric->is_object() || metric->empty()) return std::nullopt;
+    auto first = metric->begin();
+    if (!first->is_number() || !std::isfinite(first->get<double>())) return std::nullopt;
+    line.metric_name = first.key();
+    line.metric_value = first->get<double>();
+    known = true;
+  }
+  if (!known) return std::nullopt;
+  return line;
+}
+
+std::vector<std::string> ProgressLines::feed(std::string_view bytes) {
+  std::vector<std::string> lines;
+  while (!bytes.empty()) {
+    auto newline = bytes.find('\n');
+    std::string_view piece = bytes.substr(0, newline);
+    if (!skipping_) {
+      if (partial_.size() + piece.size() > max_line_bytes_) {
+        // Cut: what was held is dropped, the rest of the line is skipped as it comes.
+        partial_.clear();
+        partial_.shrink_to_fit();
+        skipping_ = true;
+        ++oversized_;
+      } else {
+        partial_.append(piece);
+      }
+    }
+    if (newline == std::string_view::npos) break;
+    if (!skipping_ && !partial_.empty()) lines.push_back(std::move(partial_));
+    partial_.clear();
+    skipping_ = false;
+    bytes.remove_prefix(newline + 1);
+  }
+  return lines;
+}
+
+void ProgressState::apply(const std::optional<ProgressLine>& line, TimePoint at, Money spend) {
+  if (!line) {
+    ++bad_lines;
+    return;
+  }
+  ++good_lines;
+  if (line->step) step = line->step;
+  if (line->total_steps) total_steps = line->total_steps;
+  if (line->metric_name) {
+    metric_name = line->metric_name;
+    metric_value = line->metric_value;
+  }
+  if (line->units) units = line->units;
+  if (line->egress_gb) egress_gb = line->egress_gb;
+  last_line_at = at;
+  spend_at_last_line = spend;
+}
+
+std::optional<double> cost_per_step(const ProgressState& state) {
+  if (!state.step || *state.step <= 0) return std::nullopt;
+  return state.spend_at_last_line.units() / static_cast<double>(*state.step);
+}
+
+std::optional<double> cost_per_thousand_units(const ProgressState& state) {
+  if (!state.units || *state.units <= 0) return std::nullopt;
+  return state.spend_at_last_line.units() / *state.units * 1000.0;
+}
+
+std::optional<Money> projected_total(const ProgressState& state) {
+  if (!state.step || !state.total_steps || *state.step <= 0) return std::nullopt;
+  double micros = static_cast<double>(state.spend_at_last_line.micros) /
+                  static_cast<double>(*state.step) * static_cast<double>(*state.total_steps);
+  if (!std::isfinite(micros) || micros > static_cast<double>(kMaxMoney.micros)) return kMaxMoney;
+  return Money{static_cast<std::int64_t>(std::llround(micros))};
+}
+
+std::string format_unit_cost(double amount, std::string_view currency) {
+  char buffer[64];
+  if (currency == "USD") {
+    std::snprintf(buffer, sizeof buffer, "$%.4g", amount);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.4g %.*s", amount, static_cast<int>(currency.size()),
+                  currency.data());
+  }
+  return buffer;
+}
+
+std::string progress_summary(const ProgressState& state, std::string_view currency) {
+  std::string line = "progress:";
+  std::string sep = " ";
+  auto add = [&](const std::string& part) {
+    line += sep + part;
+    sep = ", ";
+  };
+  if (state.step) {
+    add("step " + std::to_string(*state.step) +
+        (state.total_steps ? " of " + std::to_string(*state.total_steps) : ""));
+  }
+  if (auto per_step = cost_per_step(state)) add(format_unit_cost(*per_step, currency) + "/step");
+  if (auto per_k = cost_per_thousand_units(state)) {
+    add(format_unit_cost(*per_k, currency) + " per 1000 units");
+  }
+  if (auto total = projected_total(state)) {
+    add("projected total " + format_money(*total, std::string(currency)));
+  }
+  if (state.metric_name) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", *state.metric_value);
+    add(*state.metric_name + " " + value);
+  }
+  if (state.bad_lines > 0) add(std::to_string(state.bad_lines) + " bad lines ignored");
+  if (sep == " ") add("no progress reported yet");
+  return line;
+}
+
+}  // namespace spendcap

@@ -1,0 +1,177 @@
+#include "spendcap/supervise/guard_part.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <set>
+#include <vector>
+
+#include "spendcap/guards/run_guard.hpp"
+#include "spendcap/spend/meter.hpp"
+#include "spendcap/supervise/reporter.hpp"
+#include "spendcap/supervise/run_part.hpp"
+#include "spendcap/supervise/supervisor.hpp"
+
+namespace asio = boost::asio;
+
+namespace spendcap {
+
+namespace {
+
+// At most this much of the progress file is read per interval: a job that writes faster than
+// that is read over several intervals, and one read never holds more than this in memory.
+constexpr std::size_t kReadPerInterval = 1024 * 1024;
+
+// Reads what was appended to the progress file since the last read. The job may create it late,
+// truncate or replace it: a file shorter than what was read is read again from its start.
+class ProgressFile {
+ public:
+  explicit ProgressFile(std::string path) : path_(std::move(path)) {}
+  ~ProgressFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ProgressFile(const ProgressFile&) = delete;
+  ProgressFile& operator=(const ProgressFile&) = delete;
+
+  // The new bytes, at most kReadPerInterval.
+  std::string read_new() {
+    std::string out;
+    if (path_.empty()) return out;
+    if (fd_ < 0) {
+      fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+      if (fd_ < 0) return out;
+    }
+    std::array<char, 64 * 1024> buffer;
+    while (out.size() < kReadPerInterval) {
+      ssize_t got = ::pread(fd_, buffer.data(), buffer.size(), offset_);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      offset_ += got;
+      out.append(buffer.data(), static_cast<std::size_t>(got));
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  off_t offset_ = 0;
+};
+
+class GuardPart final : public RunPart {
+ public:
+  GuardPart(asio::io_context& io, const Reporter& reporter, const Meter& meter,
+            const SupervisorPlan& plan, std::function<void(const Trip&)> trip,
+            std::optional<ProgressState>& progress_out)
+      : timer_(io),
+        reporter_(reporter),
+        meter_(meter),
+        plan_(plan),
+        trip_(std::move(trip)),
+        progress_out_(progress_out),
+        file_(plan.guards.progress_path) {
+    const GuardPlan& g = plan.guards;
+    if (!g.progress_path.empty()) guards_.push_back(make_projection_guard(g.require_fit));
+    if (g.stall_after) guards_.push_back(make_stall_guard(*g.stall_after));
+    if (g.burn_rate) {
+      guards_.push_back(make_burn_rate_guard(g.burn_rate->factor, g.burn_rate->expected_per_hour,
+                                             g.burn_rate->experiment));
+    }
+  }
+
+  void on_launched(TimePoint) override { tick(); }
+  void on_stopping() override { stop(); }
+  void on_finish() override {
+    stop();
+    read_progress(now());
+    if (state_.good_lines + state_.bad_lines > 0) {
+      reporter_.line(progress_summary(state_, plan_.currency));
+      progress_out_ = state_;
+    }
+  }
+
+ private:
+  void stop() {
+    stopped_ = true;
+    timer_.cancel();
+  }
+
+  void read_progress(TimePoint at) {
+    std::string bytes = file_.read_new();
+    if (bytes.empty()) return;
+    Money spend = meter_.spend_at(at);
+    std::int64_t oversized_before = lines_.oversized();
+    for (const std::string& line : lines_.feed(bytes)) {
+      state_.apply(parse_progress_line(line), at, spend);
+    }
+    state_.bad_lines += lines_.oversized() - oversized_before;
+    new_lines_ = true;
+  }
+
+  void tick() {
+    if (stopped_) return;
+    TimePoint at = now();
+    read_progress(at);
+    if (new_lines_ && (!last_summary_ || at - *last_summary_ >= kProgressLineEvery)) {
+      reporter_.line(progress_summary(state_, plan_.currency));
+      last_summary_ = at;
+      new_lines_ = false;
+    }
+    GuardView view{at,
+                   *meter_.launched_at(),
+                   meter_.spend_at(at),
+                   plan_.rate_per_hour,
+                   plan_.run_budget,
+                   plan_.guards.progress_path.empty() ? nullptr : &state_,
+                   plan_.currency};
+    for (auto& guard : guards_) {
+      GuardVerdict verdict = guard->check(view);
+      if (verdict.act == GuardVerdict::Act::warn) reporter_.line(verdict.message);
+      if (verdict.act != GuardVerdict::Act::stop) continue;
+      if (plan_.mode == Mode::warn) {
+        // Warn mode stops nothing; each guard's stop is said once.
+        if (said_.insert(verdict.reason).second) {
+          reporter_.line("warn mode: " + verdict.reason + " would stop the run now (" +
+                         verdict.message + "); it goes on");
+        }
+        continue;
+      }
+      reporter_.line(verdict.message);
+      trip_(Trip{TripKind::runaway, verdict.reason, 0});
+      return;  // the trip called on_stopping
+    }
+    timer_.expires_after(plan_.interval);
+    timer_.async_wait([this](auto error) {
+      if (!error) tick();
+    });
+  }
+
+  asio::steady_timer timer_;
+  const Reporter& reporter_;
+  const Meter& meter_;
+  const SupervisorPlan& plan_;
+  std::function<void(const Trip&)> trip_;
+  std::optional<ProgressState>& progress_out_;
+  ProgressFile file_;
+  ProgressLines lines_;
+  ProgressState state_;
+  std::vector<std::unique_ptr<RunGuard>> guards_;
+  std::optional<TimePoint> last_summary_;
+  std::set<std::string> said_;
+  bool new_lines_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<RunPart> make_guard_part(asio::io_context& io, const Reporter& reporter,
+                                         const Meter& meter, const SupervisorPlan& plan,
+                                         std::function<void(const Trip&)> trip,
+                                         std::optional<ProgressState>& progress_out) {
+  return std::make_unique<GuardPart>(io, reporter, meter, plan, std::move(trip), progress_out);
+}
+
+}  // namespace spendcap
