@@ -540,6 +540,13 @@ struct PostgresStore::Impl final : StoreTxn {
     return read_runs(
         exec(std::string("SELECT ") + kRunColumns + " FROM runs WHERE job_key = $1", {job_key}));
   }
+  std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint,
+                                             double since) override {
+    return read_runs(exec(std::string("SELECT ") + kRunColumns +
+                              " FROM runs WHERE fingerprint = $1 AND started_at >= $2 "
+                              "ORDER BY started_at, id",
+                          {fingerprint, param(since)}));
+  }
   std::int64_t count_unfinished(const Scope& scope, DayRange days) override {
     return exec(std::string("SELECT count(*) FROM runs WHERE status = 'running' AND day BETWEEN "
                             "$1 AND $2 AND ") +
