@@ -120,7 +120,8 @@ std::string percent_used(const BudgetView& view) {
 // over the time since, never above its ceiling (it trips there). A lost run's is its last report.
 Money live_spend(const RunView& run, double now) {
   if (run.status != RunStatus::running || now <= run.heartbeat_at) return run.spend;
-  auto since = std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(now - run.heartbeat_at));
+  auto since =
+      std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(now - run.heartbeat_at));
   Money spend = run.spend + cost_of(run.rate_per_hour, since);
   return run.ceiling > Money{} ? std::min(spend, std::max(run.ceiling, run.spend)) : spend;
 }
@@ -243,12 +244,11 @@ int budgets_command(const LedgerChoice& choice, bool json) {
   std::vector<std::vector<std::string>> rows = {
       {"SCOPE", "PERIOD", "SINCE", "BUDGET", "USED", "USED%", "HELD", "AVAILABLE", "MEMBERS"}};
   for (const BudgetView& view : views) {
-    rows.push_back({to_string(view.rule.scope), to_string(view.rule.period),
-                    utc_date(view.period_start), format_money(view.rule.amount, currency),
-                    used_text(view, currency), percent_used(view),
-                    format_money(view.held, currency), format_money(view.remaining(), currency),
-                    view.rule.member_groups.empty() ? "anyone"
-                                                    : join(view.rule.member_groups, ",")});
+    rows.push_back(
+        {to_string(view.rule.scope), to_string(view.rule.period), utc_date(view.period_start),
+         format_money(view.rule.amount, currency), used_text(view, currency), percent_used(view),
+         format_money(view.held, currency), format_money(view.remaining(), currency),
+         view.rule.member_groups.empty() ? "anyone" : join(view.rule.member_groups, ",")});
   }
   print_table(rows);
   say_not_applied();

@@ -22,7 +22,8 @@ std::vector<gid_t> caller_groups() {
   if (count > 0) {
     std::vector<gid_t> supplementary(static_cast<std::size_t>(count));
     count = ::getgroups(count, supplementary.data());
-    if (count > 0) groups.insert(groups.end(), supplementary.begin(), supplementary.begin() + count);
+    if (count > 0)
+      groups.insert(groups.end(), supplementary.begin(), supplementary.begin() + count);
   }
   return groups;
 }
@@ -64,8 +65,8 @@ void require_membership(Ledger& ledger, const std::vector<Scope>& scopes,
     std::string which = groups.size() == 1 ? "the group " + groups.front()
                                            : "any of the groups " + join(groups, ", ");
     throw Error("--" + to_string(scope.kind) + " " + scope.name,
-                user_name() + " is not in " + which + ": only the members of " +
-                    to_string(scope) + " (and the ledger's owner) may " + action,
+                user_name() + " is not in " + which + ": only the members of " + to_string(scope) +
+                    " (and the ledger's owner) may " + action,
                 "ask the ledger's owner to add you to " +
                     (groups.size() == 1 ? groups.front() : "one of them") + ", or give a " +
                     to_string(scope.kind) + " you belong to");

@@ -104,10 +104,10 @@ Binding budgets_of(ScopeKind kind) {
 
 // A budget's members, kept in the budget (BudgetSpec::member_groups).
 Binding members_of() {
-  return {&typeid(BudgetSpec),
-          [](Reader& reader, const json& value, const Pointer& at, void* out) {
+  return {&typeid(BudgetSpec), [](Reader& reader, const json& value, const Pointer& at, void* out) {
             BudgetMembers members;
-            read_object(reader, value, at, members, schema_for<BudgetMembers>("/budgets/*/*/members"));
+            read_object(reader, value, at, members,
+                        schema_for<BudgetMembers>("/budgets/*/*/members"));
             owner<BudgetSpec>(out).member_groups = std::move(members.unix_groups);
           }};
 }
@@ -440,10 +440,10 @@ namespace {
 
 // A key (or one value of a key) that is accepted but does nothing yet.
 struct WithoutEffect {
-  std::string path;     // "/guards"
-  std::string value;    // "" for the key whatever its value, "\"measured\"" for one value
-  std::string what;     // what will make it act: "the runaway guards"
-  std::string note;     // what happens meanwhile, if anything
+  std::string path;   // "/guards"
+  std::string value;  // "" for the key whatever its value, "\"measured\"" for one value
+  std::string what;   // what will make it act: "the runaway guards"
+  std::string note;   // what happens meanwhile, if anything
 };
 
 void collect_without_effect(const json& node, std::vector<std::string>& path,

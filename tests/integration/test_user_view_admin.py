@@ -5,7 +5,6 @@ membership checked with real users and groups (needs root: see test_shared_runne
 import json
 import os
 import re
-import stat
 import subprocess
 import sys
 import unittest
@@ -324,6 +323,26 @@ class TeamMembershipTest(shared.SharedRunnerSetup):
         self.assertIn("scvision", clear.stderr)
         clear = self.spendcap(self.member, ["stop", "--clear", "--team", "vision"])
         self.assertEqual(clear.returncode, 0, clear.stderr)
+        # A member's running run: an outsider may not stop it, even by its id.
+        command = ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid",
+                   self.member, "--regid", self.member, "--init-groups", self.bin, "run",
+                   "--team", "vision", "--sync", "1s"] + SLEEP
+        process = subprocess.Popen(command, env=self.user_env(self.member), cwd=self.tmp,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(stop_process, process)
+        wait_until(lambda: self.root_sql("SELECT id FROM runs WHERE status = 'running'")
+                   or process.poll() is not None, 60, what="the member's run")
+        run_id = self.root_sql("SELECT id FROM runs WHERE status = 'running'")
+        self.assertTrue(run_id, process.stderr.read() if process.poll() is not None else "")
+        stop = self.spendcap(self.outsider, ["stop", "--run", run_id[:8]])
+        self.assertEqual(stop.returncode, 125, stop.stderr)
+        self.assertIn("scvision", stop.stderr)
+        self.assertEqual(self.root_sql("SELECT COUNT(*) FROM stop_orders WHERE cleared_at IS NULL"),
+                         "0")
+        stop = self.spendcap(self.member, ["stop", "--run", run_id[:8]])
+        self.assertEqual(stop.returncode, 0, stop.stderr)
+        process.wait(timeout=60)
+        self.assertEqual(process.returncode, 123)
         # The ledger keeps the members (budgets apply at install): the owner's view shows them.
         groups = self.root_sql("SELECT member_groups FROM budgets WHERE scope_name = 'vision'")
         self.assertEqual(json.loads(groups), ["scvision"])

@@ -639,14 +639,15 @@ std::optional<BudgetRule> SqliteStore::Impl::budget_rule(const Scope& scope) {
 
 std::vector<BudgetRule> SqliteStore::Impl::budget_rules() {
   std::vector<BudgetRule> result;
-  auto q =
-      query("SELECT scope_kind, scope_name, amount_micros, period, max_run_micros, member_groups "
-            "FROM budgets");
+  auto q = query(
+      "SELECT scope_kind, scope_name, amount_micros, period, max_run_micros, member_groups "
+      "FROM budgets");
   while (q.step()) {
     auto kind = parse_scope_kind(q.text(0));
     auto period = parse_period(q.text(3));
     if (!kind || !period) continue;  // written by a newer spendcap
-    result.push_back({{*kind, q.text(1)}, q.money(2), *period, q.optional_money(4), group_list(q, 5)});
+    result.push_back(
+        {{*kind, q.text(1)}, q.money(2), *period, q.optional_money(4), group_list(q, 5)});
   }
   return result;
 }
@@ -659,8 +660,9 @@ void SqliteStore::Impl::put_budget_rule(const BudgetRule& rule) {
       "max_run_micros = excluded.max_run_micros, member_groups = excluded.member_groups")
       .bind_all(to_string(rule.scope.kind), rule.scope.name, rule.amount, to_string(rule.period),
                 rule.max_run,
-                rule.member_groups.empty() ? std::optional<std::string>()
-                                           : std::optional(nlohmann::json(rule.member_groups).dump()))
+                rule.member_groups.empty()
+                    ? std::optional<std::string>()
+                    : std::optional(nlohmann::json(rule.member_groups).dump()))
       .run();
 }
 

@@ -56,8 +56,8 @@ TEST_CASE("locked policy: a key marked not implemented yet is refused, naming it
   const PolicyKey* metrics = find_policy_key({"metrics_dir"});
   REQUIRE(metrics != nullptr);
   if (!metrics->no_effect_yet.empty()) {
-    CHECK_THROWS_WITH_AS(load_locked(dir, with_unbuilt),
-                         doctest::Contains("invalid policy"), PolicyError);
+    CHECK_THROWS_WITH_AS(load_locked(dir, with_unbuilt), doctest::Contains("invalid policy"),
+                         PolicyError);
     try {
       load_locked(dir, with_unbuilt);
     } catch (const PolicyError& error) {
@@ -78,8 +78,9 @@ TEST_CASE("policy: a budget's members are Unix group names") {
   };
   CHECK(errors_of({{"unix_groups", {"vision", "ml-admins"}}}).empty());
   Policy policy = parse_policy(
-      json{{"budgets",
-            {{"team", {{"vision", {{"amount", 10}, {"members", {{"unix_groups", {"vision"}}}}}}}}}}},
+      json{
+          {"budgets",
+           {{"team", {{"vision", {{"amount", 10}, {"members", {{"unix_groups", {"vision"}}}}}}}}}}},
       "test");
   CHECK(policy.budgets[ScopeKind::team]["vision"].member_groups ==
         std::vector<std::string>{"vision"});
@@ -91,13 +92,16 @@ TEST_CASE("policy: a budget's members are Unix group names") {
   CHECK(errors_of({{"unix_groups", {"v", "v"}}}).front().find("listed twice") != std::string::npos);
   CHECK(errors_of({{"groups", {"v"}}}).front().find("unknown key") != std::string::npos);
   // A layer over a locked policy repeats its members; another list is refused.
-  json locked = {{"budgets", {{"team", {{"vision", {{"amount", 10}, {"members", {{"unix_groups", {"a"}}}}}}}}}}};
+  json locked = {
+      {"budgets",
+       {{"team", {{"vision", {{"amount", 10}, {"members", {{"unix_groups", {"a"}}}}}}}}}}};
   json same = locked;
   json other = {{"budgets", {{"team", {{"vision", {{"members", {{"unix_groups", {"b"}}}}}}}}}}};
   CHECK(loosening_violations(locked, same).empty());
   REQUIRE(loosening_violations(locked, other).size() == 1);
-  CHECK(loosening_violations(locked, other).front().starts_with(
-      "/budgets/team/vision/members/unix_groups"));
+  CHECK(loosening_violations(locked, other)
+            .front()
+            .starts_with("/budgets/team/vision/members/unix_groups"));
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ TEST_CASE("policy file: a duplicate key and every other error are said together"
 }
 
 TEST_CASE("policy file: a comment is answered with \"description\"") {
-  for (const char* text : {"{\n  // the lab's policy\n  \"mode\": \"warn\"\n}",
-                           "{\"mode\": \"warn\" /* why */}"}) {
+  for (const char* text :
+       {"{\n  // the lab's policy\n  \"mode\": \"warn\"\n}", "{\"mode\": \"warn\" /* why */}"}) {
     CAPTURE(text);
     auto errors = errors_of_file(text);
     REQUIRE(errors.size() == 1);

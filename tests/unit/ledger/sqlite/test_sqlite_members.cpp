@@ -31,7 +31,8 @@ TEST_CASE("SqliteLedger: a budget's members are kept with its rule") {
                                    {"vision", "ml-admins"}},
                         BudgetRule{{ScopeKind::team, "open"}, Money::from_micros(1'000'000)}},
                        true);
-  CHECK(find_rule(ledger, "vision").member_groups == std::vector<std::string>{"vision", "ml-admins"});
+  CHECK(find_rule(ledger, "vision").member_groups ==
+        std::vector<std::string>{"vision", "ml-admins"});
   CHECK(find_rule(ledger, "open").member_groups.empty());
 
   SUBCASE("a locked policy's members win over the row's") {
@@ -51,7 +52,8 @@ TEST_CASE("SqliteLedger: a budget's members are kept with its rule") {
   SUBCASE("a member list written by hand that cannot be read admits nobody") {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    REQUIRE(sqlite3_exec(db, "UPDATE budgets SET member_groups = 'vision' WHERE scope_name = 'open'",
+    REQUIRE(sqlite3_exec(db,
+                         "UPDATE budgets SET member_groups = 'vision' WHERE scope_name = 'open'",
                          nullptr, nullptr, nullptr) == SQLITE_OK);
     sqlite3_close(db);
     std::vector<std::string> groups = find_rule(ledger, "open").member_groups;
