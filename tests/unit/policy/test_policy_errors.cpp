@@ -4,6 +4,7 @@
 #include <string>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "spendcap/policy/policy.hpp"
 #include "test_support.hpp"
