@@ -771,8 +771,10 @@ int run_command(const RunRequest& request, const Inherited& inherited) {
   try {
     return run_steps(request, inherited);
   } catch (const Error& error) {
-    // Every outcome leaves a trace: 125, 126 and 127 too.
-    if (request.status_file) write_error_status(*request.status_file, error);
+    // Every outcome leaves a trace: 125, 126 and 127 too (not where the path itself was refused).
+    if (request.status_file && !error.subject().starts_with("--status-file")) {
+      write_error_status(*request.status_file, error);
+    }
     // Setup gives up at once when a stop signal comes while it waits (a locked ledger): spendcap
     // dies by that signal, as it would have without the block, once it has said why.
     if (int signal = take_pending_stop_signal()) {

@@ -141,7 +141,7 @@ class StatusFileTest(LedgerTest):
                 result = self.run_spendcap(["run", "--rate", "1", "--budget", "10",
                                             "--status-file", path] + job)
                 self.assertEqual(result.returncode, 125, result.stderr)
-                self.assertIn("--status-file", result.stderr)
+                self.assertEqual(result.stderr.count("--status-file"), 1, result.stderr)
                 self.assertFalse(os.path.exists(marker), "the job ran")
         # The negative control: a writable path runs the job.
         result = self.run_spendcap(["run", "--rate", "1", "--budget", "10", "--status-file",
