@@ -80,8 +80,60 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--estimate-steps", request.estimate_steps,
                  "refuse the run unless STEPS x --step-time fits its budgets");
   run.add_option("--step-time", request.step_time, "time per step, for --estimate-steps");
-  run.add_option("command", request.command, "the command and its arguments, after --")->required();
+  // Not required here: run says what to do when it is missing (give the command after --).
+  run.add_option("command", request.command, "the command and its arguments, after --");
   run.positionals_at_end();
+}
+
+// Typed hints in --help ("--rate USD_PER_HOUR", not "TEXT"), set by name so that a flag added
+// anywhere gets its hint here; a flag not listed keeps CLI11's.
+void name_option_types(CLI::App& command) {
+  static const std::pair<const char*, const char*> kHints[] = {
+      {"--team", "TEAM"},
+      {"--experiment", "EXPERIMENT"},
+      {"--project", "PROJECT"},
+      {"--user", "USER"},
+      {"--run", "RUN_ID"},
+      {"--tag", "KEY=VALUE"},
+      {"--job-key", "KEY"},
+      {"--rate", "USD_PER_HOUR"},
+      {"--budget", "USD"},
+      {"--gpu", "GPU_TYPE"},
+      {"--gpus", "COUNT"},
+      {"--instance", "INSTANCE_TYPE"},
+      {"--instances", "COUNT"},
+      {"--pricing", "on-demand|spot|reserved"},
+      {"--mode", "enforce|warn"},
+      {"--checkpoint-signal", "SIGNAL|none"},
+      {"--grace", "DURATION"},
+      {"--kill-after", "DURATION"},
+      {"--interval", "DURATION"},
+      {"--sync", "DURATION"},
+      {"--claim-horizon", "DURATION"},
+      {"--isolation", "pid|none"},
+      {"--status-file", "FILE"},
+      {"--policy", "FILE"},
+      {"--ledger", "sqlite:PATH|PATH"},
+      {"--reason", "TEXT"},
+      {"command", "COMMAND"},
+      {"file", "FILE"},
+      {"policy_file", "FILE"},
+  };
+  for (const auto& [name, hint] : kHints) {
+    try {
+      command.get_option(name)->type_name(hint);
+    } catch (const CLI::OptionNotFound&) {
+    }
+  }
+  for (CLI::App* sub : command.get_subcommands({})) name_option_types(*sub);
+}
+
+// The exit-status table is printed once: by `spendcap --help` and `spendcap run --help`.
+void keep_exit_table_on(CLI::App& app, const CLI::App* run) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (sub != run) sub->footer("");
+    keep_exit_table_on(*sub, run);
+  }
 }
 
 void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
@@ -108,7 +160,8 @@ int main(int argc, char** argv) {
     if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) ::open("/dev/null", O_RDWR);
   }
 
-  CLI::App app{"spendcap: a hard dollar cap on any command (ML training jobs and other long jobs)"};
+  CLI::App app{"spendcap: a hard dollar cap on any command (ML training jobs and other long jobs)",
+               "spendcap"};
   app.footer("\n" + spendcap::exit_code_table());
   app.require_subcommand(1);
   app.set_version_flag("--version", "spendcap 0.1.0");
@@ -123,6 +176,8 @@ int main(int argc, char** argv) {
   policy->require_subcommand(1);
   CLI::App* check = policy->add_subcommand("check", "validate policy files");
   check->add_option("file", policy_files, "policy files")->required();
+  CLI::App* keys =
+      policy->add_subcommand("keys", "every policy key, its flag, and whether it acts yet");
 
   spendcap::LedgerChoice choice;
   bool json = false;
@@ -149,6 +204,10 @@ int main(int argc, char** argv) {
   stop->add_option("--run", stop_request.run, "stop one run (its id)");
   stop->add_option("--reason", stop_request.reason, "why (shown to the runs' owners)");
   stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
+  stop->add_flag("--list", stop_request.list, "list the active stop orders");
+  stop->get_option("--run")->description("stop one run (its id, or any unique prefix: ps shows 8)");
+  name_option_types(app);
+  keep_exit_table_on(app, run);
 
   CLI::App* outbox = app.add_subcommand("outbox", "webhook events not delivered yet");
   outbox->require_subcommand(1);
@@ -244,12 +303,17 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     int status = app.exit(error);
+    if (status != 0 && *run && run_request.status_file) {
+      spendcap::write_error_status(*run_request.status_file,
+                                   spendcap::Error("run", error.what(), "see spendcap run --help"));
+    }
     return status == 0 ? 0 : spendcap::to_int(ExitCode::internal);
   }
 
   try {
     if (*run) return spendcap::run_command(run_request, inherited);
     if (*check) return spendcap::policy_check_command(policy_files);
+    if (*keys) return spendcap::policy_keys_command();
     if (*apply) return spendcap::budgets_apply_command(choice, apply_file);
     if (*budgets) return spendcap::budgets_command(choice, json);
     if (*ps) return spendcap::ps_command(choice, json);

@@ -13,8 +13,8 @@ std::string exit_code_table() {
          "  125  spendcap itself failed (usage, policy, ledger)\n"
          "  126  the command was found but is not executable\n"
          "  127  the command was not found\n"
-         "  killed by signal N  spendcap got SIGTERM/SIGINT/SIGHUP: it stops the job, then "
-         "re-raises N\n"
+         "  killed by signal N  spendcap got SIGTERM/SIGINT/SIGHUP/SIGQUIT: it stops the job, "
+         "then re-raises N\n"
          "       (SIGTERM: the run is recorded as preempted)\n";
 }
 

@@ -12,6 +12,7 @@
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
+#include "spendcap/cli/membership.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -29,12 +30,23 @@ constexpr int kOverrunsShownDays = 7;
 
 // The ledger `--ledger`, or else the policy's, names. While setgid the locked policy must be in
 // force, and --ledger is checked against it like any flag (it may not name another ledger).
-std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency) {
+// `owner_rules`, when given, receives the budgets `run` would apply to a personal ledger: the
+// locked policy's, else the loaded policy's (--policy is read for them even with --ledger).
+std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency,
+                                           std::vector<BudgetRule>* owner_rules = nullptr) {
   refuse_redirecting_environment(current_environment());
   LedgerOptions options;
   std::string url;
+  auto keep_rules = [owner_rules](const LoadedPolicy& loaded) {
+    if (owner_rules) {
+      *owner_rules = budget_rules_of(loaded.locked_policy ? *loaded.locked_policy : loaded.policy);
+    }
+  };
   if (choice.ledger && !installed_setgid()) {
     url = *choice.ledger;
+    if (owner_rules && choice.policy) {
+      keep_rules(load_policy(PolicySearch::from_environment(choice.policy), PolicyLayer{}));
+    }
   } else {
     nlohmann::json flags = nlohmann::json::object();
     if (choice.ledger) flags["ledger"] = *choice.ledger;
@@ -44,6 +56,7 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     if (currency) *currency = loaded.policy.currency;
     if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
+    keep_rules(loaded);
   }
   std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);
   replay_spool(*ledger);
@@ -93,13 +106,28 @@ void print_table(std::vector<std::vector<std::string>> rows) {
   }
 }
 
+// What a budget has spent: finished runs, and running runs so far (their last heartbeats).
+Money used(const BudgetView& view) {
+  return view.spent + view.live;
+}
+
 std::string percent_used(const BudgetView& view) {
   if (view.rule.amount.micros <= 0) return "-";
   char text[16];
   std::snprintf(text, sizeof text, "%.1f%%",
-                100.0 * static_cast<double>((view.spent + view.held).micros) /
+                100.0 * static_cast<double>(used(view).micros) /
                     static_cast<double>(view.rule.amount.micros));
   return text;
+}
+
+// A running run's spend now, as `squeue` would show it: its last heartbeat's spend plus its rate
+// over the time since, never above its ceiling (it trips there). A lost run's is its last report.
+Money live_spend(const RunView& run, double now) {
+  if (run.status != RunStatus::running || now <= run.heartbeat_at) return run.spend;
+  auto since =
+      std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(now - run.heartbeat_at));
+  Money spend = run.spend + cost_of(run.rate_per_hour, since);
+  return run.ceiling > Money{} ? std::min(spend, std::max(run.ceiling, run.spend)) : spend;
 }
 
 std::optional<Scope> requested_scope(const StopRequest& request) {
@@ -121,6 +149,11 @@ int policy_check_command(const std::vector<std::string>& files) {
     try {
       nlohmann::json document = read_policy_file(file);
       Policy policy = parse_policy(document, file);
+      if (policy.locked) {
+        if (auto errors = locked_keys_without_effect(document); !errors.empty()) {
+          throw PolicyError(file, std::move(errors));
+        }
+      }
       size_t budgets = 0;
       for (const auto& [kind, named] : policy.budgets) budgets += named.size();
       std::cout << file << ": ok (" << policy.gpu_rates.size() << " GPU types, "
@@ -140,17 +173,41 @@ int policy_check_command(const std::vector<std::string>& files) {
   return status;
 }
 
+int policy_keys_command() {
+  for (const PolicyKey& key : policy_keys()) {
+    if (!key.listed) continue;
+    std::string line = key.path;
+    if (!key.flag.empty()) line += "  (" + key.flag + ")";
+    if (!key.no_effect_yet.empty()) line += "  no effect yet: " + key.no_effect_yet;
+    std::cout << line << "\n";
+  }
+  return 0;
+}
+
 // Spend above ceilings is never hidden: it is in `spent`, and named.
-static std::string spent_text(const BudgetView& view, const std::string& currency) {
-  std::string text = format_money(view.spent, currency);
+static std::string used_text(const BudgetView& view, const std::string& currency) {
+  std::string text = format_money(used(view), currency);
   if (view.overrun > Money{}) text += " (overrun " + format_money(view.overrun, currency) + ")";
   return text;
 }
 
 int budgets_command(const LedgerChoice& choice, bool json) {
   std::string currency = "USD";
-  auto ledger = open_chosen_ledger(choice, &currency);
+  std::vector<BudgetRule> policy_rules;
+  auto ledger = open_chosen_ledger(choice, &currency, &policy_rules);
+  // As `run` does: loading the owner's policy applies its budgets to a personal ledger, so that
+  // `budgets --policy FILE` shows what that file applies. A shared ledger's budgets change only
+  // by `budgets apply`; those of the policy it lacks are named below the table.
+  bool personal = !policy_rules.empty() && ledger->is_personal();
+  if (personal) ledger->apply_budgets(policy_rules, false);
   std::vector<BudgetView> views = ledger->budgets();
+  std::vector<std::string> not_applied;
+  for (const BudgetRule& rule : personal ? std::vector<BudgetRule>{} : policy_rules) {
+    bool in_ledger = std::any_of(views.begin(), views.end(), [&](const BudgetView& view) {
+      return view.rule.scope == rule.scope;
+    });
+    if (!in_ledger) not_applied.push_back(to_string(rule.scope));
+  }
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const BudgetView& view : views) {
@@ -162,30 +219,43 @@ int budgets_command(const LedgerChoice& choice, bool json) {
            {"max_run", view.rule.max_run ? nlohmann::json(money_to_json(*view.rule.max_run))
                                          : nlohmann::json(nullptr)},
            {"spent", money_to_json(view.spent)},
+           {"used", money_to_json(used(view))},
+           {"available", money_to_json(view.remaining())},
            {"running", money_to_json(view.live)},
            {"held", money_to_json(view.held)},
            {"overrun", money_to_json(view.overrun)},
-           {"remaining", money_to_json(view.remaining())}});
+           {"remaining", money_to_json(view.remaining())},
+           {"members", view.rule.member_groups}});
     }
     std::cout << dump_json(out, 2) << "\n";
     return 0;
   }
+  auto say_not_applied = [&] {
+    if (not_applied.empty()) return;
+    std::cout << "not in " << ledger->url() << ": " << escape_for_terminal(join(not_applied, ", "))
+              << " (a shared ledger's owner applies the policy with `spendcap budgets apply "
+                 "POLICY`)\n";
+  };
   if (views.empty()) {
     std::cout << "no budgets in " << ledger->url()
               << " (define them in the policy; the ledger's owner applies them with `spendcap "
                  "budgets apply POLICY`)\n";
+    say_not_applied();
     return 0;
   }
+  // As sreport: USED is what was spent (running runs: so far); HELD is what running runs may
+  // still spend up to their ceilings; AVAILABLE is what new runs can be granted.
   std::vector<std::vector<std::string>> rows = {
-      {"SCOPE", "PERIOD", "SINCE", "BUDGET", "SPENT", "RUNNING", "HELD", "REMAINING", "USED"}};
+      {"SCOPE", "PERIOD", "SINCE", "BUDGET", "USED", "USED%", "HELD", "AVAILABLE", "MEMBERS"}};
   for (const BudgetView& view : views) {
-    rows.push_back({to_string(view.rule.scope), to_string(view.rule.period),
-                    utc_date(view.period_start), format_money(view.rule.amount, currency),
-                    spent_text(view, currency), format_money(view.live, currency),
-                    format_money(view.held, currency), format_money(view.remaining(), currency),
-                    percent_used(view)});
+    rows.push_back(
+        {to_string(view.rule.scope), to_string(view.rule.period), utc_date(view.period_start),
+         format_money(view.rule.amount, currency), used_text(view, currency), percent_used(view),
+         format_money(view.held, currency), format_money(view.remaining(), currency),
+         view.rule.member_groups.empty() ? "anyone" : join(view.rule.member_groups, ",")});
   }
   print_table(rows);
+  say_not_applied();
   return 0;
 }
 
@@ -225,6 +295,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"overrun", run.overrun},
                      {"mode", to_string(run.mode)},
                      {"spend", money_to_json(run.spend)},
+                     {"live_spend", money_to_json(live_spend(run, now))},
                      {"ceiling", money_to_json(run.ceiling)},
                      {"rate_per_hour", money_to_json(run.rate_per_hour)},
                      {"started_at", run.started_at},
@@ -242,7 +313,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
       {"RUN", "HOST", "PID", "TEAM", "EXPERIMENT", "STATUS", "SPEND", "CEILING", "BURN/H", "AGE"}};
   auto add_row = [&](const RunView& run, const std::string& status) {
     rows.push_back({run.id.substr(0, 8), run.host, std::to_string(run.pid), run.team,
-                    run.experiment, status, format_money(run.spend, currency),
+                    run.experiment, status, format_money(live_spend(run, now), currency),
                     format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
                     age(now - run.started_at)});
   };
@@ -256,7 +327,82 @@ int ps_command(const LedgerChoice& choice, bool json) {
   return 0;
 }
 
+namespace {
+
+// `stop --run PREFIX`: the one running run whose id starts with PREFIX (as `ps` shows them, 8
+// characters), or the one active order's run for --clear. Nothing matching, or several: 125, and
+// no order is placed.
+std::string resolve_run_prefix(Ledger& ledger, const std::string& prefix, bool clear) {
+  std::vector<std::string> ids;
+  if (clear) {
+    for (const StopOrder& order : ledger.active_stop_orders()) {
+      if (order.scope.kind == ScopeKind::run && order.scope.name.starts_with(prefix)) {
+        ids.push_back(order.scope.name);
+      }
+    }
+  } else {
+    for (const RunView& run : ledger.active_runs()) {
+      if (run.id.starts_with(prefix)) ids.push_back(run.id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (ids.size() == 1) return ids.front();
+  if (ids.size() > 1) {
+    Error error("--run " + prefix, "matches " + std::to_string(ids.size()) + " runs",
+                "give more of the id");
+    error.details = ids;
+    throw error;
+  }
+  if (clear) {
+    throw Error("--run " + prefix, "no active stop order on a run with this id",
+                "see `spendcap stop --list`");
+  }
+  std::optional<RunView> finished = ledger.find_run(prefix);
+  if (finished) {
+    throw Error("--run " + prefix, "the run is not running (" + to_string(finished->status) + ")",
+                "nothing to stop");
+  }
+  throw Error("--run " + prefix, "no running run has an id starting with this",
+              "see `spendcap ps` for the running runs' ids");
+}
+
+// Who may stop a run: its own user, the ledger's owner, and the members of each of its budgets
+// that names members.
+void require_may_stop_run(Ledger& ledger, const std::string& run_id, const std::string& action) {
+  std::optional<RunView> run = ledger.find_run(run_id);
+  if (!run || run->user == user_name()) return;
+  require_membership(ledger, named_scopes(*run), action);
+}
+
+int list_stop_orders(Ledger& ledger) {
+  std::vector<StopOrder> orders = ledger.active_stop_orders();
+  if (orders.empty()) {
+    std::cout << "no active stop orders in " << ledger.url() << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {{"SCOPE", "PLACED BY", "AGE", "REASON"}};
+  double now = wall_now();
+  for (const StopOrder& order : orders) {
+    Scope shown = order.scope;
+    if (shown.kind == ScopeKind::run) shown.name = shown.name.substr(0, 8);
+    rows.push_back({to_string(shown), order.placed_by, age(now - order.placed_at),
+                    order.reason.empty() ? "-" : order.reason});
+  }
+  print_table(rows);
+  return 0;
+}
+
+}  // namespace
+
 int stop_command(const LedgerChoice& choice, const StopRequest& request) {
+  if (request.list) {
+    if (requested_scope(request) || request.clear) {
+      throw Error("stop --list", "lists the active stop orders: give no scope and no --clear");
+    }
+    auto ledger = open_chosen_ledger(choice, nullptr);
+    return list_stop_orders(*ledger);
+  }
   auto scope = requested_scope(request);
   if (!scope) {
     throw Error("stop", "give exactly one of --team, --experiment, --project, --user, --run",
@@ -264,6 +410,14 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
   }
   require_printable_name(scope->name, "--" + to_string(scope->kind));
   auto ledger = open_chosen_ledger(choice, nullptr);
+  if (scope->kind == ScopeKind::run) {
+    scope->name = resolve_run_prefix(*ledger, scope->name, request.clear);
+    require_may_stop_run(*ledger, scope->name,
+                         request.clear ? "clear stop orders on its runs" : "stop its runs");
+  } else {
+    require_membership(*ledger, {*scope},
+                       request.clear ? "clear its stop orders" : "stop its runs");
+  }
   std::string flag = "--" + to_string(scope->kind) + " " + scope->name;
   if (request.clear) {
     // A stop order is the owner's kill switch: only the ledger's owner, or whoever placed the

@@ -7,15 +7,22 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "spendcap/base/files.hpp"
+#include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/webhooks.hpp"
 #include "spendcap/guards/crash_loop.hpp"
+#include "spendcap/cli/membership.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -325,7 +332,9 @@ void resolve_spot_notice(const RunRequest& request, const Environment& env, RunS
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
                                  const PolicySearch& search) {
   if (request.command.empty()) {
-    throw Error("run", "no command given", "put the command after --, e.g. -- python3 train.py");
+    throw Error("run", "no command given",
+                "give the command after --, e.g. spendcap run --rate 36 --budget 10 -- python3 "
+                "train.py");
   }
   require_printable_name(request.team, "--team");
   require_printable_name(request.experiment, "--experiment");
@@ -846,9 +855,35 @@ GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings
 
 namespace {
 
+// --status-file is checked before anything runs, so that a path it cannot write fails the run at
+// once (125) instead of after the job.
+void check_status_file_path(const std::string& path) {
+  std::string flag = "--status-file " + path;
+  if (path.empty()) throw Error("--status-file", "empty path", "give a file path");
+  std::string directory = std::filesystem::path(path).parent_path().string();
+  if (directory.empty()) directory = ".";
+  struct stat status {};
+  if (::stat(directory.c_str(), &status) != 0) {
+    throw Error(flag, "its directory " + directory + ": " + errno_text(errno),
+                "create the directory, or give another path");
+  }
+  if (!S_ISDIR(status.st_mode)) {
+    throw Error(flag, directory + " is not a directory", "give a path in a directory");
+  }
+  // The file is written as a temporary file in the directory, then renamed over the path.
+  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
+    throw Error(flag, "cannot write in " + directory + ": " + errno_text(errno),
+                "give a path in a directory you can write");
+  }
+  if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
+    throw Error(flag, "is a directory", "give a file path");
+  }
+}
+
 // The steps of run_command; an Error thrown by one unwinds (the run directory, an admitted run)
 // before run_command looks for a stop signal that came meanwhile.
 int run_steps(const RunRequest& request, const Inherited& inherited) {
+  if (request.status_file) check_status_file_path(*request.status_file);
   // No stop signal may kill spendcap half-way (a run admitted but never launched): they stay
   // blocked until the supervisor's event loop handles them. The command gets the caller's mask.
   block_stop_signals(true);
@@ -880,6 +915,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
   require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
+  require_membership(*ledger, named_scopes(settings), "charge runs to it");
   RunStart start = make_run_start(settings, request.command, run_id);
   if (int code = check_crash_loop(request, settings, start, *ledger, reporter)) return code;
   Admission admission = ledger->begin_run(start);
@@ -993,10 +1029,41 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
 }  // namespace
 
+void write_error_status(const std::string& path, const Error& error) {
+  RunOutcome outcome;
+  outcome.status = RunStatus::failed;
+  outcome.exit_code = to_int(error.code());
+  switch (error.code()) {
+    case ExitCode::not_found:
+      outcome.reason = "command-not-found";
+      break;
+    case ExitCode::not_executable:
+      outcome.reason = "command-not-executable";
+      break;
+    default:
+      outcome.reason = "spendcap-error";
+  }
+  outcome.message = format_error(error);
+  nlohmann::json json = to_json(outcome);
+  json["run_id"] = nullptr;
+  json["currency"] = nullptr;
+  json["rate_per_hour"] = nullptr;
+  json["elapsed_seconds"] = nullptr;
+  try {
+    write_file_atomically(path, dump_json(json, 2) + "\n", 0644, "--status-file " + path);
+  } catch (const Error& write_error) {
+    std::cerr << "spendcap: " << escape_for_terminal(format_error(write_error)) << "\n";
+  }
+}
+
 int run_command(const RunRequest& request, const Inherited& inherited) {
   try {
     return run_steps(request, inherited);
   } catch (const Error& error) {
+    // Every outcome leaves a trace: 125, 126 and 127 too (not where the path itself was refused).
+    if (request.status_file && !error.subject().starts_with("--status-file")) {
+      write_error_status(*request.status_file, error);
+    }
     // Setup gives up at once when a stop signal comes while it waits (a locked ledger): spendcap
     // dies by that signal, as it would have without the block, once it has said why.
     if (int signal = take_pending_stop_signal()) {

@@ -175,6 +175,8 @@ std::optional<BudgetRule> rule_in_force(std::optional<BudgetRule> row, const Sco
   rule.amount = std::min(row->amount, cap->amount);
   if (row->max_run)
     rule.max_run = cap->max_run ? std::min(*row->max_run, *cap->max_run) : *row->max_run;
+  // The locked policy's members where it names them, else the row's.
+  if (rule.member_groups.empty()) rule.member_groups = row->member_groups;
   return rule;
 }
 

@@ -18,7 +18,8 @@ std::vector<BudgetRule> budget_rules_of(const Policy& policy) {
   std::vector<BudgetRule> rules;
   for (const auto& [kind, budgets] : policy.budgets) {
     for (const auto& [name, spec] : budgets) {
-      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run});
+      rules.push_back(BudgetRule{Scope{kind, name}, spec.amount, spec.period, spec.max_run,
+                                 spec.member_groups});
     }
   }
   return rules;

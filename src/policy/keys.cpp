@@ -102,6 +102,47 @@ Binding budgets_of(ScopeKind kind) {
           }};
 }
 
+// A budget's members, kept in the budget (BudgetSpec::member_groups).
+Binding members_of() {
+  return {&typeid(BudgetSpec), [](Reader& reader, const json& value, const Pointer& at, void* out) {
+            BudgetMembers members;
+            read_object(reader, value, at, members,
+                        schema_for<BudgetMembers>("/budgets/*/*/members"));
+            owner<BudgetSpec>(out).member_groups = std::move(members.unix_groups);
+          }};
+}
+
+// Unix group names: a non-empty list of distinct names as groupadd allows them.
+std::optional<std::vector<std::string>> group_names(Reader& reader, const json& value,
+                                                    const Pointer& at) {
+  if (!value.is_array() || value.empty()) {
+    reader.fail(at, "must be a non-empty list of Unix group names, like [\"vision\"]" + got(value));
+    return std::nullopt;
+  }
+  std::vector<std::string> names;
+  bool ok = true;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const json& name = value[i];
+    bool valid = name.is_string() && !name.get_ref<const std::string&>().empty() &&
+                 name.get_ref<const std::string&>().size() <= 64 &&
+                 std::all_of(name.get_ref<const std::string&>().begin(),
+                             name.get_ref<const std::string&>().end(), [](unsigned char c) {
+                               return c < 128 && (std::isalnum(c) || c == '_' || c == '-' ||
+                                                  c == '.' || c == '$');
+                             });
+    if (!valid) {
+      reader.fail(at / i, "must be a Unix group name" + got(name));
+      ok = false;
+    } else if (std::find(names.begin(), names.end(), name.get<std::string>()) != names.end()) {
+      reader.fail(at / i, "is listed twice" + got(name));
+      ok = false;
+    } else {
+      names.push_back(name.get<std::string>());
+    }
+  }
+  return ok ? std::optional(names) : std::nullopt;
+}
+
 Binding webhook_list() {
   return {&typeid(Policy), [](Reader& reader, const json& value, const Pointer& at, void* out) {
             if (!value.is_array()) {
@@ -303,6 +344,10 @@ std::vector<PolicyKey> build_keys() {
           .implied(with_parent, to_string(BudgetSpec{}.period)));
   add(Row("/budgets/*/*/max_run", value(&BudgetSpec::max_run, positive_money))
           .at_most(Scale::number, "more"));
+  add(Row("/budgets/*/*/members", members_of()).by_key());
+  add(Row("/budgets/*/*/members/unix_groups", value(&BudgetMembers::unix_groups, group_names))
+          .required()
+          .same("membership is set by the runner's owner"));
   add(Row("/budgets/*/*/expected_per_hour", value(&BudgetSpec::expected_per_hour, positive_money))
           .at_most(Scale::number, "more"));
   add(Row("/budgets/*/*/metric", value(&BudgetSpec::metric, text)).any());
@@ -401,14 +446,21 @@ const std::vector<PolicyKey>& policy_keys() {
 
 namespace {
 
+// A key (or one value of a key) that is accepted but does nothing yet.
+struct WithoutEffect {
+  std::string path;   // "/guards"
+  std::string value;  // "" for the key whatever its value, "\"measured\"" for one value
+  std::string what;   // what will make it act: "the runaway guards"
+  std::string note;   // what happens meanwhile, if anything
+};
+
 void collect_without_effect(const json& node, std::vector<std::string>& path,
-                            std::vector<std::string>& out) {
+                            std::vector<WithoutEffect>& out) {
   if (!path.empty()) {
     if (const PolicyKey* key = find_policy_key(path); key && !key->no_effect_yet.empty()) {
       json::json_pointer pointer;
       for (const std::string& name : path) pointer /= name;
-      out.push_back(pointer.to_string() + ": has no effect yet (not built: " + key->no_effect_yet +
-                    ")");
+      out.push_back({pointer.to_string(), "", key->no_effect_yet, ""});
       return;
     }
   }
@@ -420,10 +472,8 @@ void collect_without_effect(const json& node, std::vector<std::string>& path,
   }
 }
 
-}  // namespace
-
-std::vector<std::string> keys_without_effect(const json& document) {
-  std::vector<std::string> out;
+std::vector<WithoutEffect> without_effect(const json& document) {
+  std::vector<WithoutEffect> out;
   std::vector<std::string> path;
   collect_without_effect(document, path, out);
   // One value of an implemented key: spend is always billed on the allocated rate so far.
@@ -432,9 +482,32 @@ std::vector<std::string> keys_without_effect(const json& document) {
                             ? &document["defaults"]["billing"]
                             : nullptr;
   if (billing && *billing == "measured") {
-    out.push_back(
-        "/defaults/billing: \"measured\" has no effect yet (measured billing is not built "
-        "yet; spend is billed at the allocated rate)");
+    out.push_back({"/defaults/billing", "\"measured\"", "measured billing",
+                   "spend is billed at the allocated rate"});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> keys_without_effect(const json& document) {
+  std::vector<std::string> out;
+  for (const WithoutEffect& key : without_effect(document)) {
+    out.push_back(key.path + ": " + (key.value.empty() ? "" : key.value + " ") +
+                  "has no effect yet (" +
+                  (key.note.empty() ? "not built: " + key.what
+                                    : key.what + " is not built yet; " + key.note) +
+                  ")");
+  }
+  return out;
+}
+
+std::vector<std::string> locked_keys_without_effect(const json& document) {
+  std::vector<std::string> out;
+  for (const WithoutEffect& key : without_effect(document)) {
+    out.push_back(key.path + ": " + (key.value.empty() ? "" : key.value + " ") +
+                  "is not implemented yet (" + key.what +
+                  "): a locked policy may set only keys that act; remove it until it is built");
   }
   return out;
 }

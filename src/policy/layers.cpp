@@ -249,6 +249,8 @@ std::optional<json> read_locked_system_policy(const std::string& path) {
         "/defaults/gpus: a locked policy that sets defaults.gpu must set the GPU "
         "count too (else CUDA_VISIBLE_DEVICES would decide it)");
   }
+  for (std::string& error : locked_keys_without_effect(document))
+    errors.push_back(std::move(error));
   if (!errors.empty()) throw PolicyError(path, std::move(errors));
   return document;
 }

@@ -383,6 +383,11 @@ nlohmann::json read_policy_file(const std::string& path) {
       return duplicates.see(event, parsed);
     });
   } catch (const json::parse_error& error) {
+    // JSON has no comments: a file that would parse without them gets the way to write one.
+    if (json::accept(text, /*ignore_comments=*/true)) {
+      throw PolicyError(path, {parse_error_text(error) +
+                               " (comments are not allowed in JSON: use \"description\")"});
+    }
     throw PolicyError(path, {parse_error_text(error)});
   } catch (const json::out_of_range& error) {
     // 1e999: a number no double holds (nlohmann's error 406), reported where it stands.
@@ -392,7 +397,13 @@ nlohmann::json read_policy_file(const std::string& path) {
     throw PolicyError(path, {path_text(duplicates.here()) + ": " + message +
                              " (out of range of a JSON number spendcap can read)"});
   }
-  if (!duplicates.errors.empty()) throw PolicyError(path, std::move(duplicates.errors));
+  if (!duplicates.errors.empty()) {
+    // A duplicate does not hide the file's other errors: they are all said at once (checked as a
+    // layer: what the layers below may supply is not asked of it).
+    std::vector<std::string> errors = std::move(duplicates.errors);
+    for (std::string& error : validate_policy_layer(document)) errors.push_back(std::move(error));
+    throw PolicyError(path, std::move(errors));
+  }
   return document;
 }
 

@@ -76,8 +76,10 @@ with open(out, "w") as f:
 """
 
 
-@unittest.skipIf(WHY_NOT, WHY_NOT or "")
-class SharedRunnerTest(unittest.TestCase):
+class SharedRunnerSetup(unittest.TestCase):
+    """The runner without tests (test_user_view_admin reuses it with its own locked policy)."""
+    locked_policy = LOCKED
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="spendcap-shared-")
         os.chmod(self.tmp, 0o755)
@@ -113,7 +115,7 @@ class SharedRunnerTest(unittest.TestCase):
         self.ledger = os.path.join(self.ledger_dir, "ledger.db")
         policy = os.path.join(self.tmp, "runner.json")
         with open(policy, "w") as f:
-            json.dump(LOCKED, f)
+            json.dump(self.locked_policy, f)
         for _ in range(2):  # idempotent
             result = self.inside(["sh", INSTALL, "--binary", SPENDCAP, "--bin", self.bin,
                                   "--ledger-dir", self.ledger_dir, policy])
@@ -147,6 +149,9 @@ class SharedRunnerTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         return [b for b in json.loads(result.stdout) if b["scope"] == "team:vision"][0]
 
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class SharedRunnerTest(SharedRunnerSetup):
     def test_the_install(self):
         info = os.stat(self.bin)
         self.assertEqual(oct(info.st_mode & 0o7777), oct(0o2755))

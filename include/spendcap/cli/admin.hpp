@@ -26,7 +26,10 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
 // Validates each file; prints every error with its JSON path. 0 when all are valid, else 125.
 int policy_check_command(const std::vector<std::string>& files);
 
-// Each budget in its current period: spent, running, held, remaining, % used.
+// Every policy key, one a line, with the flag that sets it and whether it acts yet.
+int policy_keys_command();
+
+// Each budget in its current period: used, % used, held, available, members.
 int budgets_command(const LedgerChoice& choice, bool json);
 
 // Makes the ledger's budgets those of `policy_file` (the ledger's owner only).
@@ -39,8 +42,11 @@ struct StopRequest {
   std::optional<std::string> team, experiment, project, user, run;
   std::string reason;
   bool clear = false;
+  bool list = false;  // --list: print the active stop orders
 };
 
+// Places (or clears, or lists) stop orders. --run takes any unique prefix of a running run's id.
+// A budget that names members lets only them (and the ledger's owner) stop its runs.
 // Places (or clears) a stop order: every running wrapper in scope takes the kill path within one
 // sync interval, and new runs in scope are refused until the order is cleared.
 int stop_command(const LedgerChoice& choice, const StopRequest& request);

@@ -84,4 +84,8 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
 // run, re-raises it instead of returning.
 int run_command(const RunRequest& request, const Inherited& inherited);
 
+// --status-file for a run that failed before its job ran (125, 126, 127; `error` says why); what is
+// not known is null. A file it cannot write is said on stderr.
+void write_error_status(const std::string& path, const Error& error);
+
 }  // namespace spendcap

@@ -56,6 +56,9 @@ struct BudgetRule {
   Money amount;
   Period period = Period::month;
   std::optional<Money> max_run;
+  // Its members' Unix groups (the policy's "members"): only they, and the ledger's owner, may
+  // charge runs to it or stop its runs (cli/membership.hpp). Empty: anyone.
+  std::vector<std::string> member_groups = {};
 };
 
 // The budgets a policy defines, as ledger rules.

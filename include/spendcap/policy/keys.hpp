@@ -82,6 +82,12 @@ bool path_matches(std::string_view pattern, const std::vector<std::string>& path
 // a subtree only. Empty once every key acts.
 std::vector<std::string> keys_without_effect(const nlohmann::json& document);
 
+// The same keys as errors of a locked policy, which may set only keys that act (a runner's owner
+// must not believe a guard protects the runner when none does): "/guards: is not implemented yet
+// (the runaway guards): ...". Keys lose their no_effect_yet mark as they are built, and are then
+// allowed without another change.
+std::vector<std::string> locked_keys_without_effect(const nlohmann::json& document);
+
 // The row a flag sets ("--grace" -> /defaults/grace); nullptr for a flag that sets no policy key.
 const PolicyKey* policy_key_for_flag(std::string_view flag);
 

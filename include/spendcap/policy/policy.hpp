@@ -62,6 +62,14 @@ struct BudgetSpec {
   std::optional<std::string> metric;       // for cost per metric point (later)
   std::optional<double> baseline_metric;
   std::optional<std::string> metric_goal;  // "max" or "min"
+  // Who may charge runs to it and stop its runs (besides the ledger's owner): members of any of
+  // these Unix groups. Empty: anyone.
+  std::vector<std::string> member_groups;
+};
+
+// "members": {"unix_groups": [...]} of a budget entry.
+struct BudgetMembers {
+  std::vector<std::string> unix_groups;
 };
 
 struct Defaults {

@@ -185,6 +185,11 @@ ALTER TABLE runs ADD COLUMN units REAL;
 ALTER TABLE runs ADD COLUMN egress_gb REAL;
 CREATE INDEX runs_fingerprint ON runs(fingerprint, started_at);
 )sql",
+    // v8: a budget's members, so that a shared ledger checks
+    // them whatever policy its users load.
+    R"sql(
+ALTER TABLE budgets ADD COLUMN member_groups TEXT;  -- JSON array of Unix group names; NULL: anyone
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -562,6 +567,18 @@ std::vector<std::string> command_of_json(const std::string& text) {
   return command;
 }
 
+// A budget's member groups (NULL: anyone). A list that cannot be read admits nobody but the
+// ledger's owner: membership fails closed.
+std::vector<std::string> group_list(auto& q, int column) {
+  if (q.is_null(column)) return {};
+  auto json = nlohmann::json::parse(q.text(column), nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> groups = command_of_json(q.text(column));
+  if (!json.is_array() || groups.size() != json.size() || groups.empty()) {
+    return {"(unreadable member list)"};
+  }
+  return groups;
+}
+
 StopOrder read_stop_order(auto& q) {
   StopOrder order;
   order.id = q.i64(0);
@@ -766,35 +783,40 @@ Money SqliteStore::Impl::overrun(const Scope& scope, DayRange days) {
 
 std::optional<BudgetRule> SqliteStore::Impl::budget_rule(const Scope& scope) {
   auto q = query(
-      "SELECT amount_micros, period, max_run_micros FROM budgets "
+      "SELECT amount_micros, period, max_run_micros, member_groups FROM budgets "
       "WHERE scope_kind = ? AND scope_name = ?");
   q.bind_all(to_string(scope.kind), scope.name);
   if (!q.step()) return std::nullopt;
   return BudgetRule{scope, q.money(0), parse_period(q.text(1)).value_or(Period::total),
-                    q.optional_money(2)};
+                    q.optional_money(2), group_list(q, 3)};
 }
 
 std::vector<BudgetRule> SqliteStore::Impl::budget_rules() {
   std::vector<BudgetRule> result;
-  auto q =
-      query("SELECT scope_kind, scope_name, amount_micros, period, max_run_micros FROM budgets");
+  auto q = query(
+      "SELECT scope_kind, scope_name, amount_micros, period, max_run_micros, member_groups "
+      "FROM budgets");
   while (q.step()) {
     auto kind = parse_scope_kind(q.text(0));
     auto period = parse_period(q.text(3));
     if (!kind || !period) continue;  // written by a newer spendcap
-    result.push_back({{*kind, q.text(1)}, q.money(2), *period, q.optional_money(4)});
+    result.push_back(
+        {{*kind, q.text(1)}, q.money(2), *period, q.optional_money(4), group_list(q, 5)});
   }
   return result;
 }
 
 void SqliteStore::Impl::put_budget_rule(const BudgetRule& rule) {
   query(
-      "INSERT INTO budgets (scope_kind, scope_name, amount_micros, period, max_run_micros) "
-      "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope_kind, scope_name) DO UPDATE SET "
+      "INSERT INTO budgets (scope_kind, scope_name, amount_micros, period, max_run_micros, "
+      "member_groups) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (scope_kind, scope_name) DO UPDATE SET "
       "amount_micros = excluded.amount_micros, period = excluded.period, "
-      "max_run_micros = excluded.max_run_micros")
+      "max_run_micros = excluded.max_run_micros, member_groups = excluded.member_groups")
       .bind_all(to_string(rule.scope.kind), rule.scope.name, rule.amount, to_string(rule.period),
-                rule.max_run)
+                rule.max_run,
+                rule.member_groups.empty()
+                    ? std::optional<std::string>()
+                    : std::optional(nlohmann::json(rule.member_groups).dump()))
       .run();
 }
 
