@@ -33,7 +33,7 @@ constexpr int kOverrunsShownDays = 7;
 // `owner_rules`, when given, receives the budgets `run` would apply to a personal ledger: the
 // locked policy's, else the loaded policy's (--policy is read for them even with --ledger).
 std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency,
-                                           std::vector<BudgetRule>* owner_rules = nullptr) {
+                                           std::vector<BudgetRule>* owner_rules) {
   refuse_redirecting_environment(current_environment());
   LedgerOptions options;
   std::string url;

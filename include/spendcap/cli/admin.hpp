@@ -18,10 +18,13 @@ struct LedgerChoice {
 };
 
 class Ledger;
+struct BudgetRule;
 
 // Opens the chosen ledger (replaying this host's spool); `currency`, when given, gets the policy's
-// currency (unchanged when --ledger names the ledger and no policy is read).
-std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency);
+// currency (unchanged when --ledger names the ledger and no policy is read); `owner_rules`, when
+// given, the budgets `run` would apply to a personal ledger.
+std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency,
+                                           std::vector<BudgetRule>* owner_rules = nullptr);
 
 // Validates each file; prints every error with its JSON path. 0 when all are valid, else 125.
 int policy_check_command(const std::vector<std::string>& files);
