@@ -1072,12 +1072,19 @@ int SqliteStore::Impl::current_schema_version() {
 void SqliteStore::Impl::migrate() {
   int version = read([&] { return current_schema_version(); });
   if (version == kSchemaVersion) return;
-  write([&] {
-    version = current_schema_version();  // another process may have migrated meanwhile
-    if (version > kSchemaVersion) return;
-    if (version == 0)
-      exec("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at REAL)");
-    for (int next = version + 1; next <= kSchemaVersion; ++next) {
+  // One migration per transaction, and the connection's schema reread after each: a migration
+  // that edits the schema text in place (v3) must be seen before the next one alters the table
+  // (ALTER TABLE ADD COLUMN splices into the text at the offset this connection parsed).
+  for (bool done = false; !done;) {
+    write([&] {
+      version = current_schema_version();  // another process may have migrated meanwhile
+      if (version >= kSchemaVersion) {
+        done = true;
+        return;
+      }
+      if (version == 0)
+        exec("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at REAL)");
+      int next = version + 1;
       char* message = nullptr;
       int rc = sqlite3_exec(db, kMigrations[next - 1], nullptr, nullptr, &message);
       if (rc != SQLITE_OK) {
@@ -1089,10 +1096,9 @@ void SqliteStore::Impl::migrate() {
       query("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)")
           .bind_all(next, now())
           .run();
-    }
-  });
-  // A migration that edited the schema text in place (v3) is seen by this connection after a reset.
-  exec("PRAGMA writable_schema = RESET");
+    });
+    exec("PRAGMA writable_schema = RESET");
+  }
   if (version > kSchemaVersion) {
     throw error("its schema version " + std::to_string(version) +
                     " is newer than this spendcap's (" + std::to_string(kSchemaVersion) + ")",
