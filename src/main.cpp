@@ -113,7 +113,44 @@ void name_option_types(CLI::App& command) {
       {"--isolation", "pid|none"},
       {"--status-file", "FILE"},
       {"--policy", "FILE"},
-      {"--ledger", "sqlite:PATH|PATH"},
+      {"--ledger", "sqlite:PATH|PATH|postgresql://..."},
+      {"--stall-after", "DURATION"},
+      {"--webhook-env", "VARIABLE"},
+      {"--webhook", "URL"},
+      {"--spot-notice", "aws|gcp|URL"},
+      {"--spot-notice-url", "URL"},
+      {"--log", "FILE"},
+      {"--exit-window", "DURATION"},
+      {"--forward", "SIGNAL"},
+      {"--estimate-steps", "STEPS"},
+      {"--step-time", "DURATION"},
+      {"--steps", "STEPS"},
+      {"--params", "COUNT"},
+      {"--tokens", "COUNT"},
+      {"--peak-tflops", "TFLOPS"},
+      {"--mfu", "FRACTION"},
+      {"--interruptions-per-100h", "COUNT"},
+      {"--lost-per-interruption", "DURATION"},
+      {"--bytes-per-param", "BYTES"},
+      {"--activations-gb", "GB"},
+      {"--price-per-hour", "USD_PER_HOUR"},
+      {"--rps", "REQUESTS_PER_SECOND"},
+      {"--utilisation", "FRACTION"},
+      {"--predictions-per-day", "COUNT"},
+      {"--reserved", "USD_PER_HOUR"},
+      {"--on-demand", "USD_PER_HOUR"},
+      {"--since", "DATE"},
+      {"--until", "DATE"},
+      {"--by", "team|experiment|project|user|host|day|tag:KEY"},
+      {"--format", "FORMAT"},
+      {"--baseline", "VALUE"},
+      {"--metric", "NAME"},
+      {"--metric-goal", "min|max"},
+      {"--note", "TEXT"},
+      {"run", "RUN_ID"},
+      {"run_id", "RUN_ID"},
+      {"from", "LEDGER"},
+      {"to", "LEDGER"},
       {"--reason", "TEXT"},
       {"command", "COMMAND"},
       {"file", "FILE"},
@@ -206,8 +243,6 @@ int main(int argc, char** argv) {
   stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
   stop->add_flag("--list", stop_request.list, "list the active stop orders");
   stop->get_option("--run")->description("stop one run (its id, or any unique prefix: ps shows 8)");
-  name_option_types(app);
-  keep_exit_table_on(app, run);
 
   CLI::App* outbox = app.add_subcommand("outbox", "webhook events not delivered yet");
   outbox->require_subcommand(1);
@@ -298,6 +333,9 @@ int main(int argc, char** argv) {
   add_ledger_options(*accept, choice);
   accept->add_option("run_id", accept_run_id, "the run")->required();
   accept->add_option("--note", accept_note, "why it is kept");
+
+  name_option_types(app);  // after every subcommand is added
+  keep_exit_table_on(app, run);
 
   try {
     app.parse(argc, argv);
