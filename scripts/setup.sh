@@ -19,6 +19,8 @@ if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then
 fi
 # The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh).
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client); fi
+# The metrics test (tests/integration/test_metrics.py): promtool, and a real node_exporter.
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(prometheus prometheus-node-exporter); fi
 
 missing=()
 for package in "${packages[@]}"; do

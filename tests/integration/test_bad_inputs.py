@@ -289,14 +289,14 @@ class KeysWithoutEffectTest(BadInputTest):
     """Nothing accepted that does nothing: a key that is validated but not acted on yet is said."""
 
     # The stall guard acts now (issue 10); the idle-GPU guard waits for GPU measurement.
-    POLICY = {"guards": {"idle_gpu": {"for": "20m"}}, "metrics_dir": "/tmp",
-              "defaults": {"billing": "measured"}}
+    POLICY = {"guards": {"idle_gpu": {"for": "20m"}},
+              "rates": {"storage_per_gb_month": 0.02}, "defaults": {"billing": "measured"}}
 
     def test_policy_check_and_the_run_say_which_keys_do_nothing_yet(self):
         self.write_policy(self.POLICY)
         check = self.run_spendcap(["policy", "check", self.path("spendcap.json")])
         self.assertEqual(check.returncode, 0, check.stderr)
-        for key in ("/guards/idle_gpu: has no effect yet", "/metrics_dir: has no effect yet",
+        for key in ("/guards/idle_gpu: has no effect yet", "/rates/storage_per_gb_month: has no effect yet",
                     '/defaults/billing: "measured" has no effect yet'):
             self.assertIn(key, check.stdout)
         run = self.run_spendcap(UNDER_BUDGET + ["--", "true"])
