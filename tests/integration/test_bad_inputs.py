@@ -288,20 +288,20 @@ class CorruptLedgerTest(BadInputTest):
 class KeysWithoutEffectTest(BadInputTest):
     """Nothing accepted that does nothing: a key that is validated but not acted on yet is said."""
 
-    # The stall guard acts now (issue 10); the idle-GPU guard waits for GPU measurement.
-    POLICY = {"guards": {"idle_gpu": {"for": "20m"}},
-              "rates": {"storage_per_gb_month": 0.02}, "defaults": {"billing": "measured"}}
+    # The stall and idle-GPU guards act now (issues 10 and 7), and metrics_dir (issue 11).
+    POLICY = {"rates": {"storage_per_gb_month": 0.02}, "defaults": {"billing": "measured"}}
 
     def test_policy_check_and_the_run_say_which_keys_do_nothing_yet(self):
         self.write_policy(self.POLICY)
         check = self.run_spendcap(["policy", "check", self.path("spendcap.json")])
         self.assertEqual(check.returncode, 0, check.stderr)
-        for key in ("/guards/idle_gpu: has no effect yet", "/rates/storage_per_gb_month: has no effect yet",
+        for key in ("/rates/storage_per_gb_month: has no effect yet",
                     '/defaults/billing: "measured" has no effect yet'):
             self.assertIn(key, check.stdout)
         run = self.run_spendcap(UNDER_BUDGET + ["--", "true"])
         self.assertEqual(run.returncode, 0, run.stderr)
-        self.assertIn("spendcap: policy /guards/idle_gpu: has no effect yet", run.stderr)
+        self.assertIn("spendcap: policy /rates/storage_per_gb_month: has no effect yet",
+                      run.stderr)
 
     def test_a_policy_of_working_keys_gets_no_such_line(self):
         self.write_policy({"defaults": {"grace": "30s", "billing": "allocated"}})
