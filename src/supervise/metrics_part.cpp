@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "spendcap/base/error.hpp"
@@ -166,12 +165,22 @@ class MetricsPart final : public RunPart {
     const std::string& dir = plan_.metrics.dir;
     std::string file = team_metrics_file(plan_.metrics.team);
     FileLock lock(dir + "/" + file.substr(0, file.size() - 5) + ".lock");
+    // Read without following a link planted in a shared directory; at most 64 KiB (it holds two
+    // samples).
     std::string before;
-    {
-      std::ifstream in(dir + "/" + file);
-      std::stringstream text;
-      text << in.rdbuf();
-      before = text.str();
+    int fd = ::open((dir + "/" + file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+      char buffer[65536];
+      ssize_t n = 0;
+      while (before.size() < sizeof buffer &&
+             (n = ::read(fd, buffer, sizeof buffer - before.size())) != 0) {
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          break;
+        }
+        before.append(buffer, static_cast<size_t>(n));
+      }
+      ::close(fd);
     }
     write_file_atomically(dir + "/" + file,
                           team_summary_text(before, plan_.metrics.team, plan_.currency, spend()),
