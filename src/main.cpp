@@ -56,6 +56,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_flag("--retry-backoff", request.retry_backoff,
                "after recent failures of the same command, wait 10s doubling (max 5m) first");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
+  run.add_option("--metrics-dir", request.metrics_dir,
+                 "write the run's spend as a Prometheus textfile here (node_exporter)");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
   run.add_option("--webhook-env", request.webhook_envs,
