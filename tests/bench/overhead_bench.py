@@ -12,7 +12,11 @@ default); a PostgreSQL ledger (--pg URL); and, for the breakdown, --isolation no
 (SPENDCAP_TEST_SWITCHES=no-cgroup), no proc connector (the respawn guard's netlink socket), and the
 ledger on tmpfs (/dev/shm).
 
+With --before OLD_SPENDCAP, the default and webhook runs of an older binary join the rounds (the
+same ledger directory), for a paired before/after of a change.
+
 Usage: overhead_bench.py SPENDCAP [--runs 30] [--pg postgresql://...] [--variants a,b,...]
+                         [--before OLD_SPENDCAP]
 """
 import argparse
 import http.server
@@ -57,6 +61,7 @@ def main():
     parser.add_argument("spendcap")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--pg", default="")
+    parser.add_argument("--before", default="")
     parser.add_argument("--variants", default="sqlite,webhook,pg,isolation-none,no-cgroup,"
                         "no-proc-connector,tmpfs")
     args = parser.parse_args()
@@ -85,6 +90,13 @@ def main():
         "tmpfs": ("spendcap, ledger on tmpfs", run + ["--", "true"],
                   dict(base, XDG_DATA_HOME=shm, XDG_STATE_HOME=shm)),
     }
+    if args.before:
+        old = [os.path.abspath(args.before)] + run[1:]
+        known["before"] = ("before: spendcap, SQLite ledger", old + ["--", "true"], base)
+        known["before-webhook"] = ("before: spendcap, SQLite, a webhook (204)",
+                                   old + ["--webhook-env", "BENCH_HOOK", "--", "true"],
+                                   dict(base, BENCH_HOOK=hook_url))
+        args.variants += ",before,before-webhook"
     candidates = [("true", ["true"], base), ("timeout 100 true", ["timeout", "100", "true"], base)]
     for name in args.variants.split(","):
         if name == "pg" and not args.pg:
