@@ -158,11 +158,9 @@ void name_option_types(CLI::App& command) {
       {"file", "FILE"},
       {"policy_file", "FILE"},
   };
+  // Without exceptions: a throw per absent option cost every run about 60 throws and unwinds.
   for (const auto& [name, hint] : kHints) {
-    try {
-      command.get_option(name)->type_name(hint);
-    } catch (const CLI::OptionNotFound&) {
-    }
+    if (CLI::Option* option = command.get_option_no_throw(name)) option->type_name(hint);
   }
   for (CLI::App* sub : command.get_subcommands({})) name_option_types(*sub);
 }

@@ -66,13 +66,8 @@ std::unique_ptr<WebhookNotifier> make_run_notifier(std::vector<WebhookTarget> ta
     reporter.error("outbox: " + format_error(error));
   }
   if (targets.empty() && waiting.empty()) return nullptr;
-  std::unique_ptr<HttpClient> http;
-  try {
-    http = make_curl_http();
-  } catch (const Error& error) {
-    if (targets.empty()) return nullptr;  // only the outbox: it waits for a later flush
-    throw;
-  }
+  // libcurl is loaded by the first delivery, on the notifier's thread, not here (issue 14).
+  std::unique_ptr<HttpClient> http = make_lazy_curl_http();
   auto notifier = std::make_unique<WebhookNotifier>(
       std::move(facts), std::move(targets), std::move(http), kDefaultDeliveryDeadline,
       [&reporter](const std::string& line) { reporter.error(line); });

@@ -368,12 +368,30 @@ std::vector<BudgetView> BudgetLedger::budgets() {
   return transact(Access::read, [this](StoreTxn& txn) {
     std::int64_t today = utc_day(txn.now());
     std::vector<BudgetView> views;
-    for (const BudgetRule& rule : sorted_rules(txn, budget_caps_)) {
+    std::vector<BudgetRule> rules = sorted_rules(txn, budget_caps_);
+    // Overrun runs are few: they are read once and summed per budget here, not with a scan of
+    // every run per budget (issue 14: 330 budgets took 3.3 s over 20,000 runs that way).
+    std::int64_t since = today;
+    for (const BudgetRule& rule : rules) {
+      since = std::min(since, period_days(rule.period, today).first_day);
+    }
+    std::vector<RunRecord> overruns;
+    if (!rules.empty()) overruns = txn.overrun_runs(since);
+    for (const BudgetRule& rule : rules) {
       DayRange days = period_days(rule.period, today);
       Usage sums = txn.usage(rule.scope, days);
       double period_start = rule.period == Period::total ? 0.0 : days.first_day * 86400.0;
-      views.push_back(
-          {rule, period_start, sums.spent, sums.live, sums.held, txn.overrun(rule.scope, days)});
+      Money overrun;
+      for (const RunRecord& run : overruns) {
+        if (run.day < days.first_day || run.day > days.last_day) continue;
+        const std::string* name = rule.scope.kind == ScopeKind::team         ? &run.team
+                                  : rule.scope.kind == ScopeKind::experiment ? &run.experiment
+                                  : rule.scope.kind == ScopeKind::project    ? &run.project
+                                  : rule.scope.kind == ScopeKind::user       ? &run.user
+                                                                             : nullptr;
+        if (name && *name == rule.scope.name) overrun += run.spend - run.ceiling;
+      }
+      views.push_back({rule, period_start, sums.spent, sums.live, sums.held, overrun});
     }
     return views;
   });

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Exec overhead, paired: the wall time of a whole command (spawn to reaped) for bare `true`,
+`timeout 100 true` and `spendcap run ... -- true` in several configurations, run interleaved
+(one round runs every candidate once, in a fresh random order) so that the drift of a shared
+machine hits all of them alike. For each spendcap variant it prints the median of the per-round
+ratio to `timeout` in the same round and the median per-round difference in ms, which hold on a
+loaded machine where absolute times do not.
+
+Variants: the default (SQLite ledger, --isolation pid, the run's cgroup); a webhook configured (a
+local endpoint answering 204; `finished` is not subscribed, so a run sends nothing, as by
+default); a PostgreSQL ledger (--pg URL); and, for the breakdown, --isolation none, no cgroup
+(SPENDCAP_TEST_SWITCHES=no-cgroup), no proc connector (the respawn guard's netlink socket), and the
+ledger on tmpfs (/dev/shm).
+
+With --before OLD_SPENDCAP, the default and webhook runs of an older binary join the rounds (the
+same ledger directory), for a paired before/after of a change.
+
+Usage: overhead_bench.py SPENDCAP [--runs 30] [--pg postgresql://...] [--variants a,b,...]
+                         [--before OLD_SPENDCAP]
+"""
+import argparse
+import http.server
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    received = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        Hook.received += 1
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def run_once(argv, env):
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    start = time.perf_counter()
+    pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
+        (os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
+    _, status = os.waitpid(pid, 0)
+    elapsed = (time.perf_counter() - start) * 1000
+    os.close(devnull)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit("%s exited %d" % (" ".join(argv), os.waitstatus_to_exitcode(status)))
+    return elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("spendcap")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--pg", default="")
+    parser.add_argument("--before", default="")
+    parser.add_argument("--variants", default="sqlite,webhook,pg,isolation-none,no-cgroup,"
+                        "no-proc-connector,tmpfs")
+    args = parser.parse_args()
+    spendcap = os.path.abspath(args.spendcap)
+    tmp = tempfile.mkdtemp(prefix="spendcap-overhead-")
+    shm = tempfile.mkdtemp(prefix="spendcap-overhead-", dir="/dev/shm")
+    base = dict(os.environ, XDG_DATA_HOME=tmp, XDG_STATE_HOME=tmp, XDG_CONFIG_HOME=tmp)
+    for name in ("SPENDCAP_POLICY", "SPENDCAP_TEST_SWITCHES", "SPENDCAP_LEDGER"):
+        base.pop(name, None)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hook_url = "http://127.0.0.1:%d/hook" % server.server_address[1]
+    run = [spendcap, "run", "--quiet", "--rate", "1", "--budget", "100"]
+    known = {
+        "sqlite": ("spendcap, SQLite ledger", run + ["--", "true"], base),
+        "webhook": ("spendcap, SQLite, a webhook (204)",
+                    run + ["--webhook-env", "BENCH_HOOK", "--", "true"],
+                    dict(base, BENCH_HOOK=hook_url)),
+        "pg": ("spendcap, PostgreSQL ledger", run + ["--ledger", args.pg, "--", "true"], base),
+        "isolation-none": ("spendcap --isolation none", run + ["--isolation", "none", "--", "true"],
+                           base),
+        "no-cgroup": ("spendcap, no cgroup (parentage)", run + ["--", "true"],
+                      dict(base, SPENDCAP_TEST_SWITCHES="no-cgroup")),
+        "no-proc-connector": ("spendcap, no proc connector", run + ["--", "true"],
+                              dict(base, SPENDCAP_TEST_SWITCHES="no-proc-connector")),
+        "tmpfs": ("spendcap, ledger on tmpfs", run + ["--", "true"],
+                  dict(base, XDG_DATA_HOME=shm, XDG_STATE_HOME=shm)),
+    }
+    if args.before:
+        old = [os.path.abspath(args.before)] + run[1:]
+        known["before"] = ("before: spendcap, SQLite ledger", old + ["--", "true"], base)
+        known["before-webhook"] = ("before: spendcap, SQLite, a webhook (204)",
+                                   old + ["--webhook-env", "BENCH_HOOK", "--", "true"],
+                                   dict(base, BENCH_HOOK=hook_url))
+        args.variants += ",before,before-webhook"
+    candidates = [("true", ["true"], base), ("timeout 100 true", ["timeout", "100", "true"], base)]
+    for name in args.variants.split(","):
+        if name == "pg" and not args.pg:
+            continue
+        candidates.append(known[name])
+    times = {c[0]: [] for c in candidates}
+    try:
+        for c in candidates:  # warm the caches and create the ledgers
+            run_once(c[1], c[2])
+        for _ in range(args.runs):
+            order = list(candidates)
+            random.shuffle(order)
+            for name, argv, env in order:
+                times[name].append(run_once(argv, env))
+    finally:
+        server.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)
+    timeout = times["timeout 100 true"]
+    print("### Exec overhead: %d interleaved rounds, %d candidates in random order per round\n"
+          % (args.runs, len(candidates)))
+    print("| command | median ms | p25 ms | p75 ms | ratio to timeout (median, paired) "
+          "| minus timeout (median, paired) |")
+    print("|---|---|---|---|---|---|")
+    for name, _, _ in candidates:
+        ms = sorted(times[name])
+        q = statistics.quantiles(ms, n=4)
+        ratios = [a / b for a, b in zip(times[name], timeout)]
+        diffs = [a - b for a, b in zip(times[name], timeout)]
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %+.2f ms |" % (
+            name, statistics.median(ms), q[0], q[2], statistics.median(ratios),
+            statistics.median(diffs)))
+    sqlite = times.get("spendcap, SQLite ledger")
+    if sqlite:
+        print("\nAgainst the default run, paired (median of per-round differences):")
+        for name, _, _ in candidates[3:]:
+            diffs = [a - b for a, b in zip(times[name], sqlite)]
+            print("- %s: %+.2f ms" % (name, statistics.median(diffs)))
+    print("\nwebhook deliveries received: %d (none expected: finished is not subscribed)\n"
+          % Hook.received)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
