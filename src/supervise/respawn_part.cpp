@@ -54,20 +54,6 @@ std::optional<std::string> key_of(pid_t pid, pid_t parent) {
   return respawn_key(std::string(exe, static_cast<std::size_t>(length)), cmdline, parent);
 }
 
-// Whether `pid`'s parent chain reaches `root`; its parent when it does.
-std::optional<pid_t> parent_in_tree(pid_t pid, pid_t root) {
-  auto self = read_proc_stat(pid);
-  if (!self) return std::nullopt;
-  pid_t at = self->ppid;
-  for (int depth = 0; depth < 64 && at > 1; ++depth) {
-    if (at == root) return self->ppid;
-    auto up = read_proc_stat(at);
-    if (!up) return std::nullopt;
-    at = up->ppid;
-  }
-  return std::nullopt;
-}
-
 // The netlink process connector, subscribed; -1 and why not where it is not permitted.
 int open_connector(std::string& why_not) {
   if (::geteuid() != 0) {
@@ -164,6 +150,8 @@ class RespawnPart final : public RunPart {
   void on_launched(TimePoint) override {
     reporter_.line("respawn-loop guard: " + detector_);
     if (events_.is_open()) {
+      // The processes already forked before the first event is read: the tree as it is now.
+      for (const ProcStat& member : live_descendants(root_)) members_[member.pid] = member.ppid;
       read_events();
     } else {
       walk();
@@ -204,17 +192,28 @@ class RespawnPart final : public RunPart {
       switch (event.what) {
         case proc_event::PROC_EVENT_FORK: {
           const auto& fork = event.event_data.fork;
-          if (fork.child_pid == fork.child_tgid) started(static_cast<pid_t>(fork.child_pid));
+          // Only processes, and only the tree's: a child whose parent is the guard or a member.
+          // The machine's other forks cost one look-up each, never a read of /proc.
+          auto child = static_cast<pid_t>(fork.child_pid);
+          auto parent = static_cast<pid_t>(fork.parent_tgid);
+          if (fork.child_pid == fork.child_tgid && (parent == root_ || members_.count(parent))) {
+            members_[child] = parent;
+            started(child, parent);
+          }
           break;
         }
         case proc_event::PROC_EVENT_EXEC: {
           const auto& exec = event.event_data.exec;
-          if (exec.process_pid == exec.process_tgid) started(static_cast<pid_t>(exec.process_pid));
+          auto member = members_.find(static_cast<pid_t>(exec.process_pid));
+          if (exec.process_pid == exec.process_tgid && member != members_.end()) {
+            started(member->first, member->second);
+          }
           break;
         }
         case proc_event::PROC_EVENT_EXIT: {
           const auto& exit = event.event_data.exit;
-          if (exit.process_pid == exit.process_tgid) {
+          if (exit.process_pid == exit.process_tgid &&
+              members_.erase(static_cast<pid_t>(exit.process_pid))) {
             exited(static_cast<pid_t>(exit.process_pid), static_cast<int>(exit.exit_code));
           }
           break;
@@ -226,11 +225,8 @@ class RespawnPart final : public RunPart {
     }
   }
 
-  void started(pid_t pid) {
-    if (pid == root_) return;
-    auto parent = parent_in_tree(pid, root_);
-    if (!parent) return;
-    auto key = key_of(pid, *parent);
+  void started(pid_t pid, pid_t parent) {
+    auto key = key_of(pid, parent);
     if (!key) return;  // gone before it could be named
     names_[pid] = *key;
     int restarts = tracker_.started(*key, now());
@@ -250,6 +246,9 @@ class RespawnPart final : public RunPart {
     for (auto it = names_.begin(); it != names_.end();) {
       it = is_alive(it->first) ? std::next(it) : names_.erase(it);
     }
+    // Forks may have been lost too: the members are read again from the tree itself.
+    members_.clear();
+    for (const ProcStat& member : live_descendants(root_)) members_[member.pid] = member.ppid;
   }
 
   void stop_run(const std::string& key, int restarts) {
@@ -348,6 +347,7 @@ class RespawnPart final : public RunPart {
   std::string detector_;
   std::array<char, 64 * 1024> buffer_{};
   std::map<pid_t, std::string> names_;
+  std::map<pid_t, pid_t> members_;  // the tree's processes (host pids), each with its parent
   std::map<pid_t, Seen> seen_;
   struct Latest {
     pid_t pid;
