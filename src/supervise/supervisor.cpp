@@ -913,6 +913,8 @@ class Supervisor::Impl {
   void notify_end() {
     RunEvent end;
     end.event = guard_lost_ ? "lost" : trip_ ? "killed" : "finished";
+    // A scheduler or spot reclaim took the node back: not a stop by the budget, nor a finish.
+    if (!guard_lost_ && outcome_.status == RunStatus::preempted) end.event = "preempted";
     end.reason = outcome_.reason;
     // "budget:team:vision" tripped the team's budget.
     if (end.reason.rfind("budget:", 0) == 0) end.scope = end.reason.substr(7);
