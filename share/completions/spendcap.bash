@@ -44,7 +44,7 @@ _spendcap() {
   case $subcommand in
     "") options="run policy budgets ps stop outbox notify ledger show estimate report accept
                  --help --version" ;;
-    run) options="--team --experiment --project --tag --job-key --rate --budget --gpu --gpus
+    run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus
                   --instance --instances --pricing --mode --checkpoint-signal --grace --kill-after
                   --interval --sync --claim-horizon --isolation --stall-after --require-fit
                   --retry-backoff --status-file --policy --ledger --webhook-env --webhook
@@ -60,7 +60,7 @@ _spendcap() {
                *) options="apply --json $ledger" ;;
              esac ;;
     ps) options="--json $ledger" ;;
-    stop) options="--team --experiment --project --user --run --reason --clear --list $ledger" ;;
+    stop) options="--team --experiment --project --user --run --job --reason --clear --list $ledger" ;;
     outbox) case $sub2 in
               list) options="--json $ledger" ;;
               flush) options="$ledger" ;;

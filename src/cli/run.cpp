@@ -23,6 +23,7 @@
 #include "spendcap/cli/webhooks.hpp"
 #include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/cli/membership.hpp"
+#include "spendcap/cli/multi_node.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -390,6 +391,11 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   }
   settings.user = user_name();
   settings.host = host_name();
+  if (auto joined = resolve_multi_node_run(request.run_id, settings.job_key, env, settings.host)) {
+    // One run over many wrappers: its id is their job key, and each row says its node.
+    settings.job_key = joined->id;
+    settings.tags["node"] = joined->node;
+  }
   settings.webhook_urls = request.webhook_urls;
   require_a_locked_budget(settings);
   resolve_spot_notice(request, env, settings);
