@@ -320,6 +320,9 @@ class Supervisor::Impl {
       case GuardEventKind::main_stopped:
         on_job_stopped();
         break;
+      case GuardEventKind::orphan_exited:
+        for (auto& part : parts_) part->on_orphan_exited(event.pid, event.value);
+        break;
     }
   }
 
