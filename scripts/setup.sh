@@ -17,8 +17,11 @@ if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch clang); f
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then
   packages+=(man-db groff-base python3-yaml slurm-wlm munge)
 fi
-# The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh).
-if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client); fi
+# The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh); ip(8) makes the
+# network namespaces of its many-hosts test.
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client iproute2); fi
+# The metrics test (tests/integration/test_metrics.py): promtool, and a real node_exporter.
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(prometheus prometheus-node-exporter); fi
 
 missing=()
 for package in "${packages[@]}"; do

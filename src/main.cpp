@@ -59,6 +59,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_flag("--retry-backoff", request.retry_backoff,
                "after recent failures of the same command, wait 10s doubling (max 5m) first");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
+  run.add_option("--metrics-dir", request.metrics_dir,
+                 "write the run's spend as a Prometheus textfile here (node_exporter)");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
   run.add_option("--webhook-env", request.webhook_envs,
@@ -118,18 +120,45 @@ void name_option_types(CLI::App& command) {
       {"--isolation", "pid|none"},
       {"--status-file", "FILE"},
       {"--policy", "FILE"},
-      {"--ledger", "sqlite:PATH|PATH"},
-      {"--reason", "TEXT"},
+      {"--ledger", "sqlite:PATH|PATH|postgresql://..."},
       {"--stall-after", "DURATION"},
-      {"--exit-window", "DURATION"},
-      {"--step-time", "DURATION"},
-      {"--estimate-steps", "STEPS"},
-      {"--log", "FILE"},
-      {"--forward", "SIGNAL"},
-      {"--webhook-env", "NAME"},
+      {"--webhook-env", "VARIABLE"},
       {"--webhook", "URL"},
       {"--spot-notice", "aws|gcp|URL"},
       {"--spot-notice-url", "URL"},
+      {"--log", "FILE"},
+      {"--exit-window", "DURATION"},
+      {"--forward", "SIGNAL"},
+      {"--estimate-steps", "STEPS"},
+      {"--step-time", "DURATION"},
+      {"--steps", "STEPS"},
+      {"--params", "COUNT"},
+      {"--tokens", "COUNT"},
+      {"--peak-tflops", "TFLOPS"},
+      {"--mfu", "FRACTION"},
+      {"--interruptions-per-100h", "COUNT"},
+      {"--lost-per-interruption", "DURATION"},
+      {"--bytes-per-param", "BYTES"},
+      {"--activations-gb", "GB"},
+      {"--price-per-hour", "USD_PER_HOUR"},
+      {"--rps", "REQUESTS_PER_SECOND"},
+      {"--utilisation", "FRACTION"},
+      {"--predictions-per-day", "COUNT"},
+      {"--reserved", "USD_PER_HOUR"},
+      {"--on-demand", "USD_PER_HOUR"},
+      {"--since", "DATE"},
+      {"--until", "DATE"},
+      {"--by", "team|experiment|project|user|host|day|tag:KEY"},
+      {"--format", "FORMAT"},
+      {"--baseline", "VALUE"},
+      {"--metric", "NAME"},
+      {"--metric-goal", "min|max"},
+      {"--note", "TEXT"},
+      {"run", "RUN_ID"},
+      {"run_id", "RUN_ID"},
+      {"from", "LEDGER"},
+      {"to", "LEDGER"},
+      {"--reason", "TEXT"},
       {"command", "COMMAND"},
       {"file", "FILE"},
       {"policy_file", "FILE"},
@@ -223,8 +252,6 @@ int main(int argc, char** argv) {
   stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
   stop->add_flag("--list", stop_request.list, "list the active stop orders");
   stop->get_option("--run")->description("stop one run (its id, or any unique prefix: ps shows 8)");
-  name_option_types(app);
-  keep_exit_table_on(app, run);
 
   CLI::App* outbox = app.add_subcommand("outbox", "webhook events not delivered yet");
   outbox->require_subcommand(1);
@@ -315,6 +342,9 @@ int main(int argc, char** argv) {
   add_ledger_options(*accept, choice);
   accept->add_option("run_id", accept_run_id, "the run")->required();
   accept->add_option("--note", accept_note, "why it is kept");
+
+  name_option_types(app);  // after every subcommand is added
+  keep_exit_table_on(app, run);
 
   try {
     app.parse(argc, argv);

@@ -310,7 +310,11 @@ int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& 
                 << " runs measured): " << (*observed > e.break_even ? "reserve" : "stay on demand")
                 << "\n";
     } else {
-      std::cout << "utilisation not measured (no run measured its GPUs)\n";
+      std::cout << "utilisation not measured ("
+                << (r.gpu ? "the ledger does not record a run's GPU type yet: leave out --gpu "
+                            "for the team's runs on any type"
+                          : "no run measured its GPUs")
+                << ")\n";
     }
   }
   return 0;

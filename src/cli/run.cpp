@@ -109,6 +109,7 @@ nlohmann::json flags_layer(const RunRequest& request) {
     flag_slot(layer, "--instances") = parse_count(*request.instances, "--instances");
   }
   if (request.ledger) flag_slot(layer, "--ledger") = *request.ledger;
+  if (request.metrics_dir) flag_slot(layer, "--metrics-dir") = *request.metrics_dir;
   // --webhook-env NAME adds a webhook (appended to the policy's: a locked policy's stay).
   for (const std::string& name : request.webhook_envs) {
     layer["webhooks"].push_back({{"url_env", name}});
@@ -895,6 +896,21 @@ void check_status_file_path(const std::string& path) {
   }
 }
 
+// --metrics-dir (or metrics_dir) is checked before anything runs: an existing directory spendcap
+// can write in (node_exporter's textfile directory is made by whoever runs node_exporter).
+void check_metrics_dir(const std::string& dir) {
+  std::string flag = "--metrics-dir " + dir;
+  if (dir.empty()) throw Error("--metrics-dir", "empty path", "give a directory");
+  struct stat status {};
+  if (::stat(dir.c_str(), &status) != 0) {
+    throw Error(flag, errno_text(errno), "create the directory, or give another one");
+  }
+  if (!S_ISDIR(status.st_mode)) throw Error(flag, "is not a directory", "give a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw Error(flag, "cannot write in it: " + errno_text(errno), "give a directory you can write");
+  }
+}
+
 // The steps of run_command; an Error thrown by one unwinds (the run directory, an admitted run)
 // before run_command looks for a stop signal that came meanwhile.
 int run_steps(const RunRequest& request, const Inherited& inherited) {
@@ -910,6 +926,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   RunSettings settings =
       resolve_run_settings(request, env, PolicySearch::from_environment(request.policy));
   require_locked_policy_when_setgid(settings.loaded.locked, settings.ledger_url);
+  if (settings.loaded.policy.metrics_dir) check_metrics_dir(*settings.loaded.policy.metrics_dir);
   if (switches.any()) {
     if (settings.loaded.locked) {
       throw Error("SPENDCAP_TEST_SWITCHES",
@@ -1006,6 +1023,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   };
   plan.notifier = notifier.get();
   plan.gpu = make_gpu_plan(settings.loaded.policy, env);
+  if (settings.loaded.policy.metrics_dir) {
+    plan.metrics =
+        MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team, settings.experiment};
+  }
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";

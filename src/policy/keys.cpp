@@ -431,9 +431,7 @@ std::vector<PolicyKey> build_keys() {
           .unlisted()
           .any());
 
-  add(Row("/metrics_dir", value(&Policy::metrics_dir, text))
-          .any()
-          .no_effect_yet("the Prometheus metrics files"));
+  add(Row("/metrics_dir", value(&Policy::metrics_dir, text)).any().flag("--metrics-dir"));
   return keys;
 }
 

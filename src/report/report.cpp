@@ -60,6 +60,11 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
     row.energy_kwh = run.gpu->energy_kwh;
     row.co2_kg = run.gpu->co2_kg;
   }
+  // The progress channel's last report; egress is priced by the caller (rates.egress_per_gb).
+  if (run.metric_name) row.metric_name = *run.metric_name;
+  if (run.metric_name) row.metric_value = run.metric_value;
+  row.units = run.units;
+  row.egress_gb = run.egress_gb;
 }
 
 std::optional<GroupBy> parse_group_by(std::string_view text) {
@@ -196,7 +201,7 @@ std::optional<Money> GroupTotals::cost_per_accepted() const {
 std::optional<double> GroupTotals::cost_per_thousand_units() const {
   // Only the spend of runs that reported units is divided by them.
   if (!units.value() || units.total <= 0) return std::nullopt;
-  return spend.units() / units.total * 1e3;
+  return units_spend.units() / units.total * 1e3;
 }
 
 bool report_includes(const ReportOptions& options, const ReportRow& row) {
@@ -256,6 +261,7 @@ void ReportBuilder::account(GroupTotals& g, Extra& extra, const ReportRow& row) 
   g.energy_kwh.add(row.energy_kwh);
   g.co2_kg.add(row.co2_kg);
   g.units.add(row.units);
+  if (row.units) g.units_spend += row.spend;
   g.egress_gb.add(row.egress_gb);
   g.egress_spend.add(units_of(row.egress_spend));
   if (row.storage_peak_gb) {

@@ -94,6 +94,7 @@ class GpuSampler final : public RunPart {
     std::vector<pid_t> pids;
     for (const ProcStat& member : members_()) pids.push_back(member.pid);
     account_->sample(to_seconds(now() - launched_), pids, wall_us());
+    report_->summary = account_->summary();  // current while the run goes on (--metrics-dir)
   }
 
   void idle_guard() {

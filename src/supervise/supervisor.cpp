@@ -236,6 +236,10 @@ class Supervisor::Impl {
           if (!trip_ && running()) trip(stop, now());
         },
         outcome_.gpu));
+    if (!plan_.metrics.dir.empty()) {
+      parts_.push_back(make_metrics_part(
+          io_, meter_, plan_, [this] { return ceiling_; }, outcome_.gpu));
+    }
     parts_.push_back(make_guard_part(
         io_, reporter_, meter_, plan_,
         [this](const Trip& runaway) {

@@ -1,9 +1,13 @@
 """`spendcap estimate` (issue 11, test 2 and the --compare part of test 4): the known figures through
 the real binary, budgets that gate a launch (exit 0 / 120), and `run --estimate-steps`."""
 import json
+import os
 import unittest
 
-from spendcap_testlib import LedgerTest
+from spendcap_testlib import LedgerTest, SPENDCAP
+
+FAKE_NVML = os.path.join(os.path.dirname(SPENDCAP), "tests", "fake_nvml", "current",
+                         "libnvidia-ml.so.1")
 
 POLICY = {
     "rates": {"gpu": {
@@ -79,6 +83,43 @@ class EstimateTest(LedgerTest):
                                   "--team", "vision"]).stdout
         self.assertIn("break-even utilisation: 62%", text)
         self.assertIn("not measured", text)
+
+    @unittest.skipUnless(os.path.exists(FAKE_NVML), "the fake NVML is not built")
+    def test_reserved_with_the_teams_measured_utilisation(self):
+        # A real run whose GPU (the fake NVML, 80% busy) is measured: the ledger's GPU columns
+        # give the team's observed utilisation; another team's unmeasured run does not count.
+        with open(self.path("scenario.json"), "w") as f:
+            json.dump({"devices": [{"uuid": "GPU-fake-0", "pid_file": self.path("pids"),
+                                    "segments": [{"util": 80, "power_w": 250}]}]}, f)
+        env = {"SPENDCAP_NVML_LIBRARY": FAKE_NVML,
+               "FAKE_NVML_SCENARIO": self.path("scenario.json"), "CUDA_VISIBLE_DEVICES": "0"}
+        job = "echo $$ > %s; exec sleep 3" % self.path("pids")
+        result = self.run_spendcap(["run", "--rate", "36", "--budget", "5", "--team", "vision",
+                                    "--", "sh", "-c", job], env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        result = self.run_spendcap(["run", "--rate", "36", "--budget", "5", "--team", "nlp",
+                                    "--", "true"], {"SPENDCAP_NVML_LIBRARY": "none"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        row = self.runs("team = ?", ("vision",))[0]
+        self.assertGreater(row["gpu_allocated_seconds"], 0)
+        expected = row["gpu_busy_seconds"] / row["gpu_allocated_seconds"]
+        self.assertAlmostEqual(expected, 0.8, delta=0.05)
+        e = self.estimate("--reserved", "0.62", "--on-demand", "1.00", "--team", "vision")
+        self.assertAlmostEqual(e["observed_utilisation"], expected, places=9)
+        self.assertEqual(e["observed_runs"], 1)
+        text = self.run_spendcap(["estimate", "--reserved", "0.62", "--on-demand", "1.00",
+                                  "--team", "vision"]).stdout
+        self.assertIn("%d%% busy (1 runs measured): reserve" % round(100 * expected), text)
+        e = self.estimate("--reserved", "0.62", "--on-demand", "1.00", "--team", "nlp")
+        self.assertIsNone(e["observed_utilisation"])
+        # The report's GPU-hours are the ledger's.
+        result = self.run_spendcap(["report", "--by", "team", "--format", "json"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        groups = {g["group"]["team"]: g for g in json.loads(result.stdout)["groups"]}
+        self.assertAlmostEqual(groups["vision"]["gpu_hours_allocated"],
+                               row["gpu_allocated_seconds"] / 3600)
+        self.assertAlmostEqual(groups["vision"]["utilisation"], expected)
+        self.assertIsNone(groups["nlp"]["gpu_hours_allocated"])
 
     def test_serving(self):
         for price, rps, util, expected in [("0.40", "900", "0.55", 0.22),

@@ -161,6 +161,101 @@ class RolesTest(PostgresLedgerTest):
         self.assertEqual(self.pg_rows("SELECT amount_micros FROM %s.budgets" % s),
                          [{"amount_micros": 2000000}])
 
+    def test_outbox_and_accepted_results_are_each_runners_own(self):
+        """The outbox (row-level security) and accepted results (a checked function) on
+        PostgreSQL: each runner stores, lists, flushes and accepts only its own; psql in a
+        runner's hands reaches neither another's entries nor the accepted results table."""
+        import test_webhooks
+        failing = test_webhooks.Endpoint([503])
+        self.addCleanup(failing.close)
+        self.write_policy({"budgets": {"team": {"vision": {"amount": 1, "period": "day"}}},
+                           "webhooks": [{"url_env": "HOOK_URL", "events": ["killed"]}]})
+        applied = self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        # Each runner's run is stopped by its --budget; its webhook gets 503s, so the event
+        # waits in the outbox under that runner's login role.
+        for user in (self.alice, self.bob):
+            ran = self.run_spendcap(
+                ["run", "--team", "vision", "--rate", "36", "--budget", "0.04", "--grace", "0s",
+                 "--kill-after", "1s", "--sync", "1s", "--ledger", ledger_url(self.schema, user),
+                 "--", "python3", "-c", "import time; time.sleep(60)"],
+                extra_env={"HOOK_URL": failing.url})
+            self.assertEqual(ran.returncode, 124, ran.stderr)
+        # A runner whose job dies of SIGTERM finishes its own run as preempted.
+        ran = self.run_spendcap(
+            ["run", "--team", "vision", "--rate", "36", "--budget", "0.5", "--grace", "0s",
+             "--kill-after", "0s", "--ledger", ledger_url(self.schema, self.alice), "--",
+             "python3", "-c",
+             "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
+            extra_env={"HOOK_URL": failing.url})
+        runs = self.pg_runs()
+        self.assertIn("preempted", [r["status"] for r in runs.values()], ran.stderr)
+        s = self.schema
+        outbox = self.pg_rows("SELECT id, db_role, event FROM %s.outbox ORDER BY id" % s)
+        self.assertEqual([(r["db_role"], r["event"]) for r in outbox],
+                         [(self.alice, "killed"), (self.bob, "killed")])
+        alice_entry, bob_entry = outbox[0]["id"], outbox[1]["id"]
+        alice_run = [r for r in runs.values() if r["db_role"] == self.alice
+                     and r["status"] == "killed"][0]
+        bob_run = [r for r in runs.values() if r["db_role"] == self.bob][0]
+
+        # `outbox list` shows each runner its own entries (both runs are this Unix user's).
+        for user, entry in ((self.alice, alice_entry), (self.bob, bob_entry)):
+            listed = self.spendcap_as(user, ["outbox", "list", "--json"])
+            self.assertEqual(listed.returncode, 0, listed.stderr)
+            self.assertEqual([e["id"] for e in json.loads(listed.stdout)], [entry])
+        # Flushing as alice to a working endpoint delivers hers and leaves bob's.
+        working = test_webhooks.Endpoint([200])
+        self.addCleanup(working.close)
+        flushed = self.run_spendcap(["outbox", "flush", "--ledger", ledger_url(s, self.alice)],
+                                    extra_env={"HOOK_URL": working.url})
+        self.assertEqual(flushed.returncode, 0, flushed.stdout + flushed.stderr)
+        self.assertEqual(len(working.requests), 1)
+        self.assertEqual([r["db_role"] for r in self.pg_rows("SELECT db_role FROM %s.outbox" % s)],
+                         [self.bob])
+
+        # Accepting: a runner accepts its own finished run, not another's; the owner any.
+        accepted = self.spendcap_as(self.alice, ["accept", alice_run["id"], "--note", "keep"])
+        self.assertEqual(accepted.returncode, 0, accepted.stderr)
+        not_hers = self.spendcap_as(self.alice, ["accept", bob_run["id"]])
+        self.assertNotEqual(not_hers.returncode, 0, "alice accepted bob's run")
+        self.assertIn("admitted by " + self.bob, not_hers.stderr)
+        accepted = self.spendcap_as(self.owner, ["accept", bob_run["id"]])
+        self.assertEqual(accepted.returncode, 0, accepted.stderr)
+        report = self.spendcap_as(self.bob, ["report", "--format", "json"])
+        self.assertEqual(report.returncode, 0, report.stderr)
+        self.assertEqual(json.loads(report.stdout)["total"]["accepted"], 2, report.stdout)
+
+        # psql in alice's hands: bob's entries are invisible and untouched; what she may change
+        # of her own entries is a flush's attempts and error; accepted results only through
+        # the function.
+        self.assertEqual(psql("SELECT count(*) FROM %s.outbox" % s, user=self.alice).stdout.strip(),
+                         "0")
+        psql("DELETE FROM %s.outbox; UPDATE %s.outbox SET attempts = 99" % (s, s), user=self.alice)
+        before = {"outbox": self.pg_rows("SELECT * FROM %s.outbox ORDER BY id" % s),
+                  "accepted": self.pg_rows("SELECT * FROM %s.accepted_results ORDER BY 1" % s)}
+        self.assertEqual([r["db_role"] for r in before["outbox"]], [self.bob], "bob's is kept")
+        self.assertNotIn(99, [r["attempts"] for r in before["outbox"]])
+        for sql in ["UPDATE %s.outbox SET body = 'x'" % s,
+                    "INSERT INTO %s.outbox (event_id, event, run_id, user_name, destination, "
+                    "format, secret_env, body, created_at, attempts, last_error, db_role) VALUES "
+                    "('e', 'killed', 'r', 'u', 'env:X', 'json', '', '{}', 0, 0, '', '%s')"
+                    % (s, self.bob),
+                    "UPDATE %s.accepted_results SET note = 'x'" % s,
+                    "DELETE FROM %s.accepted_results" % s,
+                    "INSERT INTO %s.accepted_results VALUES ('%s', 'x', 'x', 0, '%s')"
+                    % (s, bob_run["id"], self.alice)]:
+            self.assertIn("permission denied", self.refused(self.alice, sql), sql)
+        err = self.refused(self.alice, "SELECT %s.spendcap_accept_result('%s', 'mine', 'a', 0)"
+                           % (s, bob_run["id"]))
+        self.assertIn("admitted by " + self.bob, err)
+        after = {"outbox": self.pg_rows("SELECT * FROM %s.outbox ORDER BY id" % s),
+                 "accepted": self.pg_rows("SELECT * FROM %s.accepted_results ORDER BY 1" % s)}
+        self.assertEqual(after, before, "nothing changed")
+        # Negative control: bob, whose entry it is, sees and changes it.
+        self.assertEqual(psql("UPDATE %s.outbox SET attempts = 7 RETURNING attempts" % s,
+                              user=self.bob).stdout.strip(), "7")
+
     def test_password_in_url_is_never_printed(self):
         self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
         # The test server trusts local connections, so any password works; it must not show.

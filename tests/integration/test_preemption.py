@@ -8,7 +8,7 @@ import threading
 import time
 import unittest
 
-from spendcap_testlib import LedgerTest, wait_until
+from spendcap_testlib import FIXTURES, LedgerTest, wait_until
 
 
 class Metadata(http.server.BaseHTTPRequestHandler):
@@ -162,20 +162,16 @@ class SigtermIsPreemptionTest(LedgerTest):
 class LedgerMigrationTest(LedgerTest):
     def test_a_schema_2_ledger_takes_preempted_rows_after_migrating(self):
         import sqlite3
-        first = self.run_spendcap(["run", "--rate", "1", "--budget", "1", "--", "true"])
-        self.assertEqual(first.returncode, 0, first.stderr)
-        # Turn the ledger back into schema 2: the status check without 'preempted'.
+        # A real schema-2 ledger: the .dump of one written by the release before preemption
+        # (commit f6a2106), holding one succeeded run.
+        os.makedirs(os.path.dirname(self.ledger_file()), exist_ok=True)
+        with open(os.path.join(FIXTURES, "ledgers", "schema2.sql")) as f:
+            dump = f.read()
         connection = sqlite3.connect(self.ledger_file(), isolation_level=None)
-        connection.executescript("""
-            BEGIN;
-            PRAGMA writable_schema = ON;
-            UPDATE sqlite_master SET sql = replace(sql, ", 'preempted')", ")")
-              WHERE type = 'table' AND name = 'runs';
-            PRAGMA writable_schema = OFF;
-            DELETE FROM schema_version WHERE version >= 3;
-            COMMIT;""")
-        connection.close()
-        connection = sqlite3.connect(self.ledger_file(), isolation_level=None)
+        connection.executescript(dump)
+        connection.execute("PRAGMA journal_mode = WAL")
+        self.assertEqual(connection.execute("SELECT max(version) FROM schema_version").fetchone(),
+                         (2,))
         with self.assertRaises(sqlite3.IntegrityError):  # negative control: schema 2 refuses it
             connection.execute("UPDATE runs SET status = 'preempted'")
         connection.close()

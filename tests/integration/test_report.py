@@ -7,13 +7,15 @@ import decimal
 import html.parser
 import io
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import unittest
 
-from spendcap_testlib import LedgerTest, wait_until
+from spendcap_testlib import FIXTURES, LedgerTest, wait_until
 
 MICROS = 1_000_000
 POLICY = {"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"}}
@@ -212,6 +214,56 @@ class ReportTest(LedgerTest):
         self.assertIn("$", lines[1])
         self.assertTrue(all(len(line) <= 150 for line in lines), table)
         self.assertIn("not measured:", table)
+
+    def test_measured_progress_priced(self):
+        """Runs that report a metric, units and egress on their progress channel: the report's
+        cost per metric point and per thousand units are the ledger's spend over what they
+        reported; egress is priced at rates.egress_per_gb."""
+        self.write_policy(dict(POLICY, rates={"egress_per_gb": 0.09}))
+        progress_job = os.path.join(FIXTURES, "progress_job.py")
+        for speed in ("100", "50"):
+            self.run_ok(["run", "--rate", "36", "--budget", "5", "--interval", "200ms",
+                         "--team", "vision", "--experiment", "sweep", "--", sys.executable,
+                         progress_job, "--seconds", "1.5", "--steps-per-second", speed])
+        self.run_ok(["run", "--rate", "36", "--budget", "1", "--team", "vision",
+                     "--experiment", "plain"] + job(0))
+        runs = {r["experiment"]: [] for r in self.runs()}
+        for r in self.runs():
+            runs[r["experiment"]].append(r)
+        sweep = runs["sweep"]
+        self.assertTrue(all(r["metric_name"] == "val_acc" for r in sweep), sweep)
+        spend = sum(r["spend_micros"] for r in sweep) / MICROS
+        best = max(r["metric_value"] for r in sweep)
+        units = sum(r["units"] for r in sweep)
+        self.assertGreater(units, 0)
+
+        data = json.loads(self.report("--by", "experiment", "--baseline", "0.01", "--metric",
+                                      "val_acc", "--format", "json"))
+        groups = {g["group"]["experiment"]: g for g in data["groups"]}
+        got = groups["sweep"]
+        self.assertAlmostEqual(got["spend"], spend, places=6)
+        self.assertEqual(got["metric"], "val_acc")
+        self.assertAlmostEqual(got["best_metric"], best)
+        self.assertAlmostEqual(got["cost_per_metric_point"], spend / (best - 0.01), places=6)
+        self.assertAlmostEqual(got["units"], units)
+        self.assertAlmostEqual(got["cost_per_thousand_units"], spend / units * 1000, places=9)
+        self.assertAlmostEqual(got["egress_gb"], 1.0)
+        self.assertAlmostEqual(got["egress_spend"], 0.09, places=6)
+        # Negative control: the run that reported nothing has none of these, never 0.
+        plain = groups["plain"]
+        self.assertIsNone(plain["units"])
+        self.assertIsNone(plain["cost_per_thousand_units"])
+        self.assertIsNone(plain["egress_gb"])
+        self.assertIsNone(plain["cost_per_metric_point"])
+        # A baseline above the best: no improvement, said, not divided by.
+        data = json.loads(self.report("--by", "experiment", "--baseline", "0.99", "--format",
+                                      "json", "--experiment", "sweep"))
+        self.assertEqual(data["groups"][0]["cost_per_metric_point_text"],
+                         "undefined: no improvement")
+        # The same numbers in the csv.
+        table = {r["experiment"]: r for r in csv.DictReader(io.StringIO(self.report(
+            "--by", "experiment", "--baseline", "0.01", "--format", "csv")))}
+        self.assertAlmostEqual(float(table["sweep"]["egress_spend"]), 0.09, places=6)
 
     def test_focus_export(self):
         self.seed()

@@ -240,7 +240,9 @@ class WebhookTest(LedgerTest):
         result = self.run_killed(["--webhook", "ftp://127.0.0.1/hook"], status="ftp.json")
         self.assertEqual(result.returncode, 125, result.stderr)
         self.assertIn("not an http:// or https:// URL", result.stderr)
-        self.assertFalse(os.path.exists(self.path("ftp.json")))
+        # Refused before the job started: the status file says so (issue 15: every outcome).
+        self.assertEqual(self.read_json("ftp.json")["exit_code"], 125)
+        self.assertIsNone(self.read_json("ftp.json")["run_id"])
 
         result = self.run_killed(["--webhook-env", "UNSET_HOOK"], status="unset.json")
         self.assertEqual(result.returncode, 125, result.stderr)

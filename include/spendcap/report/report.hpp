@@ -101,6 +101,7 @@ struct GroupTotals {
                preempted = 0, accepted = 0;
   Money spend, running_spend;  // running_spend: part of spend, of runs still running
   Money waste;                 // spend of runs that did not succeed (failed, killed, lost)
+  Money units_spend;           // spend of the runs that reported units
   Measured gpu_hours_allocated, gpu_hours_busy, idle_spend, energy_kwh, co2_kg, units, egress_gb,
       egress_spend, storage_peak_gb, storage_spend;
   std::optional<std::string> metric_name;

@@ -28,6 +28,7 @@
 #include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
+#include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/run_part.hpp"
@@ -101,6 +102,7 @@ struct SupervisorPlan {
   Notifier* notifier = nullptr;
   GpuPlan gpu;  // GPU measurement and the idle guard
   GuardPlan guards;  // the runaway guards and the progress channel
+  MetricsPlan metrics;  // --metrics-dir: the Prometheus textfiles
 };
 
 class Supervisor {

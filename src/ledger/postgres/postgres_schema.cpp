@@ -84,6 +84,69 @@ ALTER TABLE runs ADD COLUMN reported_spend_micros BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN overrun INTEGER NOT NULL DEFAULT 0;
 UPDATE runs SET reported_spend_micros = spend_micros WHERE status = 'running';
 )sql",
+    // v3: as SQLite's v3, the status `preempted` (PostgreSQL alters the constraint itself).
+    R"sql(
+ALTER TABLE runs DROP CONSTRAINT runs_status_check;
+ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK (status IN
+  ('running', 'succeeded', 'failed', 'killed', 'refused', 'lost', 'preempted'));
+)sql",
+    // v4: as SQLite's v4, the webhook outbox, plus the login role that stored each entry: a runner
+    // sees and changes only its own entries (row-level security; the policy is in routines()).
+    R"sql(
+CREATE TABLE outbox (
+  id BIGSERIAL PRIMARY KEY,
+  event_id TEXT NOT NULL,
+  event TEXT NOT NULL,
+  run_id TEXT NOT NULL,
+  user_name TEXT NOT NULL,
+  destination TEXT NOT NULL,
+  format TEXT NOT NULL,
+  secret_env TEXT NOT NULL,
+  body TEXT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL,
+  attempts INTEGER NOT NULL,
+  last_error TEXT NOT NULL,
+  db_role TEXT NOT NULL DEFAULT session_user  -- the login role that stored it
+);
+CREATE INDEX outbox_user ON outbox(user_name);
+ALTER TABLE outbox ENABLE ROW LEVEL SECURITY;
+)sql",
+    // v5: as SQLite's v5, what a run's GPUs did.
+    R"sql(
+ALTER TABLE runs ADD COLUMN gpu_measured INTEGER;
+ALTER TABLE runs ADD COLUMN gpu_not_measured TEXT;
+ALTER TABLE runs ADD COLUMN gpu_devices INTEGER;
+ALTER TABLE runs ADD COLUMN gpu_allocated_seconds DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN gpu_busy_seconds DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN gpu_idle_spend_micros BIGINT;
+ALTER TABLE runs ADD COLUMN gpu_energy_kwh DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN gpu_co2_kg DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN gpu_energy_cost_micros BIGINT;
+ALTER TABLE runs ADD COLUMN gpu_sources TEXT;
+ALTER TABLE runs ADD COLUMN gpu_timeline TEXT;
+)sql",
+    // v6: as SQLite's v6, accepted results, plus the login role that accepted each.
+    R"sql(
+CREATE TABLE accepted_results (
+  run_id TEXT PRIMARY KEY,
+  note TEXT NOT NULL,
+  accepted_by TEXT NOT NULL,
+  accepted_at DOUBLE PRECISION NOT NULL,
+  db_role TEXT NOT NULL DEFAULT session_user
+);
+)sql",
+    // v7: as SQLite's v7, the progress channel's last report and the fingerprint index.
+    R"sql(
+ALTER TABLE runs ADD COLUMN metric_name TEXT;
+ALTER TABLE runs ADD COLUMN metric_value DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN units DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN egress_gb DOUBLE PRECISION;
+CREATE INDEX runs_fingerprint ON runs(fingerprint, started_at);
+)sql",
+    // v8: as SQLite's v8, a budget's member groups (JSON array; NULL: anyone).
+    R"sql(
+ALTER TABLE budgets ADD COLUMN member_groups TEXT;
+)sql",
 };
 
 const char* const kRunColumns =
@@ -91,7 +154,10 @@ const char* const kRunColumns =
     "mode, status, reason, exit_code, rate_micros_per_hour, reserve_micros, budget_micros, "
     "shutdown_ms, sync_ms, started_at, day, heartbeat_at, reconcile_at, finished_at, "
     "spend_micros, ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, "
-    "elapsed_seconds, uid, reported_spend_micros, overrun";
+    "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "
+    "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
+    "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, "
+    "metric_name, metric_value, units, egress_gb";
 
 namespace {
 
@@ -107,6 +173,15 @@ const char* const kMutableRunColumns[] = {
     "overrun",
 };
 
+// Written by update_run only when the run carries them (as SQLite's): a GPU record (gpu_measured
+// set), and the progress channel's last report (a metric, units or egress).
+const char* const kGpuRunColumns[] = {
+    "gpu_measured",           "gpu_not_measured",      "gpu_devices",    "gpu_allocated_seconds",
+    "gpu_busy_seconds",       "gpu_idle_spend_micros", "gpu_energy_kwh", "gpu_co2_kg",
+    "gpu_energy_cost_micros", "gpu_sources",           "gpu_timeline",
+};
+const char* const kProgressRunColumns[] = {"metric_name", "metric_value", "units", "egress_gb"};
+
 }  // namespace
 
 std::string routines() {
@@ -114,6 +189,14 @@ std::string routines() {
   for (const char* column : kMutableRunColumns) {
     if (!set_mutable.empty()) set_mutable += ", ";
     set_mutable += std::string(column) + " = n." + column;
+  }
+  for (const char* column : kGpuRunColumns) {
+    set_mutable += std::string(", ") + column + " = CASE WHEN has_gpu THEN n." + column +
+                   " ELSE runs." + column + " END";
+  }
+  for (const char* column : kProgressRunColumns) {
+    set_mutable += std::string(", ") + column + " = CASE WHEN has_progress THEN n." + column +
+                   " ELSE runs." + column + " END";
   }
   return R"sql(
 -- Whether the session's login role owns the ledger: it owns the schema, is a member of the role
@@ -188,6 +271,10 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
   n runs := json_populate_record(NULL::runs, r);
   o runs;
+  -- Written only by the run's own wrapper (or the owner), and only when it carries them.
+  has_gpu boolean := n.gpu_measured IS NOT NULL;
+  has_progress boolean := n.metric_name IS NOT NULL OR n.units IS NOT NULL
+                          OR n.egress_gb IS NOT NULL;
 BEGIN
   SELECT * INTO o FROM runs WHERE id = n.id FOR UPDATE;
   IF NOT FOUND THEN
@@ -208,6 +295,10 @@ BEGIN
                AND o.reconcile_at <= extract(epoch FROM clock_timestamp())) THEN
       RAISE EXCEPTION 'run % was admitted by %, not by %', n.id, o.db_role, session_user
         USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF o.db_role <> session_user THEN
+      has_gpu := false;
+      has_progress := false;
     END IF;
   END IF;
   UPDATE runs SET )sql" +
@@ -240,7 +331,42 @@ BEGIN
   RETURN cleared;
 END $$;
 
--- The runner role: reads everything, writes only through the functions above.
+-- Marks a finished run's result as the one kept (a runner: only a run it admitted), or replaces
+-- the note.
+CREATE OR REPLACE FUNCTION spendcap_accept_result(accepted_run text, accepted_note text,
+                                                  accepted_by_whom text,
+                                                  accepted_when double precision) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  o runs;
+BEGIN
+  SELECT * INTO o FROM runs WHERE id = accepted_run;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'no run %', accepted_run USING ERRCODE = 'no_data_found';
+  END IF;
+  IF o.status IN ('running', 'refused') THEN
+    RAISE EXCEPTION 'run % is % and has no result', accepted_run, o.status
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF NOT spendcap_caller_is_owner() AND o.db_role <> session_user THEN
+    RAISE EXCEPTION 'run % was admitted by %, not by %', accepted_run, o.db_role, session_user
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  INSERT INTO accepted_results AS a (run_id, note, accepted_by, accepted_at, db_role)
+  VALUES (accepted_run, accepted_note, accepted_by_whom, accepted_when, session_user)
+  ON CONFLICT (run_id) DO UPDATE SET note = excluded.note, accepted_by = excluded.accepted_by,
+    accepted_at = excluded.accepted_at, db_role = excluded.db_role;
+END $$;
+
+-- The webhook outbox: each login role sees, stores, retries and deletes only its own entries; the
+-- ledger's owner all of them.
+DROP POLICY IF EXISTS outbox_own ON outbox;
+CREATE POLICY outbox_own ON outbox
+  USING (db_role = session_user OR spendcap_caller_is_owner())
+  WITH CHECK (db_role = session_user OR spendcap_caller_is_owner());
+
+-- The runner role: reads everything (the outbox: its own entries), writes only through the
+-- functions above (the outbox: its own entries, by row-level security).
 DO $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'spendcap_runner') THEN
@@ -251,14 +377,24 @@ BEGIN
     END;
   END IF;
   EXECUTE format('GRANT USAGE ON SCHEMA %I TO spendcap_runner', current_schema());
-  GRANT SELECT ON runs, budgets, usage, stop_orders, schema_version TO spendcap_runner;
+  GRANT SELECT ON runs, budgets, usage, stop_orders, schema_version, accepted_results
+    TO spendcap_runner;
   GRANT EXECUTE ON FUNCTION spendcap_caller_is_owner(), spendcap_insert_run(json),
     spendcap_update_run(json), spendcap_place_stop_order(text, text, text, text, double precision),
-    spendcap_clear_stop_orders(text, text, double precision) TO spendcap_runner;
+    spendcap_clear_stop_orders(text, text, double precision),
+    spendcap_accept_result(text, text, text, double precision) TO spendcap_runner;
+  -- The id and db_role come from their defaults; of a stored entry only a failed flush's
+  -- attempts and error change.
+  GRANT SELECT, DELETE ON outbox TO spendcap_runner;
+  GRANT INSERT (event_id, event, run_id, user_name, destination, format, secret_env, body,
+    created_at, attempts, last_error) ON outbox TO spendcap_runner;
+  GRANT UPDATE (attempts, last_error) ON outbox TO spendcap_runner;
+  GRANT USAGE ON SEQUENCE outbox_id_seq TO spendcap_runner;
 END $$;
 REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_place_stop_order(text, text, text, text, double precision),
   spendcap_clear_stop_orders(text, text, double precision),
+  spendcap_accept_result(text, text, text, double precision),
   spendcap_add_run_usage(runs, integer) FROM PUBLIC;
 )sql";
 }

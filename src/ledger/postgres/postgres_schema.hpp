@@ -9,7 +9,8 @@
 namespace spendcap::postgres_schema {
 
 // Migration N (1-based) takes the schema from version N-1 to N. Never edit one that has shipped:
-// add the next (and, when it adds runs columns, add them to kRunColumns and kMutableRunColumns).
+// add the next (and, when it adds runs columns, add them to kRunColumns and kMutableRunColumns,
+// or to a group that update_run writes only when the run carries it, as the GPU record's).
 extern const std::vector<const char*> kMigrations;
 
 // The runs columns, in the order the store reads them.

@@ -194,6 +194,33 @@ std::string run_json(const RunRecord& r) {
       {"reported_spend_micros", r.reported_spend.micros},
       {"overrun", r.overrun ? 1 : 0},
   };
+  auto optional = [](const auto& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json();
+  };
+  auto money = [](const std::optional<Money>& value) {
+    return value ? nlohmann::json(value->micros) : nlohmann::json();
+  };
+  // As SQLite's: gpu_measured NULL is no GPU record; figures not measured are NULL, never 0.
+  if (r.gpu) {
+    const RunGpu& g = *r.gpu;
+    bool measured = g.not_measured.empty();
+    row["gpu_measured"] = measured ? 1 : 0;
+    row["gpu_not_measured"] = g.not_measured;
+    row["gpu_devices"] = measured ? nlohmann::json(g.devices) : nlohmann::json();
+    row["gpu_allocated_seconds"] =
+        measured ? nlohmann::json(g.allocated_seconds) : nlohmann::json();
+    row["gpu_busy_seconds"] = optional(g.busy_seconds);
+    row["gpu_idle_spend_micros"] = money(g.idle_spend);
+    row["gpu_energy_kwh"] = optional(g.energy_kwh);
+    row["gpu_co2_kg"] = optional(g.co2_kg);
+    row["gpu_energy_cost_micros"] = money(g.energy_cost);
+    row["gpu_sources"] = g.sources;
+    row["gpu_timeline"] = timeline_to_text(g.timeline);
+  }
+  row["metric_name"] = optional(r.metric_name);
+  row["metric_value"] = optional(r.metric_value);
+  row["units"] = optional(r.units);
+  row["egress_gb"] = optional(r.egress_gb);
   return dump_json(row);
 }
 
@@ -234,7 +261,57 @@ RunRecord read_run(const Result& q, int i) {
   if (!q.is_null(i, 32)) r.uid = q.i64(i, 32);
   r.reported_spend = q.money(i, 33);
   r.overrun = q.i64(i, 34) != 0;
+  if (!q.is_null(i, 35)) {
+    RunGpu& g = r.gpu.emplace();
+    g.not_measured = q.text(i, 36);
+    if (!q.is_null(i, 37)) g.devices = static_cast<int>(q.i64(i, 37));
+    g.allocated_seconds = q.optional_f64(i, 38).value_or(0);
+    g.busy_seconds = q.optional_f64(i, 39);
+    g.idle_spend = q.optional_money(i, 40);
+    g.energy_kwh = q.optional_f64(i, 41);
+    g.co2_kg = q.optional_f64(i, 42);
+    g.energy_cost = q.optional_money(i, 43);
+    g.sources = q.text(i, 44);
+    g.timeline = timeline_from_text(q.text(i, 45));
+  }
+  if (!q.is_null(i, 46)) r.metric_name = q.text(i, 46);
+  r.metric_value = q.optional_f64(i, 47);
+  r.units = q.optional_f64(i, 48);
+  r.egress_gb = q.optional_f64(i, 49);
   return r;
+}
+
+// A budget's member groups (NULL: anyone). A list that cannot be read admits nobody but the
+// ledger's owner: membership fails closed (as SQLite's).
+std::vector<std::string> group_list(const Result& q, int i, int column) {
+  if (q.is_null(i, column)) return {};
+  std::string text = q.text(i, column);
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> groups = command_of_json(text);
+  if (!json.is_array() || groups.size() != json.size() || groups.empty()) {
+    return {"(unreadable member list)"};
+  }
+  return groups;
+}
+
+Param member_groups_param(const BudgetRule& rule) {
+  if (rule.member_groups.empty()) return std::nullopt;
+  return nlohmann::json(rule.member_groups).dump();
+}
+
+OutboxEntry read_outbox_entry(const Result& q, int i) {
+  return OutboxEntry{q.i64(i, 0),
+                     q.text(i, 1),
+                     q.text(i, 2),
+                     q.text(i, 3),
+                     q.text(i, 4),
+                     q.text(i, 5),
+                     q.text(i, 6),
+                     q.text(i, 7),
+                     q.text(i, 8),
+                     q.f64(i, 9),
+                     static_cast<int>(q.i64(i, 10)),
+                     q.text(i, 11)};
 }
 
 std::vector<RunRecord> read_runs(const Result& q) {
@@ -564,33 +641,38 @@ struct PostgresStore::Impl final : StoreTxn {
 
   std::optional<BudgetRule> budget_rule(const Scope& scope) override {
     Result q = exec(
-        "SELECT amount_micros, period, max_run_micros FROM budgets "
+        "SELECT amount_micros, period, max_run_micros, member_groups FROM budgets "
         "WHERE scope_kind = $1 AND scope_name = $2",
         {to_string(scope.kind), scope.name});
     if (q.rows() == 0) return std::nullopt;
     return BudgetRule{scope, q.money(0, 0), parse_period(q.text(0, 1)).value_or(Period::total),
-                      q.optional_money(0, 2)};
+                      q.optional_money(0, 2), group_list(q, 0, 3)};
   }
   std::vector<BudgetRule> budget_rules() override {
     std::vector<BudgetRule> result;
-    Result q =
-        exec("SELECT scope_kind, scope_name, amount_micros, period, max_run_micros FROM budgets");
+    Result q = exec(
+        "SELECT scope_kind, scope_name, amount_micros, period, max_run_micros, member_groups "
+        "FROM budgets");
     for (int i = 0; i < q.rows(); ++i) {
       auto kind = parse_scope_kind(q.text(i, 0));
       auto period = parse_period(q.text(i, 3));
       if (!kind || !period) continue;  // written by a newer spendcap
-      result.push_back({{*kind, q.text(i, 1)}, q.money(i, 2), *period, q.optional_money(i, 4)});
+      result.push_back({{*kind, q.text(i, 1)},
+                        q.money(i, 2),
+                        *period,
+                        q.optional_money(i, 4),
+                        group_list(q, i, 5)});
     }
     return result;
   }
   void put_budget_rule(const BudgetRule& rule) override {
     exec(
-        "INSERT INTO budgets (scope_kind, scope_name, amount_micros, period, max_run_micros) "
-        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (scope_kind, scope_name) DO UPDATE SET "
-        "amount_micros = excluded.amount_micros, period = excluded.period, "
-        "max_run_micros = excluded.max_run_micros",
+        "INSERT INTO budgets (scope_kind, scope_name, amount_micros, period, max_run_micros, "
+        "member_groups) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope_kind, scope_name) "
+        "DO UPDATE SET amount_micros = excluded.amount_micros, period = excluded.period, "
+        "max_run_micros = excluded.max_run_micros, member_groups = excluded.member_groups",
         {to_string(rule.scope.kind), rule.scope.name, param(rule.amount), to_string(rule.period),
-         param(rule.max_run)});
+         param(rule.max_run), member_groups_param(rule)});
   }
   void remove_budget_rule(const Scope& scope) override {
     exec("DELETE FROM budgets WHERE scope_kind = $1 AND scope_name = $2",
@@ -641,16 +723,103 @@ struct PostgresStore::Impl final : StoreTxn {
     return orders;
   }
 
-  // The webhook outbox is not on PostgreSQL yet: a run keeps its undelivered events in its
-  // report only (the notifier says they are lost), never silently.
-  [[noreturn]] static void no_outbox() {
-    throw Error("the PostgreSQL ledger", "has no webhook outbox yet",
-                "deliver webhooks directly or use an SQLite ledger for the outbox");
+  // ---- the webhook outbox: row-level security shows a runner only its own entries ----
+
+  std::int64_t insert_outbox(const OutboxEntry& e) override {
+    return exec(
+               "INSERT INTO outbox (event_id, event, run_id, user_name, destination, format, "
+               "secret_env, body, created_at, attempts, last_error) "
+               "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+               {e.event_id, e.event, e.run_id, e.user, e.destination, e.format, e.secret_env,
+                e.body, param(e.created_at), param(e.attempts), e.last_error})
+        .i64(0, 0);
   }
-  std::int64_t insert_outbox(const OutboxEntry&) override { no_outbox(); }
-  std::vector<OutboxEntry> outbox_entries(const std::string&) override { return {}; }
-  void delete_outbox(std::int64_t) override { no_outbox(); }
-  void update_outbox_failure(std::int64_t, const std::string&) override { no_outbox(); }
+  std::vector<OutboxEntry> outbox_entries(const std::string& user) override {
+    Result q = exec(
+        "SELECT id, event_id, event, run_id, user_name, destination, format, secret_env, body, "
+        "created_at, attempts, last_error FROM outbox WHERE $1 = '' OR user_name = $1 "
+        "ORDER BY id",
+        {user});
+    std::vector<OutboxEntry> entries;
+    for (int i = 0; i < q.rows(); ++i) entries.push_back(read_outbox_entry(q, i));
+    return entries;
+  }
+  void delete_outbox(std::int64_t id) override {
+    exec("DELETE FROM outbox WHERE id = $1", {param(id)});
+  }
+  void update_outbox_failure(std::int64_t id, const std::string& error) override {
+    exec("UPDATE outbox SET attempts = attempts + 1, last_error = $1 WHERE id = $2",
+         {error, param(id)});
+  }
+
+  // ---- reports ----
+
+  // Through a cursor, a batch at a time: a report of a million runs is never held whole. Once a
+  // row has gone to `each`, a failure is not retried (the rows would be seen twice).
+  void for_each_run_started(double since, double until,
+                            const std::function<void(const RunRecord&)>& each) override {
+    bool delivered = false;
+    try {
+      exec(
+          "DECLARE spendcap_report NO SCROLL CURSOR FOR SELECT id, team, experiment, project, "
+          "user_name, host, tags, status, reason, exit_code, rate_micros_per_hour, started_at, "
+          "day, heartbeat_at, finished_at, spend_micros, ceiling_micros, reconciled, overrun, "
+          "elapsed_seconds FROM runs WHERE started_at >= $1 AND started_at < $2",
+          {param(since), param(until)});
+      RunRecord r;
+      for (;;) {
+        Result q = exec("FETCH 5000 FROM spendcap_report");
+        if (q.rows() == 0) break;
+        for (int i = 0; i < q.rows(); ++i) {
+          r.id = q.text(i, 0);
+          r.team = q.text(i, 1);
+          r.experiment = q.text(i, 2);
+          r.project = q.text(i, 3);
+          r.user = q.text(i, 4);
+          r.host = q.text(i, 5);
+          r.tags = tags_of_json(q.text(i, 6));
+          r.status = parse_run_status(q.text(i, 7)).value_or(RunStatus::running);
+          r.reason = q.text(i, 8);
+          r.exit_code =
+              q.is_null(i, 9) ? std::nullopt : std::optional<int>(static_cast<int>(q.i64(i, 9)));
+          r.rate_per_hour = q.money(i, 10);
+          r.started_at = q.f64(i, 11);
+          r.day = q.i64(i, 12);
+          r.heartbeat_at = q.f64(i, 13);
+          r.finished_at = q.optional_f64(i, 14);
+          r.spend = q.money(i, 15);
+          r.ceiling = q.money(i, 16);
+          r.reconciled = q.i64(i, 17) != 0;
+          r.overrun = q.i64(i, 18) != 0;
+          r.elapsed_seconds = q.optional_f64(i, 19);
+          delivered = true;
+          each(r);
+        }
+      }
+      exec("CLOSE spendcap_report");
+    } catch (PgFailure& failure) {
+      if (delivered) failure.retryable = false;
+      throw;
+    }
+  }
+
+  // ---- accepted results ----
+
+  // Through the ledger's function: a runner accepts only the runs it admitted.
+  void put_accepted_result(const AcceptedResult& a) override {
+    exec("SELECT spendcap_accept_result($1, $2, $3, $4)",
+         {a.run_id, a.note, a.accepted_by, param(a.accepted_at)});
+  }
+  std::vector<AcceptedResult> accepted_results() override {
+    Result q = exec(
+        "SELECT run_id, note, accepted_by, accepted_at FROM accepted_results ORDER BY run_id "
+        "COLLATE \"C\"");
+    std::vector<AcceptedResult> results;
+    for (int i = 0; i < q.rows(); ++i) {
+      results.push_back({q.text(i, 0), q.text(i, 1), q.text(i, 2), q.f64(i, 3)});
+    }
+    return results;
+  }
 
   // A text[] literal: every element quoted, '"' and '\' escaped.
   static std::string text_array(const std::vector<std::string>& items) {

@@ -942,7 +942,9 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
   auto q = query(
       "SELECT id, team, experiment, project, user_name, host, tags, status, reason, exit_code, "
       "rate_micros_per_hour, started_at, day, heartbeat_at, finished_at, spend_micros, "
-      "ceiling_micros, reconciled, overrun, elapsed_seconds FROM runs "
+      "ceiling_micros, reconciled, overrun, elapsed_seconds, gpu_measured, gpu_not_measured, "
+      "gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, gpu_energy_kwh, "
+      "gpu_co2_kg, metric_name, metric_value, units, egress_gb FROM runs "
       "WHERE started_at >= ? AND started_at < ?");
   q.bind_all(since, until);
   RunRecord r;
@@ -974,6 +976,27 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
     r.reconciled = q.i64(17) != 0;
     r.overrun = q.i64(18) != 0;
     r.elapsed_seconds = q.optional_f64(19);
+    // What the run measured (v5, v7): the GPU figures a report sums, and the progress channel's
+    // last report. The timeline and sources are not read.
+    if (q.is_null(20)) {
+      r.gpu.reset();
+    } else {
+      RunGpu& g = r.gpu.emplace();
+      q.text_into(21, g.not_measured);
+      g.allocated_seconds = q.optional_f64(22).value_or(0);
+      g.busy_seconds = q.optional_f64(23);
+      g.idle_spend = q.optional_money(24);
+      g.energy_kwh = q.optional_f64(25);
+      g.co2_kg = q.optional_f64(26);
+    }
+    if (q.is_null(27)) {
+      r.metric_name.reset();
+    } else {
+      q.text_into(27, r.metric_name.emplace());
+    }
+    r.metric_value = q.optional_f64(28);
+    r.units = q.optional_f64(29);
+    r.egress_gb = q.optional_f64(30);
     each(r);
   }
 }

@@ -27,6 +27,7 @@ struct FakeLedgerData {
   std::vector<std::vector<Scope>> locks_taken;            // each lock_scopes() call
   std::vector<OutboxEntry> outbox;
   std::int64_t last_outbox_id = 0;
+  std::map<std::string, AcceptedResult> accepted;  // by run id
 };
 
 struct FakeLedgerState {
@@ -139,7 +140,34 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
     return found->second;
   }
   void insert_run(const RunRecord& run) override { data().runs.emplace(run.id, run); }
-  void update_run(const RunRecord& run) override { data().runs.at(run.id) = run; }
+  // As the real stores: a GPU record and a progress report are written only when the run carries
+  // them, and otherwise kept.
+  void update_run(const RunRecord& run) override {
+    RunRecord& stored = data().runs.at(run.id);
+    RunRecord updated = run;
+    if (!updated.gpu) updated.gpu = stored.gpu;
+    if (!updated.metric_name && !updated.units && !updated.egress_gb) {
+      updated.metric_name = stored.metric_name;
+      updated.metric_value = stored.metric_value;
+      updated.units = stored.units;
+      updated.egress_gb = stored.egress_gb;
+    }
+    stored = std::move(updated);
+  }
+  void for_each_run_started(double since, double until,
+                            const std::function<void(const RunRecord&)>& each) override {
+    for (const auto& [id, run] : data().runs) {
+      if (run.started_at >= since && run.started_at < until) each(run);
+    }
+  }
+  void put_accepted_result(const AcceptedResult& accepted) override {
+    data().accepted[accepted.run_id] = accepted;
+  }
+  std::vector<AcceptedResult> accepted_results() override {
+    std::vector<AcceptedResult> results;
+    for (const auto& [id, accepted] : data().accepted) results.push_back(accepted);
+    return results;
+  }
   std::vector<RunRecord> unfinished_runs() override {
     std::vector<RunRecord> runs = select([](const RunRecord&) { return true; });
     std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {

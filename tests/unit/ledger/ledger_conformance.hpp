@@ -17,6 +17,7 @@
 #include <doctest/doctest.h>
 
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/ledger/ledger_store.hpp"
 #include "test_support.hpp"
 
 namespace spendcap::testing {
@@ -42,6 +43,9 @@ struct LedgerBackend {
   // line per problem. May be empty.
   std::function<std::vector<std::string>(Ledger&)> inconsistencies;
   std::shared_ptr<void> storage;  // keeps the ledger's file or database alive
+  // A store (ledger_store.hpp) on the same ledger, for what the Ledger interface does not read
+  // back (a run's progress report): the cases that use it read through StoreTxn only.
+  std::function<std::unique_ptr<LedgerStore>(std::function<double()>)> open_store;
 };
 
 inline Money usd(double amount) {

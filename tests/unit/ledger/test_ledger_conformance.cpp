@@ -15,7 +15,9 @@
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/budget_ledger.hpp"
 #include "spendcap/ledger/postgres/postgres_ledger.hpp"
+#include "spendcap/ledger/postgres/postgres_store.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+#include "spendcap/ledger/sqlite/sqlite_store.hpp"
 #include "ledger/postgres/pg_test_support.hpp"
 
 namespace spendcap::testing {
@@ -33,6 +35,9 @@ struct SqliteBackend {
     backend.inconsistencies = [](Ledger& ledger) {
       return dynamic_cast<SqliteLedger&>(ledger).verify_aggregates();
     };
+    backend.open_store = [path](std::function<double()> clock) -> std::unique_ptr<LedgerStore> {
+      return std::make_unique<SqliteStore>(path, std::move(clock));
+    };
     backend.storage = dir;
     return backend;
   }
@@ -48,6 +53,9 @@ struct PostgresBackend {
     };
     backend.inconsistencies = [](Ledger& ledger) {
       return dynamic_cast<PostgresLedger&>(ledger).verify_aggregates();
+    };
+    backend.open_store = [url](std::function<double()> clock) -> std::unique_ptr<LedgerStore> {
+      return std::make_unique<PostgresStore>(url, std::move(clock));
     };
     return backend;
   }
@@ -65,6 +73,9 @@ struct FakeBackend {
     backend.inconsistencies = [state](Ledger&) {
       std::lock_guard lock(state->mutex);
       return FakeLedgerStore::inconsistencies(state->data);
+    };
+    backend.open_store = [state](std::function<double()> clock) -> std::unique_ptr<LedgerStore> {
+      return std::make_unique<FakeLedgerStore>(state, std::move(clock));
     };
     backend.storage = state;
     return backend;
@@ -990,6 +1001,164 @@ TEST_CASE_TEMPLATE("Ledger conformance: the webhook outbox keeps entries by user
   t.ledger->remove_outbox(first);
   CHECK(t.ledger->outbox("ada").empty());
   CHECK(t.ledger->outbox("bob").size() == 1);
+}
+
+}  // namespace spendcap::testing
+
+namespace spendcap::testing {
+
+TEST_CASE_TEMPLATE("Ledger conformance: a final row keeps its GPU record and progress report",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  for (const char* id : {"g1", "g2", "g3"}) {
+    REQUIRE(t.ledger->begin_run(run_start(id, "vision", usd(1))).admitted);
+  }
+  RunFinal measured = run_final("g1", usd(0.5));
+  RunGpu& gpu = measured.gpu.emplace();
+  gpu.devices = 2;
+  gpu.allocated_seconds = 24.5;
+  gpu.busy_seconds = 12.25;
+  gpu.idle_spend = usd(0.125);
+  gpu.energy_kwh = 0.75;
+  gpu.energy_cost = usd(0.09);  // co2 not measured: stays none, never 0
+  gpu.sources = "per-process; energy counter";
+  gpu.timeline = {{0, 0.5, 300.0}, {1, std::nullopt, 310.5}};
+  measured.metric_name = "val_acc";
+  measured.metric_value = 0.875;
+  measured.units = 1024;
+  measured.egress_gb = 1.5;
+  CHECK(t.ledger->finish_run(measured));
+  RunFinal unmeasured = run_final("g2", usd(0.25), RunStatus::preempted);
+  unmeasured.gpu.emplace().not_measured = "no NVML on this host";
+  CHECK(t.ledger->finish_run(unmeasured));
+  CHECK(t.ledger->finish_run(run_final("g3", usd(0.25))));  // no GPU record, no progress
+
+  std::optional<RunView> g1 = t.ledger->find_run("g1");
+  REQUIRE(g1);
+  REQUIRE(g1->gpu);
+  CHECK(g1->gpu->not_measured.empty());
+  CHECK(g1->gpu->devices == 2);
+  CHECK(g1->gpu->allocated_seconds == 24.5);
+  CHECK(g1->gpu->busy_seconds == 12.25);
+  CHECK(g1->gpu->idle_spend == usd(0.125));
+  CHECK(g1->gpu->energy_kwh == 0.75);
+  CHECK_FALSE(g1->gpu->co2_kg);
+  CHECK(g1->gpu->energy_cost == usd(0.09));
+  CHECK(g1->gpu->sources == "per-process; energy counter");
+  REQUIRE(g1->gpu->timeline.size() == 2);
+  CHECK(g1->gpu->timeline[1].minute == 1);
+  CHECK_FALSE(g1->gpu->timeline[1].utilisation);
+  CHECK(g1->gpu->timeline[1].watts == 310.5);
+  std::optional<RunView> g2 = t.ledger->find_run("g2");
+  REQUIRE(g2);
+  CHECK(g2->status == RunStatus::preempted);
+  REQUIRE(g2->gpu);
+  CHECK(g2->gpu->not_measured == "no NVML on this host");
+  CHECK_FALSE(g2->gpu->busy_seconds);
+  CHECK_FALSE(t.ledger->find_run("g3")->gpu);
+
+  // The progress report is not in RunView: read through the store, on the same ledger.
+  REQUIRE(t.backend.open_store);
+  std::unique_ptr<LedgerStore> store = t.backend.open_store([&t] { return t.clock.now(); });
+  std::optional<RunRecord> r1, r3;
+  store->transact(Access::read, [&](StoreTxn& txn) {
+    r1 = txn.find_run("g1");
+    r3 = txn.find_run("g3");
+  });
+  REQUIRE(r1);
+  CHECK(r1->metric_name == "val_acc");
+  CHECK(r1->metric_value == 0.875);
+  CHECK(r1->units == 1024);
+  CHECK(r1->egress_gb == 1.5);
+  REQUIRE(r3);
+  CHECK_FALSE(r3->metric_name);
+  CHECK_FALSE(r3->units);
+  CHECK_FALSE(r3->egress_gb);
+  // A later write without them (a reconciled run's final replacing its charge, say) keeps them.
+  store->transact(Access::write, [&](StoreTxn& txn) {
+    RunRecord again = *txn.find_run("g1");
+    again.gpu.reset();
+    again.metric_name.reset();
+    again.metric_value.reset();
+    again.units.reset();
+    again.egress_gb.reset();
+    txn.update_run(again);
+  });
+  CHECK(t.ledger->find_run("g1")->gpu->devices == 2);
+  store->transact(Access::read, [&](StoreTxn& txn) { r1 = txn.find_run("g1"); });
+  CHECK(r1->metric_name == "val_acc");
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: reports stream a period's runs; accepted results are kept",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  for (const char* id : {"r1", "r2", "r3"}) {
+    RunStart run = run_start(id, "vision", usd(1));
+    run.experiment = "resnet";
+    REQUIRE(t.ledger->begin_run(run).admitted);
+    t.clock.advance(60);
+  }
+  t.ledger->finish_run(run_final("r1", usd(0.5)));
+  t.ledger->finish_run(run_final("r2", usd(0.25), RunStatus::killed));
+
+  std::map<std::string, RunRecord> seen;
+  t.ledger->for_each_run_started(0, 1e18, [&](const RunRecord& run) { seen[run.id] = run; });
+  REQUIRE(seen.size() == 3);
+  CHECK(seen["r1"].status == RunStatus::succeeded);
+  CHECK(seen["r1"].spend == usd(0.5));
+  CHECK(seen["r1"].experiment == "resnet");
+  CHECK(seen["r1"].tags.at("slurm_job_id") == "17");
+  CHECK(seen["r1"].exit_code == 0);
+  CHECK(seen["r2"].status == RunStatus::killed);
+  CHECK(seen["r3"].status == RunStatus::running);
+  CHECK(seen["r3"].ceiling == usd(1));
+  // [since, until): only the runs started in it.
+  double second = seen["r2"].started_at;
+  int in_range = 0;
+  t.ledger->for_each_run_started(second, second + 60, [&](const RunRecord& run) {
+    CHECK(run.id == "r2");
+    ++in_range;
+  });
+  CHECK(in_range == 1);
+
+  AcceptedResult accepted = t.ledger->accept_run("r1", "the one we ship", "ana@host");
+  CHECK(accepted.accepted_at == t.clock.now());
+  t.ledger->accept_run("r1", "still the one", "ben@host");  // replaces the note
+  t.ledger->accept_run("r2", "", "ana@host");
+  std::vector<AcceptedResult> results = t.ledger->accepted_results();
+  REQUIRE(results.size() == 2);
+  CHECK(results[0].run_id == "r1");
+  CHECK(results[0].note == "still the one");
+  CHECK(results[0].accepted_by == "ben@host");
+  CHECK(results[1].run_id == "r2");
+  // A running run has no result yet; an unknown one is refused; neither is recorded.
+  CHECK_THROWS_WITH_AS(t.ledger->accept_run("r3", "", "ana@host"),
+                       doctest::Contains("still running"), Error);
+  CHECK_THROWS_WITH_AS(t.ledger->accept_run("nope", "", "ana@host"),
+                       doctest::Contains("no such run"), Error);
+  CHECK(t.ledger->accepted_results().size() == 2);
+}
+
+TEST_CASE_TEMPLATE("Ledger conformance: a budget's member groups are kept with its rule", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  const Scope open{ScopeKind::team, "open"};
+  BudgetRule members{kVision, usd(10), Period::month, std::nullopt, {"vision", "ml-leads"}};
+  t.ledger->apply_budgets({members, {open, usd(5), Period::day, std::nullopt}}, true);
+  std::vector<BudgetRule> rules = t.ledger->budget_rules();
+  REQUIRE(rules.size() == 2);
+  std::map<std::string, std::vector<std::string>> groups;
+  for (const BudgetRule& rule : rules) groups[rule.scope.name] = rule.member_groups;
+  CHECK(groups["vision"] == std::vector<std::string>{"vision", "ml-leads"});
+  CHECK(groups["open"].empty());
+  // Replacing the rule replaces its members (none: anyone).
+  t.ledger->apply_budgets({{kVision, usd(10), Period::month, std::nullopt}}, false);
+  for (const BudgetRule& rule : t.ledger->budget_rules()) {
+    CHECK(rule.member_groups.empty());
+  }
 }
 
 }  // namespace spendcap::testing

@@ -158,7 +158,8 @@ TEST_CASE("policy keys: every flag names one concrete key that the locked check 
   CHECK(flags == std::set<std::string>{"--grace", "--kill-after", "--interval", "--sync",
                                        "--claim-horizon", "--checkpoint-signal", "--pricing",
                                        "--gpus", "--gpu", "--instances", "--instance", "--mode",
-                                       "--ledger", "--isolation", "--stall-after"});
+                                       "--ledger", "--isolation", "--stall-after",
+                                       "--metrics-dir"});
   CHECK(policy_key_for_flag("--job-key") == nullptr);
 }
 

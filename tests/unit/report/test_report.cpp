@@ -128,6 +128,8 @@ TEST_CASE("report: measured figures sum over the runs that measured them") {
   REQUIRE(report.total.energy_kwh.value());
   CHECK(*report.total.energy_kwh.value() == 0);
   REQUIRE(report.total.cost_per_thousand_units());
+  // Only the spend of the run that reported units: 10 for a million units.
+  CHECK(*report.total.cost_per_thousand_units() == doctest::Approx(0.01));
 }
 
 TEST_CASE("report: a policy baseline per experiment; --baseline for every group") {

@@ -15,7 +15,9 @@
 // only through the ledger's SECURITY DEFINER functions: they insert runs (recorded with their
 // login role), update their own runs (and charge another's lost run its ceiling once it is due
 // by the server's clock), and place and clear their own stop orders. Usage rows are kept by a
-// trigger on the runs table, so nobody writes them. budgets: owner only.
+// trigger on the runs table, so nobody writes them. budgets: owner only. The webhook outbox is
+// under row-level security keyed on the login role (a runner sees and changes only its own
+// entries); a runner accepts results only of runs it admitted (spendcap_accept_result).
 //
 // Ceilings: lock_scopes takes a transaction-level advisory lock per scope, in the sorted order
 // BudgetLedger gives. Transactions are READ COMMITTED (a write) or REPEATABLE READ READ ONLY (a

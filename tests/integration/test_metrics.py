@@ -1,0 +1,267 @@
+"""--metrics-dir (issue 11, test 5): one Prometheus textfile per run, replaced atomically every
+interval, checked by Debian's promtool and served by a real node_exporter's textfile collector;
+files never seen half-written; two concurrent runs keep their own files; on the runs' end their
+files go and the team's summary holds both (a lock file: no update lost)."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import unittest
+import urllib.request
+
+from spendcap_testlib import SPENDCAP, LedgerTest, wait_until
+
+PROMTOOL = shutil.which("promtool")
+NODE_EXPORTER = shutil.which("prometheus-node-exporter")
+MICROS = 1_000_000
+FAKE_NVML = os.path.join(os.path.dirname(SPENDCAP), "tests", "fake_nvml", "current",
+                         "libnvidia-ml.so.1")
+
+# The text exposition format, written from its specification: comment lines, or a sample
+# name{label="value",...} value, label values with \\, \" and \n escaped.
+SAMPLE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)'
+    r'(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+    r'(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*)?\})?'
+    r' (?P<value>-?[0-9.eE+-]+|NaN|[+-]Inf)$')
+RUN_METRICS = ["spendcap_run_spend_usd", "spendcap_run_ceiling_usd", "spendcap_run_budget_usd",
+               "spendcap_run_burn_rate_usd_per_hour"]
+
+
+def parse_exposition(text):
+    """{name: [(labels text, value)]} of a whole file; raises ValueError on any bad line or a
+    file cut short (no final newline, or a metric declared without its sample)."""
+    if not text.endswith("\n"):
+        raise ValueError("no final newline: cut short")
+    samples, declared = {}, []
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            declared.append(line.split()[2])
+            continue
+        if line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        if not match:
+            raise ValueError("not a sample line: %r" % line)
+        samples.setdefault(match.group(1), []).append((match.group(3) or "",
+                                                       float(match.group("value"))))
+    for name in declared:
+        if name not in samples:
+            raise ValueError("%s declared without a sample" % name)
+    return samples
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MetricsTest(LedgerTest):
+    def setUp(self):
+        super().setUp()
+        self.dir = self.path("textfiles")
+        os.mkdir(self.dir)
+        self.write_policy({"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"}})
+
+    def start_run(self, experiment, release, extra=(), env=None):
+        err = open(self.path(experiment + ".err"), "w")
+        self.addCleanup(err.close)
+        process = self.start_spendcap(
+            ["run", "--rate", "36", "--budget", "5", "--interval", "100ms", "--team", "vision",
+             "--experiment", experiment] + list(extra) +
+            ["--", sys.executable, "-c",
+             "import os, time\n"
+             "end = time.monotonic() + 90\n"
+             "while not os.path.exists(%r) and time.monotonic() < end: time.sleep(0.05)" % release],
+            extra_env=env or {"SPENDCAP_NVML_LIBRARY": "none"}, stdout=subprocess.DEVNULL,
+            stderr=err)
+        self.addCleanup(process.wait)
+        return process
+
+    def run_files(self):
+        return sorted(f for f in os.listdir(self.dir)
+                      if f.startswith("spendcap_") and f.endswith(".prom")
+                      and not f.startswith("spendcap_team_"))
+
+    def promtool(self, text):
+        return subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                              text=True, timeout=60)
+
+    def scrape(self, port):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    @unittest.skipUnless(PROMTOOL and NODE_EXPORTER,
+                         "needs Debian's prometheus and prometheus-node-exporter")
+    def test_files_checked_served_atomic_and_summarised(self):
+        release = self.path("release")
+        # One run takes the directory from the flag, the other from the policy's metrics_dir; an
+        # experiment name with a quote and a backslash checks the label escaping end to end.
+        first = self.start_run("resnet", release, ["--metrics-dir", self.dir])
+        self.write_policy({"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"},
+                           "metrics_dir": self.dir})
+        odd = 'vit "large" \\ v2'
+        second = self.start_run(odd, release)
+        self.addCleanup(lambda: open(release, "a").close())  # first, if the test fails early
+        wait_until(lambda: len(self.run_files()) == 2, 60, what="both runs' metrics files")
+
+        # A reader that parses every snapshot it can open while the runs write theirs.
+        snapshots, errors, stop = [0], [], threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                for name in self.run_files():
+                    try:
+                        with open(os.path.join(self.dir, name)) as f:
+                            text = f.read()
+                    except FileNotFoundError:
+                        continue
+                    try:
+                        samples = parse_exposition(text)
+                        for metric in RUN_METRICS:
+                            if metric not in samples:
+                                raise ValueError("%s missing" % metric)
+                        snapshots[0] += 1
+                    except ValueError as error:
+                        errors.append((name, str(error), text))
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            ids = {}
+            for name in self.run_files():
+                with open(os.path.join(self.dir, name)) as f:
+                    text = f.read()
+                checked = self.promtool(text)
+                self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr + text)
+                labels = parse_exposition(text)["spendcap_run_spend_usd"][0][0]
+                run_id = re.search(r'run_id="([^"]*)"', labels).group(1)
+                self.assertEqual(name, "spendcap_%s.prom" % run_id)
+                ids["odd" if "vit" in labels else "resnet"] = run_id
+                # GPUs not measured (no NVML): left out, not written as 0.
+                self.assertNotIn("gpu", text)
+            with open(os.path.join(self.dir, "spendcap_%s.prom" % ids["odd"])) as f:
+                self.assertIn('experiment="vit \\"large\\" \\\\ v2"', f.read())
+            self.assertEqual(len(set(ids.values())), 2, "each run has its own file")
+
+            port = free_port()
+            exporter = subprocess.Popen(
+                [NODE_EXPORTER, "--web.listen-address=127.0.0.1:%d" % port,
+                 "--collector.textfile.directory", self.dir, "--collector.disable-defaults",
+                 "--collector.textfile"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.addCleanup(exporter.wait)
+            self.addCleanup(exporter.kill)
+
+            def spend_served():
+                found = {}
+                for line in self.scrape(port).splitlines():
+                    if line.startswith("spendcap_run_spend_usd{"):
+                        run_id = re.search(r'run_id="([^"]*)"', line).group(1)
+                        found[run_id] = float(line.rsplit(" ", 1)[1])
+                return found
+
+            wait_until(lambda: set(spend_served()) == set(ids.values()), 60,
+                       interval=0.2, what="node_exporter serving both runs' spend")
+            # The spend goes up as the runs go on: the files are rewritten, not written once.
+            at_first = spend_served()
+            wait_until(lambda: all(v > at_first[k] for k, v in spend_served().items()), 60,
+                       interval=0.2, what="the served spend to grow")
+            served = self.scrape(port)
+            self.assertIn('experiment="vit \\"large\\" \\\\ v2"', served)
+            self.assertIn("\nnode_textfile_scrape_error 0\n", served)
+            wait_until(lambda: snapshots[0] >= 50, 60, interval=0.05,
+                       what="the reader to parse 50 snapshots")
+        finally:
+            stop.set()
+            thread.join()
+        self.assertEqual(errors[:1], [], "a snapshot seen half-written")
+
+        with open(release, "w"):
+            pass
+        self.assertEqual(first.wait(timeout=120), 0)
+        self.assertEqual(second.wait(timeout=120), 0)
+        self.assertEqual(self.run_files(), [], "each run's file is removed when it ends")
+        team_file = os.path.join(self.dir, "spendcap_team_vision.prom")
+        with open(team_file) as f:
+            summary = f.read()
+        checked = self.promtool(summary)
+        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr + summary)
+        samples = parse_exposition(summary)
+        self.assertEqual(samples["spendcap_team_runs_finished_total"][0][1], 2)
+        spend = sum(r["spend_micros"] for r in self.runs())
+        self.assertEqual(round(samples["spendcap_team_spend_usd_total"][0][1] * MICROS), spend)
+        wait_until(lambda: "spendcap_team_spend_usd_total{" in self.scrape(port), 60,
+                   interval=0.2, what="node_exporter serving the team's summary")
+        self.assertNotIn("spendcap_run_spend_usd{", self.scrape(port))
+
+    @unittest.skipUnless(os.path.exists(FAKE_NVML), "the fake NVML is not built")
+    def test_measured_gpu_figures(self):
+        # The fake NVML: the run's GPU 80% busy at 250 W, measured while the run goes on.
+        with open(self.path("scenario.json"), "w") as f:
+            json.dump({"devices": [{"uuid": "GPU-fake-0", "pid_file": self.path("pids"),
+                                    "segments": [{"util": 80, "power_w": 250}]}]}, f)
+        env = {"SPENDCAP_NVML_LIBRARY": FAKE_NVML,
+               "FAKE_NVML_SCENARIO": self.path("scenario.json"), "CUDA_VISIBLE_DEVICES": "0"}
+        release = self.path("release")
+        self.addCleanup(lambda: open(release, "a").close())
+        run = self.start_spendcap(
+            ["run", "--rate", "36", "--budget", "5", "--interval", "100ms", "--team", "vision",
+             "--metrics-dir", self.dir, "--", "sh", "-c",
+             "echo $$ > %s; i=0; while [ ! -e %s ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); "
+             "done" % (self.path("pids"), release)],
+            extra_env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(run.wait)
+
+        def gpu_samples():
+            for name in self.run_files():
+                try:
+                    with open(os.path.join(self.dir, name)) as f:
+                        samples = parse_exposition(f.read())
+                except FileNotFoundError:
+                    return None
+                if "spendcap_run_gpu_utilisation_ratio" in samples:
+                    return samples
+            return None
+
+        wait_until(lambda: gpu_samples() and
+                   gpu_samples()["spendcap_run_gpu_energy_joules"][0][1] > 250,
+                   60, interval=0.1, what="the GPU figures in the run's file")
+        samples = gpu_samples()
+        self.assertAlmostEqual(samples["spendcap_run_gpu_utilisation_ratio"][0][1], 0.8,
+                               delta=0.05)
+        open(release, "w").close()
+        self.assertEqual(run.wait(timeout=120), 0)
+        self.assertEqual(self.run_files(), [])
+
+    @unittest.skipUnless(PROMTOOL, "needs Debian's prometheus (promtool)")
+    def test_checkers_reject_broken_files(self):
+        # Negative controls: the checks above can fail.
+        good = ('# HELP spendcap_run_spend_usd x\n# TYPE spendcap_run_spend_usd gauge\n'
+                'spendcap_run_spend_usd{run_id="a"} 1.5\n')
+        self.assertEqual(self.promtool(good).returncode, 0)
+        parse_exposition(good)
+        for broken in (good[:-4], good.replace('"a"', '"a"b"'), good[:good.index("spendcap_run_s")]):
+            with self.assertRaises(ValueError):
+                parse_exposition(broken)
+        self.assertNotEqual(self.promtool(good.replace('"a"', '"a"b"')).returncode, 0)
+
+    def test_a_directory_it_cannot_use_is_refused(self):
+        for bad in (self.path("missing"), self.path("spendcap.json")):
+            result = self.run_spendcap(["run", "--rate", "36", "--budget", "1", "--metrics-dir",
+                                        bad, "--", "true"])
+            self.assertEqual(result.returncode, 125, result.stderr)
+            self.assertIn("--metrics-dir " + bad, result.stderr)
+        self.assertEqual(self.runs(), [], "refused before anything was recorded")
+
+
+if __name__ == "__main__":
+    unittest.main()
