@@ -28,6 +28,7 @@ _spendcap() {
 
   case $prev in
     --policy|--status-file|--ledger|--log) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+    --metrics-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     --mode) mapfile -t COMPREPLY < <(compgen -W "enforce warn" -- "$cur"); return 0 ;;
     --pricing) mapfile -t COMPREPLY < <(compgen -W "on-demand spot reserved" -- "$cur"); return 0 ;;
     --isolation) mapfile -t COMPREPLY < <(compgen -W "pid none" -- "$cur"); return 0 ;;
@@ -49,7 +50,7 @@ _spendcap() {
                   --interval --sync --claim-horizon --isolation --stall-after --require-fit
                   --retry-backoff --status-file --policy --ledger --webhook-env --webhook
                   --quiet --title --spot-notice --spot-notice-url --log --exit-window --forward
-                  --estimate-steps --step-time --help --" ;;
+                  --estimate-steps --step-time --metrics-dir --help --" ;;
     policy) case $sub2 in
               check) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
               keys) options="--help" ;;
