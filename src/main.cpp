@@ -127,6 +127,7 @@ void name_option_types(CLI::App& command) {
       {"--spot-notice", "aws|gcp|URL"},
       {"--spot-notice-url", "URL"},
       {"--log", "FILE"},
+      {"--metrics-dir", "DIR"},
       {"--exit-window", "DURATION"},
       {"--forward", "SIGNAL"},
       {"--estimate-steps", "STEPS"},
