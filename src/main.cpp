@@ -29,6 +29,9 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--tag", request.tags, "a free tag KEY=VALUE (repeatable)");
   run.add_option("--job-key", request.job_key,
                  "one job across restarts: --budget is shared by every run with this key");
+  run.add_option("--run-id", request.run_id,
+                 "join a multi-node run (one wrapper per node): its --budget holds across all of "
+                 "them and `stop --job ID` stops all; slurm: slurm-JOBID.STEPID");
   run.add_option("--rate", request.rate, "burn rate in USD per hour (instead of --gpu/--instance)");
   run.add_option("--budget", request.budget, "the most this run (or job key) may spend, in USD");
   run.add_option("--gpu", request.gpu, "GPU type, priced by the policy (e.g. a100-80gb)");
@@ -98,6 +101,8 @@ void name_option_types(CLI::App& command) {
       {"--run", "RUN_ID"},
       {"--tag", "KEY=VALUE"},
       {"--job-key", "KEY"},
+      {"--job", "KEY"},
+      {"--run-id", "ID|slurm"},
       {"--rate", "USD_PER_HOUR"},
       {"--budget", "USD"},
       {"--gpu", "GPU_TYPE"},
@@ -242,6 +247,8 @@ int main(int argc, char** argv) {
   stop->add_option("--project", stop_request.project, "stop the project's runs");
   stop->add_option("--user", stop_request.user, "stop the user's runs");
   stop->add_option("--run", stop_request.run, "stop one run (its id)");
+  stop->add_option("--job", stop_request.job,
+                   "stop every run of a job key (every node of a multi-node --run-id)");
   stop->add_option("--reason", stop_request.reason, "why (shown to the runs' owners)");
   stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
   stop->add_flag("--list", stop_request.list, "list the active stop orders");

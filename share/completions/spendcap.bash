@@ -1,5 +1,7 @@
 # bash completion for spendcap(1): subcommands, and the flags of each. Installed as
 # share/bash-completion/completions/spendcap. After `--`, `spendcap run` completes the command.
+# tests/integration/test_packaging.py checks that every subcommand and flag the --help texts list
+# is offered here.
 _spendcap() {
   local cur prev words cword
   cur=${COMP_WORDS[COMP_CWORD]}
@@ -25,27 +27,64 @@ _spendcap() {
   done
 
   case $prev in
-    --policy|--status-file|--ledger) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+    --policy|--status-file|--ledger|--log) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+    --metrics-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     --mode) mapfile -t COMPREPLY < <(compgen -W "enforce warn" -- "$cur"); return 0 ;;
     --pricing) mapfile -t COMPREPLY < <(compgen -W "on-demand spot reserved" -- "$cur"); return 0 ;;
     --isolation) mapfile -t COMPREPLY < <(compgen -W "pid none" -- "$cur"); return 0 ;;
     --spot-notice) mapfile -t COMPREPLY < <(compgen -W "aws gcp http://" -- "$cur"); return 0 ;;
     --checkpoint-signal) mapfile -t COMPREPLY < <(compgen -W "SIGUSR1 SIGUSR2 SIGINT SIGTERM none" -- "$cur"); return 0 ;;
+    --forward) mapfile -t COMPREPLY < <(compgen -W "SIGUSR1 SIGUSR2 SIGHUP SIGINT SIGCONT SIGWINCH" -- "$cur"); return 0 ;;
+    --webhook-env) mapfile -t COMPREPLY < <(compgen -v -- "$cur"); return 0 ;;
+    --format) mapfile -t COMPREPLY < <(compgen -W "table csv json focus html" -- "$cur"); return 0 ;;
+    --by) mapfile -t COMPREPLY < <(compgen -W "team experiment project user host day tag:" -- "$cur"); return 0 ;;
+    --metric-goal) mapfile -t COMPREPLY < <(compgen -W "max min" -- "$cur"); return 0 ;;
   esac
 
-  local options
+  local options ledger="--policy --ledger --help"
   case $subcommand in
-    "") options="run policy budgets ps stop --help --version" ;;
-    run) options="--team --experiment --project --tag --job-key --rate --budget --gpu --gpus
+    "") options="run policy budgets ps stop outbox notify ledger show estimate report accept
+                 --help --version" ;;
+    run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus
                   --instance --instances --pricing --mode --checkpoint-signal --grace --kill-after
-                  --interval --sync --claim-horizon --isolation --status-file --policy --ledger
-                  --spot-notice --spot-notice-url --quiet --title --help --" ;;
-    policy) options="check --help"
-            [[ $sub2 == check ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
-    budgets) options="apply --json --policy --ledger --help"
-             [[ $sub2 == apply ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
-    ps) options="--json --policy --ledger --help" ;;
-    stop) options="--team --experiment --project --user --run --reason --clear --policy --ledger --help" ;;
+                  --interval --sync --claim-horizon --isolation --stall-after --require-fit
+                  --retry-backoff --status-file --policy --ledger --webhook-env --webhook
+                  --quiet --title --spot-notice --spot-notice-url --log --exit-window --forward
+                  --estimate-steps --step-time --metrics-dir --help --" ;;
+    policy) case $sub2 in
+              check) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+              keys) options="--help" ;;
+              *) options="check keys --help" ;;
+            esac ;;
+    budgets) case $sub2 in
+               apply) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+               *) options="apply --json $ledger" ;;
+             esac ;;
+    ps) options="--json $ledger" ;;
+    stop) options="--team --experiment --project --user --run --job --reason --clear --list $ledger" ;;
+    outbox) case $sub2 in
+              list) options="--json $ledger" ;;
+              flush) options="$ledger" ;;
+              *) options="list flush --help" ;;
+            esac ;;
+    notify) case $sub2 in
+              test) options="--policy --webhook-env --webhook --help" ;;
+              *) options="test --help" ;;
+            esac ;;
+    ledger) case $sub2 in
+              copy) options="--help"
+                    [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
+              *) options="copy --help" ;;
+            esac ;;
+    show) options="$ledger" ;;
+    accept) options="--note $ledger" ;;
+    report) options="--by --since --until --team --experiment --format --baseline --metric
+                     --metric-goal $ledger" ;;
+    estimate) options="--step-time --steps --params --tokens --peak-tflops --mfu --rate --gpu --gpus
+                       --instance --instances --pricing --interruptions-per-100h
+                       --lost-per-interruption --team --experiment --compare --bytes-per-param
+                       --activations-gb --serving --price-per-hour --rps --utilisation
+                       --predictions-per-day --reserved --on-demand --json $ledger" ;;
     *) options="" ;;
   esac
   mapfile -t COMPREPLY < <(compgen -W "$options" -- "$cur")

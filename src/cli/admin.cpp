@@ -137,6 +137,7 @@ std::optional<Scope> requested_scope(const StopRequest& request) {
   if (request.project) scopes.push_back({ScopeKind::project, *request.project});
   if (request.user) scopes.push_back({ScopeKind::user, *request.user});
   if (request.run) scopes.push_back({ScopeKind::run, *request.run});
+  if (request.job) scopes.push_back({ScopeKind::job, *request.job});
   if (scopes.size() != 1) return std::nullopt;
   return scopes.front();
 }
@@ -405,7 +406,8 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
   }
   auto scope = requested_scope(request);
   if (!scope) {
-    throw Error("stop", "give exactly one of --team, --experiment, --project, --user, --run",
+    throw Error("stop",
+                "give exactly one of --team, --experiment, --project, --user, --run, --job",
                 "e.g. spendcap stop --team vision --reason 'budget review'");
   }
   require_printable_name(scope->name, "--" + to_string(scope->kind));
@@ -414,6 +416,14 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
     scope->name = resolve_run_prefix(*ledger, scope->name, request.clear);
     require_may_stop_run(*ledger, scope->name,
                          request.clear ? "clear stop orders on its runs" : "stop its runs");
+  } else if (scope->kind == ScopeKind::job) {
+    // A job has no budget row naming members: whoever may stop each of its runs may stop it.
+    for (const RunView& run : ledger->active_runs()) {
+      if (run.job_key == scope->name) {
+        require_may_stop_run(*ledger, run.id,
+                             request.clear ? "clear stop orders on its runs" : "stop its runs");
+      }
+    }
   } else {
     require_membership(*ledger, {*scope},
                        request.clear ? "clear its stop orders" : "stop its runs");

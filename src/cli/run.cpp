@@ -23,6 +23,7 @@
 #include "spendcap/cli/webhooks.hpp"
 #include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/cli/membership.hpp"
+#include "spendcap/cli/multi_node.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -391,6 +392,11 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   }
   settings.user = user_name();
   settings.host = host_name();
+  if (auto joined = resolve_multi_node_run(request.run_id, settings.job_key, env, settings.host)) {
+    // One run over many wrappers: its id is their job key, and each row says its node.
+    settings.job_key = joined->id;
+    settings.tags["node"] = joined->node;
+  }
   settings.webhook_urls = request.webhook_urls;
   require_a_locked_budget(settings);
   resolve_spot_notice(request, env, settings);
@@ -773,7 +779,8 @@ RunFacts run_facts(const RunSettings& settings, const std::vector<std::string>& 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
 int check_crash_loop(const RunRequest& request, const RunSettings& settings, const RunStart& start,
-                     Ledger& ledger, const Reporter& reporter) {
+                     Ledger& ledger, std::vector<WebhookTarget>& webhooks, const Environment& env,
+                     const Reporter& reporter) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
   if (!guard.enabled) return 0;
   CommandHistory history = ledger.command_history(start.fingerprint, to_seconds(guard.window));
@@ -804,12 +811,20 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, con
       decide_crash_loop(past, history.now, guard.max_failures, guard.window, request.retry_backoff);
   if (verdict.refuse) {
     ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
-    // The `refused` event goes out once per window (verdict.send_refused_event): the hook for
-    // the notifier, which sends it from here when it is built.
+    // The `refused` event goes out once per window (verdict.send_refused_event): a job knocking
+    // again and again does not flood the channel.
     Admission refused;
     refused.refusal =
         verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");
     refused.run_budget = settings.budget;
+    if (verdict.send_refused_event && !webhooks.empty()) {
+      RunFacts facts = run_facts(settings, request.command, start.id, refused);
+      auto notifier = make_run_notifier(std::move(webhooks), facts, ledger, env, reporter);
+      notifier->start();
+      notifier->notify(RunEvent{"refused", kCrashLoopReason, "", "refused: " + verdict.message,
+                                std::nullopt, to_int(ExitCode::refused), true});
+      finish_run_notifier(*notifier, ledger, facts, true, reporter);
+    }
     return refuse(request, settings, start.id, refused, reporter);
   }
   if (verdict.backoff > Nanos{}) {
@@ -934,7 +949,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
   require_membership(*ledger, named_scopes(settings), "charge runs to it");
   RunStart start = make_run_start(settings, request.command, run_id);
-  if (int code = check_crash_loop(request, settings, start, *ledger, reporter)) return code;
+  if (int code = check_crash_loop(request, settings, start, *ledger, webhooks, env, reporter))
+    return code;
   Admission admission = ledger->begin_run(start);
   RunFacts facts = run_facts(settings, request.command, run_id, admission);
   if (!admission.admitted) {

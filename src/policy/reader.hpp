@@ -341,8 +341,8 @@ inline const auto warn_at = [](Reader& reader, const json& value,
   return ok ? std::optional(fractions) : std::nullopt;
 };
 
-inline const std::vector<std::string> kWebhookEvents = {"warning",  "killed",     "refused", "lost",
-                                                        "finished", "stop-order", "overrun"};
+inline const std::vector<std::string> kWebhookEvents = {
+    "warning", "killed", "refused", "lost", "finished", "stop-order", "overrun", "preempted"};
 
 inline const auto webhook_events =
     [](Reader& reader, const json& value,

@@ -52,6 +52,14 @@ void send(int fd, GuardEventKind kind, pid_t pid, int value, bool tree_empty) {
   // EPIPE: the supervisor is gone; the control pipe's EOF handles that.
 }
 
+// For news the run does without (orphans' exits): sent only when the pipe has room, so that a
+// stopped supervisor and a flood of orphans never block the guard, the tree's watchdog. The guard
+// is the pipe's one writer, and a record is under PIPE_BUF: POLLOUT means the write fits whole.
+void send_if_room(int fd, GuardEventKind kind, pid_t pid, int value) {
+  pollfd out{fd, POLLOUT, 0};
+  if (::poll(&out, 1, 0) == 1 && (out.revents & POLLOUT)) send(fd, kind, pid, value, false);
+}
+
 // What the dead supervisor would have removed once the tree was empty.
 void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
   if (!options.run_dir.empty()) {
@@ -124,6 +132,9 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
         if (pid == launched.pid) {
           main_reaped = true;
           main_status = status;
+        } else {
+          // An orphan: the guard alone knows how it ended.
+          send_if_room(events_fd, GuardEventKind::orphan_exited, pid, status);
         }
         continue;
       }

@@ -54,6 +54,21 @@ std::optional<std::string> key_of(pid_t pid, pid_t parent) {
   return respawn_key(std::string(exe, static_cast<std::size_t>(length)), cmdline, parent);
 }
 
+// The pid as the guard's PID namespace numbers it: the last of /proc/PID/status's NSpid (the pid
+// itself without a namespace); 0 when it is gone.
+pid_t innermost_pid(pid_t pid) {
+  std::istringstream status(read_text("/proc/" + std::to_string(pid) + "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    long value = 0, last = 0;
+    while (fields >> value) last = value;
+    return static_cast<pid_t>(last);
+  }
+  return 0;
+}
+
 // The netlink process connector, subscribed; -1 and why not where it is not permitted.
 int open_connector(std::string& why_not) {
   if (::geteuid() != 0) {
@@ -143,7 +158,8 @@ class RespawnPart final : public RunPart {
       events_.assign(fd);
       detector_ = "netlink process connector";
     } else {
-      detector_ = "fallback, warns only (" + why_not + ")";
+      detector_ = "fallback, warns only (" + why_not +
+                  "), except for orphans, whose exit statuses the guard reports";
     }
   }
 
@@ -159,6 +175,12 @@ class RespawnPart final : public RunPart {
   }
   void on_stopping() override { stop(); }
   void on_finish() override { stop(); }
+  // The fallback cannot see exit statuses, except of orphans: the guard reaps them and says how
+  // they ended. The walk that finds their replacement counts them fully (exited + started).
+  void on_orphan_exited(int pid, int wait_status) override {
+    if (stopped_ || events_.is_open()) return;  // the connector sees every exit itself
+    orphan_exits_[pid] = OrphanExit{wait_status, now()};
+  }
 
  private:
   void stop() {
@@ -282,6 +304,7 @@ class RespawnPart final : public RunPart {
     std::string key;
     TimePoint first_seen;
     std::uint64_t start_time;
+    pid_t guard_pid = 0;  // numbered in the guard's PID namespace (orphan_exited events)
   };
 
   void walk() {
@@ -296,7 +319,7 @@ class RespawnPart final : public RunPart {
       }
       auto key = key_of(member.pid, member.ppid);
       if (!key) continue;
-      current.emplace(member.pid, Seen{*key, at, member.start_time});
+      current.emplace(member.pid, Seen{*key, at, member.start_time, innermost_pid(member.pid)});
     }
     // A new pid of a key whose latest pid is gone: a replacement, however many other programs
     // ran in between (a shell loop's `sleep`). Several live pids of one key are a pool of workers
@@ -311,8 +334,21 @@ class RespawnPart final : public RunPart {
         last->second.last_seen = at;
         continue;
       }
-      if (last != latest_.end() && !current.count(last->second.pid) &&
-          !pools_.count(now_seen.key)) {
+      auto orphan = last == latest_.end() || current.count(last->second.pid)
+                        ? orphan_exits_.end()
+                        : orphan_exits_.find(last->second.guard_pid);
+      if (orphan != orphan_exits_.end()) {
+        // The predecessor was an orphan: its exit status is known, so this is the exact count.
+        bool abnormal = orphan->second.wait_status != 0;
+        orphan_exits_.erase(orphan);
+        tracker_.exited(now_seen.key, at, abnormal);
+        int restarts = tracker_.started(now_seen.key, at);
+        if (abnormal && tracker_.over(restarts) && !tripped_) {
+          tripped_ = true;
+          stop_run(now_seen.key, restarts);
+        }
+      } else if (last != latest_.end() && !current.count(last->second.pid) &&
+                 !pools_.count(now_seen.key)) {
         Nanos life = last->second.last_seen - last->second.first_seen;
         int restarts = tracker_.replaced(now_seen.key, at, life, rules_.min_life);
         if (tracker_.over(restarts) && !warned_) {
@@ -323,7 +359,10 @@ class RespawnPart final : public RunPart {
                          "; the fallback detector cannot see exit statuses, so it only warns)");
         }
       }
-      latest_[now_seen.key] = Latest{pid, now_seen.first_seen, at};
+      latest_[now_seen.key] = Latest{pid, now_seen.first_seen, at, now_seen.guard_pid};
+    }
+    for (auto it = orphan_exits_.begin(); it != orphan_exits_.end();) {
+      it = at - it->second.at > rules_.window ? orphan_exits_.erase(it) : std::next(it);
     }
     // Programs not seen for a window are forgotten: a long build does not grow this without end.
     for (auto it = latest_.begin(); it != latest_.end();) {
@@ -352,7 +391,14 @@ class RespawnPart final : public RunPart {
   struct Latest {
     pid_t pid;
     TimePoint first_seen, last_seen;
+    pid_t guard_pid = 0;
   };
+  struct OrphanExit {
+    int wait_status;
+    TimePoint at;
+  };
+  std::map<pid_t, OrphanExit> orphan_exits_;  // by guard_pid, until a walk finds the replacement
+  bool tripped_ = false;
   std::map<std::string, Latest> latest_;  // the latest pid of each program, for the fallback
   std::set<std::string> pools_;           // programs seen running several at once
   int overruns_ = 0;

@@ -324,6 +324,9 @@ class Supervisor::Impl {
       case GuardEventKind::main_stopped:
         on_job_stopped();
         break;
+      case GuardEventKind::orphan_exited:
+        for (auto& part : parts_) part->on_orphan_exited(event.pid, event.value);
+        break;
     }
   }
 
@@ -917,6 +920,8 @@ class Supervisor::Impl {
   void notify_end() {
     RunEvent end;
     end.event = guard_lost_ ? "lost" : trip_ ? "killed" : "finished";
+    // A scheduler or spot reclaim took the node back: not a stop by the budget, nor a finish.
+    if (!guard_lost_ && outcome_.status == RunStatus::preempted) end.event = "preempted";
     end.reason = outcome_.reason;
     // "budget:team:vision" tripped the team's budget.
     if (end.reason.rfind("budget:", 0) == 0) end.scope = end.reason.substr(7);

@@ -34,6 +34,36 @@ def subcommands():
     return [line.split()[0] for line in section.strip().splitlines()]
 
 
+def help_text(*path):
+    return subprocess.run([SPENDCAP, *path, "--help"], capture_output=True, text=True).stdout
+
+
+def nested_subcommands(command):
+    """The subcommands of `spendcap COMMAND` (outbox list, ...), as its --help lists them."""
+    text = help_text(command)
+    if "Subcommands:" not in text:
+        return []
+    section = text.split("Subcommands:")[1].split("\n\n")[0]
+    return [line.split()[0] for line in section.strip().splitlines()]
+
+
+def command_paths():
+    """Every subcommand path: ("run",), ("outbox",), ("outbox", "list"), ..."""
+    paths = []
+    for command in subcommands():
+        paths.append((command,))
+        paths.extend((command, sub) for sub in nested_subcommands(command))
+    return paths
+
+
+def flags(*path):
+    """The long flags `spendcap PATH --help` lists in its Options, --help itself left out."""
+    text = help_text(*path)
+    options = text.split("Options:")[1].split("Subcommands:")[0].split("Exit status:")[0]
+    found = set(re.findall(r"^\s+(?:-\w,)?(--[a-z0-9-]+)", options, re.M))
+    return sorted(found - {"--help", "--version"})
+
+
 def exit_codes():
     text = subprocess.run([SPENDCAP, "--help"], capture_output=True, text=True).stdout
     return re.findall(r"^  (\d{3})  ", text.split("Exit status:")[1], re.M)
@@ -72,6 +102,15 @@ class PackagingTest(unittest.TestCase):
         self.assertGreaterEqual(len(commands), 5)
         for command in commands:
             self.assertRegex(page, r"spendcap %s\b" % command)
+        # Every nested subcommand (outbox list, notify test, ...) and every flag of every
+        # subcommand's --help is on the page, so the page keeps up with the binary.
+        paths = command_paths()
+        self.assertIn(("outbox", "flush"), paths)
+        for path in paths:
+            self.assertRegex(page, r"spendcap %s\b" % " ".join(path))
+            for flag in flags(*path):
+                self.assertRegex(page, r"%s\b" % re.escape(flag), "spendcap %s %s" % (
+                    " ".join(path), flag))
         for code in exit_codes():
             self.assertRegex(page, r"\n\s+%s\s" % code, "exit status %s" % code)
         # The search order, in order.
@@ -104,6 +143,19 @@ class PackagingTest(unittest.TestCase):
         for flag in set(re.findall(r"^\s+(?:-\w,)?(--[a-z-]+)", help_text, re.M)):
             self.assertIn(flag, run_flags, "spendcap run %s" % flag)
         self.assertEqual(self.complete("spendcap", "run", "--mode", "w"), ["warn"])
+        # Every subcommand's nested subcommands and flags are offered too.
+        checked = 0
+        for path in command_paths():
+            if len(path) == 1:
+                for sub in nested_subcommands(path[0]):
+                    self.assertIn(sub, self.complete("spendcap", path[0], ""), path)
+            offered = self.complete("spendcap", *path, "--")
+            for flag in flags(*path):
+                self.assertIn(flag, offered, "spendcap %s %s" % (" ".join(path), flag))
+                checked += 1
+        self.assertGreater(checked, 60)
+        # Negative control: a subcommand's flags are not offered to another.
+        self.assertNotIn("--budget", self.complete("spendcap", "report", "--"))
         # After --, the wrapped command is completed as a command (negative: not a flag of run).
         after = self.complete("spendcap", "run", "--rate", "1", "--", "pytho")
         self.assertIn("python3", after)

@@ -46,6 +46,7 @@ struct StopRequest {
   std::string reason;
   bool clear = false;
   bool list = false;  // --list: print the active stop orders
+  std::optional<std::string> job;  // --job KEY: every run of a job key (a multi-node run's nodes)
 };
 
 // Places (or clears, or lists) stop orders. --run takes any unique prefix of a running run's id.

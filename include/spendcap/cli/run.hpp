@@ -43,6 +43,8 @@ struct RunRequest {
   bool require_fit = false;                // stop a run whose projection exceeds its budget
   bool retry_backoff = false;              // wait out recent failures instead of starting at once
   std::optional<std::string> metrics_dir;  // --metrics-dir: sets metrics_dir
+  // --run-id ID|slurm: join a multi-node run, one wrapper per node (cli/multi_node.hpp).
+  std::optional<std::string> run_id;
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma

@@ -52,6 +52,8 @@ enum class GuardEventKind : std::int32_t {
   main_exited = 3,    // value = wait status; tree_empty = 1 when nothing else was left
   tree_empty = 4,     // every process of the tree is reaped; the guard exits next
   main_stopped = 5,   // the main process stopped (Ctrl-Z, SIGTTIN): job control on a terminal
+  orphan_exited = 6,  // pid = an orphan the guard reaped (numbered in the guard's PID namespace),
+                      // value = its wait status: the respawn-loop fallback counts it fully
 };
 
 // One fixed-size record per event: a pipe write this small is atomic.

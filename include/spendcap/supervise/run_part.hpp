@@ -15,6 +15,9 @@ class RunPart {
   virtual void on_launched(TimePoint at) = 0;
   // The run only shuts down from now on: it tripped, or the main process ended by itself.
   virtual void on_stopping() {}
+  // An orphan of the tree, which the guard reaped, ended with `wait_status`; `pid` is numbered in
+  // the guard's PID namespace (the innermost NSpid of /proc/PID/status).
+  virtual void on_orphan_exited(int /*pid*/, int /*wait_status*/) {}
   // The tree is empty: cancel everything; no callback may act after this.
   virtual void on_finish() = 0;
 };
