@@ -20,6 +20,7 @@
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
+#include "spendcap/ledger/stored_text.hpp"
 
 namespace spendcap {
 
@@ -123,32 +124,6 @@ class Result {
  private:
   libpq::PGresult* result_;
 };
-
-std::string json_of(const auto& value) {
-  return dump_json(nlohmann::json(value));
-}
-
-std::map<std::string, std::string> tags_of_json(const std::string& text) {
-  std::map<std::string, std::string> tags;
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_object()) {
-    for (const auto& [key, value] : json.items()) {
-      if (value.is_string()) tags[key] = value.get<std::string>();
-    }
-  }
-  return tags;
-}
-
-std::vector<std::string> command_of_json(const std::string& text) {
-  std::vector<std::string> command;
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_array()) {
-    for (const auto& word : json) {
-      if (word.is_string()) command.push_back(word.get<std::string>());
-    }
-  }
-  return command;
-}
 
 std::int64_t to_ms_rounded_up(Nanos duration) {
   return (duration.count() + 999'999) / 1'000'000;
@@ -284,14 +259,8 @@ RunRecord read_run(const Result& q, int i) {
 // A budget's member groups (NULL: anyone). A list that cannot be read admits nobody but the
 // ledger's owner: membership fails closed (as SQLite's).
 std::vector<std::string> group_list(const Result& q, int i, int column) {
-  if (q.is_null(i, column)) return {};
-  std::string text = q.text(i, column);
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  std::vector<std::string> groups = command_of_json(text);
-  if (!json.is_array() || groups.size() != json.size() || groups.empty()) {
-    return {"(unreadable member list)"};
-  }
-  return groups;
+  return member_groups_of_json(
+      q.is_null(i, column) ? std::nullopt : std::optional<std::string>(q.text(i, column)));
 }
 
 Param member_groups_param(const BudgetRule& rule) {

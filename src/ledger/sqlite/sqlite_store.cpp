@@ -25,6 +25,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/json_text.hpp"
+#include "spendcap/ledger/stored_text.hpp"
 
 namespace spendcap {
 
@@ -540,43 +541,10 @@ struct SqliteStore::Impl final : StoreTxn {
 
 namespace {
 
-std::string json_of(const auto& value) {
-  return dump_json(nlohmann::json(value));
-}
-
-// Tags as written by json_of: an object of strings (anything else, written by hand, is dropped).
-std::map<std::string, std::string> tags_of_json(const std::string& text) {
-  std::map<std::string, std::string> tags;
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_object()) {
-    for (const auto& [key, value] : json.items()) {
-      if (value.is_string()) tags[key] = value.get<std::string>();
-    }
-  }
-  return tags;
-}
-
-std::vector<std::string> command_of_json(const std::string& text) {
-  std::vector<std::string> command;
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_array()) {
-    for (const auto& word : json) {
-      if (word.is_string()) command.push_back(word.get<std::string>());
-    }
-  }
-  return command;
-}
-
-// A budget's member groups (NULL: anyone). A list that cannot be read admits nobody but the
-// ledger's owner: membership fails closed.
+// A budget's member groups (stored_text.hpp).
 std::vector<std::string> group_list(auto& q, int column) {
-  if (q.is_null(column)) return {};
-  auto json = nlohmann::json::parse(q.text(column), nullptr, /*allow_exceptions=*/false);
-  std::vector<std::string> groups = command_of_json(q.text(column));
-  if (!json.is_array() || groups.size() != json.size() || groups.empty()) {
-    return {"(unreadable member list)"};
-  }
-  return groups;
+  return member_groups_of_json(q.is_null(column) ? std::nullopt
+                                                 : std::optional<std::string>(q.text(column)));
 }
 
 StopOrder read_stop_order(auto& q) {

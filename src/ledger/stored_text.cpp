@@ -1,0 +1,37 @@
+#include "spendcap/ledger/stored_text.hpp"
+
+namespace spendcap {
+
+std::map<std::string, std::string> tags_of_json(const std::string& text) {
+  std::map<std::string, std::string> tags;
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_object()) {
+    for (const auto& [key, value] : json.items()) {
+      if (value.is_string()) tags[key] = value.get<std::string>();
+    }
+  }
+  return tags;
+}
+
+std::vector<std::string> command_of_json(const std::string& text) {
+  std::vector<std::string> command;
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_array()) {
+    for (const auto& word : json) {
+      if (word.is_string()) command.push_back(word.get<std::string>());
+    }
+  }
+  return command;
+}
+
+std::vector<std::string> member_groups_of_json(const std::optional<std::string>& text) {
+  if (!text) return {};
+  auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> groups = command_of_json(*text);
+  if (!json.is_array() || groups.size() != json.size() || groups.empty()) {
+    return {"(unreadable member list)"};
+  }
+  return groups;
+}
+
+}  // namespace spendcap
