@@ -89,6 +89,12 @@ nlohmann::json flags_layer(const RunRequest& request) {
     }
     flag_slot(layer, "--pricing") = to_string(*pricing);
   }
+  if (request.billing) {
+    if (*request.billing != "allocated" && *request.billing != "measured") {
+      throw Error("--billing " + *request.billing, "unknown billing", "give allocated or measured");
+    }
+    flag_slot(layer, "--billing") = *request.billing;
+  }
   if (request.mode) {
     if (!parse_mode(*request.mode)) {
       throw Error("--mode " + *request.mode, "unknown mode", "give enforce or warn");
@@ -191,6 +197,7 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
       throw Error("--rate " + *request.rate, "a run needs a burn rate above 0",
                   "give what the job costs per hour");
     }
+    settings.gpu_rate_per_hour = settings.rate_per_hour;  // --rate: the whole rate buys the GPUs
     return;
   }
   const Defaults& d = policy.defaults;
@@ -199,7 +206,7 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
                 "give --rate USD_PER_HOUR, or --gpu TYPE / --instance TYPE priced by the policy");
   }
   int instances = d.instances.value_or(1);
-  Money per_instance;
+  Money per_instance, gpus_per_instance;
   std::string source;
   if (d.gpu) {
     int gpus = d.gpus ? *d.gpus : gpus_from_environment(env).value_or(1);
@@ -211,6 +218,7 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
                   "check --gpus and the policy's prices");
     }
     per_instance += *gpus_price;
+    gpus_per_instance = *gpus_price;
     source = std::to_string(gpus) + " x " + *d.gpu;
     settings.tags["gpu"] = *d.gpu;
     settings.tags["gpus"] = std::to_string(gpus);
@@ -228,6 +236,8 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
                 "check --instances, --gpus and the policy's prices");
   }
   settings.rate_per_hour = *rate;
+  // The GPU part: the GPUs' price with --gpu; an instance priced alone buys its GPUs in its price.
+  settings.gpu_rate_per_hour = d.gpu ? *checked_times(gpus_per_instance, instances) : *rate;
   if (instances != 1) source = std::to_string(instances) + " x (" + source + ")";
   settings.rate_source = source + " " + to_string(d.pricing);
   if (settings.rate_per_hour.micros == 0) {
@@ -990,6 +1000,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   };
   plan.notifier = notifier.get();
   plan.gpu = make_gpu_plan(settings.loaded.policy, env);
+  plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
+  plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";

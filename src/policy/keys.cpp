@@ -288,7 +288,8 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/defaults/billing",
           value(&Defaults::billing, one_of(parse_billing, "allocated, measured")))
           .same()
-          .implied(always, to_string(defaults.billing)));
+          .implied(always, to_string(defaults.billing))
+          .flag("--billing"));
   // A layer may only shorten the default durations: a shorter grace stops a run sooner, a shorter
   // sync or claim horizon keeps the ledger closer to the truth.
   auto shorter = [&](const char* key, Nanos Defaults::*member, auto parse) {
@@ -476,15 +477,6 @@ std::vector<WithoutEffect> without_effect(const json& document) {
   std::vector<WithoutEffect> out;
   std::vector<std::string> path;
   collect_without_effect(document, path, out);
-  // One value of an implemented key: spend is always billed on the allocated rate so far.
-  const json* billing = document.contains("defaults") && document["defaults"].is_object() &&
-                                document["defaults"].contains("billing")
-                            ? &document["defaults"]["billing"]
-                            : nullptr;
-  if (billing && *billing == "measured") {
-    out.push_back({"/defaults/billing", "\"measured\"", "measured billing",
-                   "spend is billed at the allocated rate"});
-  }
   return out;
 }
 

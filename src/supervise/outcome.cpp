@@ -89,6 +89,13 @@ nlohmann::json to_json(const RunOutcome& outcome) {
   if (!outcome.isolation.empty()) json["isolation"] = outcome.isolation;
   if (outcome.gpu) json["gpu"] = gpu_to_json(*outcome.gpu);
   if (outcome.progress) json["progress"] = progress_json(*outcome.progress);
+  json["billing"] = outcome.billing;
+  if (outcome.gpu && outcome.gpu->allocated_spend && outcome.billing == "measured") {
+    json["allocated_spend"] = money_to_json(*outcome.gpu->allocated_spend);
+  }
+  if (outcome.gpu && !outcome.gpu->billing_note.empty()) {
+    json["billing_note"] = outcome.gpu->billing_note;
+  }
   return json;
 }
 

@@ -22,7 +22,7 @@ def within(test, value, expected, fraction=0.02, what=""):
 
 class GpuTest(LedgerTest):
     def gpu_run(self, devices, seconds, library=FAKE_CURRENT, policy=None, extra_env=None,
-                budget="5", rate="36"):
+                budget="5", rate="36", extra_args=()):
         """Runs a job that puts its pid in the fake's pid file and sleeps `seconds`; returns
         (completed process, status file JSON)."""
         for device in devices:
@@ -36,7 +36,8 @@ class GpuTest(LedgerTest):
         env.update(extra_env or {})
         job = "echo $$ > %s; exec sleep %s" % (self.path("pids"), seconds)
         result = self.run_spendcap(["run", "--budget", budget, "--rate", rate, "--status-file",
-                                    self.path("status.json"), "--", "sh", "-c", job], env)
+                                    self.path("status.json")] + list(extra_args) +
+                                   ["--", "sh", "-c", job], env)
         return result, self.read_json("status.json")
 
     def test_busy_idle_and_spend_match_the_scenario(self):
@@ -164,6 +165,45 @@ class GpuTest(LedgerTest):
         # Negative control: the same run with the fake does measure.
         result, status = self.gpu_run([{"segments": [{"util": 50}]}], 0.2)
         self.assertTrue(status["gpu"]["measured"], status)
+
+    def test_measured_billing_charges_busy_gpu_time_only(self):
+        # 50% busy: under --billing measured the GPU part (here the whole --rate) is half.
+        result, status = self.gpu_run([{"segments": [{"util": 50, "power_w": 200}]}], 3,
+                                      extra_args=["--billing", "measured"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["billing"], "measured")
+        allocated = 36 / 3600 * status["elapsed_seconds"]
+        within(self, status["allocated_spend"], allocated, 0.05, what="allocated spend")
+        within(self, status["spend"], allocated * 0.5, 0.05, what="measured spend")
+        within(self, status["gpu"]["idle_spend"], allocated * 0.5, 0.05, what="idle spend")
+        self.assertIn("measured billing: ", result.stderr)
+        [row] = self.runs("id = ?", (status["run_id"],))
+        self.assertEqual(row["spend_micros"], round(status["spend"] * 1e6))
+        self.assertIn("measured billing", row["gpu_sources"])
+        # The policy says it too; a run whose budget trips at the allocated rate still trips,
+        # and ends under its budget both ways.
+        result, status = self.gpu_run(
+            [{"segments": [{"util": 50, "power_w": 200}]}], 60, budget="0.05",
+            policy={"defaults": {"billing": "measured"}},
+            extra_args=["--grace", "1s", "--kill-after", "1s"])
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertEqual(status["reason"], "budget:run")
+        self.assertEqual(status["billing"], "measured")
+        self.assertLessEqual(status["allocated_spend"], 0.05)
+        self.assertLessEqual(status["spend"], status["allocated_spend"] * 0.5 + 0.0001)
+        self.assertNotIn("has no effect", result.stderr)
+        # Negative control: measured billing without NVML bills as allocated, and says so.
+        result, status = self.gpu_run([], 1, library=self.path("none.so"),
+                                      extra_args=["--billing", "measured"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["billing"], "allocated")
+        self.assertNotIn("allocated_spend", status)
+        within(self, status["spend"], 36 / 3600 * status["elapsed_seconds"], 0.05, what="spend")
+        self.assertIn("billed as allocated", status["billing_note"])
+        bad = self.run_spendcap(["run", "--budget", "1", "--rate", "1", "--billing", "busy",
+                                 "--", "true"])
+        self.assertEqual(bad.returncode, 125)
+        self.assertIn("--billing busy", bad.stderr)
 
 
 if __name__ == "__main__":

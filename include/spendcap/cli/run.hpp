@@ -42,6 +42,7 @@ struct RunRequest {
   std::optional<std::string> stall_after;  // sets guards.stall.after
   bool require_fit = false;                // stop a run whose projection exceeds its budget
   bool retry_backoff = false;              // wait out recent failures instead of starting at once
+  std::optional<std::string> billing;      // --billing allocated|measured
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -75,6 +76,9 @@ struct RunSettings {
   Nanos exit_window = std::chrono::seconds(5);  // --exit-window
   std::vector<int> forward_signals;             // --forward, beyond SIGUSR1 and SIGUSR2
   std::vector<std::string> webhook_urls;  // --webhook
+  // The part of the burn rate that buys GPUs (measured billing charges it by busy GPU time):
+  // instances x gpus x the GPU price with --gpu; the whole rate with --rate or --instance alone.
+  Money gpu_rate_per_hour;
 };
 
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
