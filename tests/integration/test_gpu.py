@@ -205,6 +205,26 @@ class GpuTest(LedgerTest):
         self.assertEqual(bad.returncode, 125)
         self.assertIn("--billing busy", bad.stderr)
 
+    def test_the_end_event_carries_the_measured_utilisation(self):
+        from test_webhooks import Endpoint
+        endpoint = Endpoint()
+        self.addCleanup(endpoint.close)
+        hook = {"url_env": "HOOK_URL", "format": "json", "events": ["finished"]}
+        result, status = self.gpu_run([{"segments": [{"util": 50, "power_w": 200}]}], 2,
+                                      policy={"webhooks": [hook]},
+                                      extra_env={"HOOK_URL": endpoint.url})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        [event] = [e for e in endpoint.events() if e["event"] == "finished"]
+        within(self, event["gpu_utilisation"], status["gpu"]["mean_utilisation"], 0.001,
+               what="webhook utilisation")
+        within(self, event["gpu_utilisation"], 0.5, what="utilisation")
+        # Negative control: not measured, no figure at all (never 0).
+        endpoint.requests.clear()
+        result, status = self.gpu_run([], 0.2, library=self.path("none.so"),
+                                      extra_env={"HOOK_URL": endpoint.url})
+        [event] = [e for e in endpoint.events() if e["event"] == "finished"]
+        self.assertNotIn("gpu_utilisation", event)
+
 
 if __name__ == "__main__":
     unittest.main()
