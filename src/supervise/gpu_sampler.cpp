@@ -98,7 +98,9 @@ class GpuSampler final : public RunPart {
   void sample() {
     std::vector<pid_t> pids;
     for (const ProcStat& member : members_()) pids.push_back(member.pid);
-    account_->sample(to_seconds(now() - launched_), pids, wall_us());
+    double t = to_seconds(now() - launched_);
+    account_->sample(t, pids, wall_us());
+    input_.sample(t, pids);
   }
 
   void idle_guard() {
@@ -121,6 +123,7 @@ class GpuSampler final : public RunPart {
       return;
     }
     if (auto mean = r.summary.mean_utilisation()) {
+      r.input_hint = input_hint(*mean, input_.activity());
       // The GPU part of the rate buys the run's GPUs: the idle part of the GPU time is that part
       // of the spend.
       Money spend = meter_.spend_at(*meter_.ended_at());
@@ -157,6 +160,7 @@ class GpuSampler final : public RunPart {
   std::optional<GpuReport>& report_;
   std::unique_ptr<GpuProbe> probe_;
   std::unique_ptr<GpuAccount> account_;
+  InputWatch input_;
   TimePoint launched_{};
   std::optional<double> idle_since_;
   bool stopping_ = false, finished_ = false;
@@ -229,6 +233,7 @@ std::string gpu_report_line(const GpuReport& r, const std::string& currency) {
             " at the allocated rate)";
   }
   if (!r.billing_note.empty()) line += "\n  " + r.billing_note;
+  if (r.input_hint) line += "\n  " + r.input_hint->text;
   for (const std::string& note : s.notes) line += "\n  " + note;
   return line;
 }

@@ -38,6 +38,9 @@ nlohmann::json gpu_to_json(const GpuReport& report) {
   if (report.energy_kwh) json["energy_kwh"] = *report.energy_kwh;
   if (report.co2_kg) json["co2_kg"] = *report.co2_kg;
   if (report.energy_cost) json["energy_cost_usd"] = money_to_json(*report.energy_cost);
+  if (report.input_hint) {
+    json["input_hint"] = {{"kind", report.input_hint->kind}, {"text", report.input_hint->text}};
+  }
   return json;
 }
 

@@ -22,7 +22,7 @@ def within(test, value, expected, fraction=0.02, what=""):
 
 class GpuTest(LedgerTest):
     def gpu_run(self, devices, seconds, library=FAKE_CURRENT, policy=None, extra_env=None,
-                budget="5", rate="36", extra_args=()):
+                budget="5", rate="36", extra_args=(), job=None):
         """Runs a job that puts its pid in the fake's pid file and sleeps `seconds`; returns
         (completed process, status file JSON)."""
         for device in devices:
@@ -34,7 +34,7 @@ class GpuTest(LedgerTest):
         env = {"SPENDCAP_NVML_LIBRARY": library, "FAKE_NVML_SCENARIO": self.path("scenario.json"),
                "CUDA_VISIBLE_DEVICES": "0"}
         env.update(extra_env or {})
-        job = "echo $$ > %s; exec sleep %s" % (self.path("pids"), seconds)
+        job = "echo $$ > %s; exec %s" % (self.path("pids"), job or "sleep %s" % seconds)
         result = self.run_spendcap(["run", "--budget", budget, "--rate", rate, "--status-file",
                                     self.path("status.json")] + list(extra_args) +
                                    ["--", "sh", "-c", job], env)
@@ -224,6 +224,31 @@ class GpuTest(LedgerTest):
                                       extra_env={"HOOK_URL": endpoint.url})
         [event] = [e for e in endpoint.events() if e["event"] == "finished"]
         self.assertNotIn("gpu_utilisation", event)
+
+    def test_the_input_bound_hint_names_cpu_bound_and_io_bound(self):
+        fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                               "input_feed.py")
+        idle = [{"segments": [{"util": 10, "power_w": 80}]}]
+        # Three loader processes burning CPU on this machine's CPUs while the GPU idles.
+        result, status = self.gpu_run(idle, 0, job="python3 %s cpu 3 4" % fixture)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        hint = status["gpu"]["input_hint"]
+        self.assertEqual(hint["kind"], "cpu-bound", hint)
+        self.assertIn("preprocessing / augmentation is the bottleneck", result.stderr)
+        # The trainer blocked in read() on a slow feed.
+        result, status = self.gpu_run(idle, 0, job="python3 %s io 4" % fixture)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        hint = status["gpu"]["input_hint"]
+        self.assertEqual(hint["kind"], "io-bound", hint)
+        self.assertIn("the disk or network feed is the bottleneck", result.stderr)
+        self.assertIn("I/O wait time itself cannot be seen", hint["text"])
+        # Negative controls: a job that only sleeps is neither; a busy GPU gets no hint.
+        result, status = self.gpu_run(idle, 3)
+        self.assertEqual(status["gpu"]["input_hint"]["kind"], "neither", status["gpu"])
+        result, status = self.gpu_run([{"segments": [{"util": 95, "power_w": 300}]}], 0,
+                                      job="python3 %s cpu 3 3" % fixture)
+        self.assertNotIn("input_hint", status["gpu"])
+        self.assertNotIn("input-bound hint", result.stderr)
 
 
 if __name__ == "__main__":

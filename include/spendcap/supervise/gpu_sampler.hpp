@@ -12,6 +12,7 @@
 #include "spendcap/base/duration.hpp"
 #include "spendcap/base/money.hpp"
 #include "spendcap/gpu/account.hpp"
+#include "spendcap/gpu/input_hint.hpp"
 #include "spendcap/ledger/run_gpu.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/spend/trip.hpp"
@@ -56,6 +57,8 @@ struct GpuReport {
   std::string billing_note;
   std::optional<Money> allocated_spend;  // the spend at the allocated rate, under measured billing
   std::optional<Money> measured_spend;   // the run's spend under measured billing
+  // Where the time went when the GPUs were mostly idle (gpu/input_hint.hpp); none otherwise.
+  std::optional<InputHint> input_hint;
 };
 
 // Fills `report` at the end. `members` returns the tree's live processes; `trip` stops the run
