@@ -555,7 +555,7 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
   gpu.kg_co2_per_kwh = policy.energy.kg_co2_per_kwh;
   gpu.usd_per_kwh = policy.energy.usd_per_kwh;
   IdleGpuGuard idle = policy.guards.idle_gpu.value_or(IdleGpuGuard{});
-  gpu.idle_below = idle.below_percent / 100.0;
+  if (idle.enabled) gpu.idle_below = idle.below_percent / 100.0;
   gpu.idle_for = idle.for_duration;
   return gpu;
 }

@@ -389,6 +389,10 @@ std::vector<PolicyKey> build_keys() {
           .implied(always, duration_text(respawn_loop.min_life)));
   add(Row("/guards/idle_gpu", optional_section(&Guards::idle_gpu, "/guards/idle_gpu"))
           .by_key());
+  // On whenever GPUs are measured: a locked policy keeps it on whether it writes it down or not.
+  add(Row("/guards/idle_gpu/enabled", value(&IdleGpuGuard::enabled, boolean))
+          .on_kept()
+          .implied(always, idle_gpu.enabled));
   add(Row("/guards/idle_gpu/below_percent",
           value(&IdleGpuGuard::below_percent, number_in({0, true, 100, false})))
           .at_least(Scale::number, "lower")

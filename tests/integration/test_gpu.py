@@ -120,6 +120,13 @@ class GpuTest(LedgerTest):
                                       policy=policy)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(status["reason"], "exited")
+        # Turned off: the idle run that was stopped above runs to its end.
+        policy["guards"]["idle_gpu"]["enabled"] = False
+        result, status = self.gpu_run([{"segments": [{"util": 1, "power_w": 50}]}], 4,
+                                      policy=policy)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["reason"], "exited")
+        self.assertNotIn("has no effect", result.stderr)
 
     def test_the_ledger_keeps_the_figures_and_show_prints_them(self):
         result, status = self.gpu_run([{"segments": [{"seconds": 2, "util": 100, "power_w": 300},
