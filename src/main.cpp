@@ -40,6 +40,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--instance", request.instance, "instance type, priced by the policy");
   run.add_option("--instances", request.instances, "number of instances (default 1)");
   run.add_option("--pricing", request.pricing, "on-demand, spot or reserved");
+  run.add_option("--billing", request.billing,
+                 "allocated (default): rate x wall time; measured: the GPU part by busy GPU time");
   run.add_option("--mode", request.mode, "enforce, or warn: stop nothing, report what would stop");
   run.add_option("--checkpoint-signal", request.checkpoint_signal,
                  "signal asking the job to checkpoint (default SIGUSR1), or none");
@@ -110,6 +112,7 @@ void name_option_types(CLI::App& command) {
       {"--instance", "INSTANCE_TYPE"},
       {"--instances", "COUNT"},
       {"--pricing", "on-demand|spot|reserved"},
+      {"--billing", "allocated|measured"},
       {"--mode", "enforce|warn"},
       {"--checkpoint-signal", "SIGNAL|none"},
       {"--grace", "DURATION"},

@@ -20,10 +20,10 @@
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
-#include "spendcap/cli/webhooks.hpp"
-#include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/cli/membership.hpp"
 #include "spendcap/cli/multi_node.hpp"
+#include "spendcap/cli/webhooks.hpp"
+#include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
@@ -89,6 +89,12 @@ nlohmann::json flags_layer(const RunRequest& request) {
                   "give on-demand, spot or reserved");
     }
     flag_slot(layer, "--pricing") = to_string(*pricing);
+  }
+  if (request.billing) {
+    if (*request.billing != "allocated" && *request.billing != "measured") {
+      throw Error("--billing " + *request.billing, "unknown billing", "give allocated or measured");
+    }
+    flag_slot(layer, "--billing") = *request.billing;
   }
   if (request.mode) {
     if (!parse_mode(*request.mode)) {
@@ -193,6 +199,7 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
       throw Error("--rate " + *request.rate, "a run needs a burn rate above 0",
                   "give what the job costs per hour");
     }
+    settings.gpu_rate_per_hour = settings.rate_per_hour;  // --rate: the whole rate buys the GPUs
     return;
   }
   const Defaults& d = policy.defaults;
@@ -201,7 +208,7 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
                 "give --rate USD_PER_HOUR, or --gpu TYPE / --instance TYPE priced by the policy");
   }
   int instances = d.instances.value_or(1);
-  Money per_instance;
+  Money per_instance, gpus_per_instance;
   std::string source;
   if (d.gpu) {
     int gpus = d.gpus ? *d.gpus : gpus_from_environment(env).value_or(1);
@@ -213,6 +220,7 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
                   "check --gpus and the policy's prices");
     }
     per_instance += *gpus_price;
+    gpus_per_instance = *gpus_price;
     source = std::to_string(gpus) + " x " + *d.gpu;
     settings.tags["gpu"] = *d.gpu;
     settings.tags["gpus"] = std::to_string(gpus);
@@ -230,6 +238,8 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
                 "check --instances, --gpus and the policy's prices");
   }
   settings.rate_per_hour = *rate;
+  // The GPU part: the GPUs' price with --gpu; an instance priced alone buys its GPUs in its price.
+  settings.gpu_rate_per_hour = d.gpu ? *checked_times(gpus_per_instance, instances) : *rate;
   if (instances != 1) source = std::to_string(instances) + " x (" + source + ")";
   settings.rate_source = source + " " + to_string(d.pricing);
   if (settings.rate_per_hour.micros == 0) {
@@ -552,7 +562,7 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
   gpu.kg_co2_per_kwh = policy.energy.kg_co2_per_kwh;
   gpu.usd_per_kwh = policy.energy.usd_per_kwh;
   IdleGpuGuard idle = policy.guards.idle_gpu.value_or(IdleGpuGuard{});
-  gpu.idle_below = idle.below_percent / 100.0;
+  if (idle.enabled) gpu.idle_below = idle.below_percent / 100.0;
   gpu.idle_for = idle.for_duration;
   return gpu;
 }
@@ -748,8 +758,17 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   std::string error = supervisor.record_final(final, kFinalRowTimeout);
   if (error.empty()) return true;
   try {
+    // A spooled row is checked against the run's last heartbeat when it is replayed, and
+    // heartbeats are at the allocated rate: under measured billing the row is spooled at the
+    // allocated spend (never less than was reported), giving up the measured discount.
+    std::string note;
+    if (outcome.gpu && outcome.gpu->allocated_spend &&
+        *outcome.gpu->allocated_spend > final.spend) {
+      final.spend = *outcome.gpu->allocated_spend;
+      note = " (at the allocated spend: measured billing needs the ledger at the end)";
+    }
     std::string path = spool_final(ledger_url, final);
-    reporter.error("ledger: " + error + "; the final row is spooled in " + path +
+    reporter.error("ledger: " + error + "; the final row is spooled in " + path + note +
                    " and replayed by the next spendcap command");
   } catch (const Error& spool_error) {
     reporter.error("ledger: " + error +
@@ -1027,6 +1046,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
     plan.metrics =
         MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team, settings.experiment};
   }
+  plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
+  plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";

@@ -288,7 +288,8 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/defaults/billing",
           value(&Defaults::billing, one_of(parse_billing, "allocated, measured")))
           .same()
-          .implied(always, to_string(defaults.billing)));
+          .implied(always, to_string(defaults.billing))
+          .flag("--billing"));
   // A layer may only shorten the default durations: a shorter grace stops a run sooner, a shorter
   // sync or claim horizon keeps the ledger closer to the truth.
   auto shorter = [&](const char* key, Nanos Defaults::*member, auto parse) {
@@ -388,6 +389,10 @@ std::vector<PolicyKey> build_keys() {
           .implied(always, duration_text(respawn_loop.min_life)));
   add(Row("/guards/idle_gpu", optional_section(&Guards::idle_gpu, "/guards/idle_gpu"))
           .by_key());
+  // On whenever GPUs are measured: a locked policy keeps it on whether it writes it down or not.
+  add(Row("/guards/idle_gpu/enabled", value(&IdleGpuGuard::enabled, boolean))
+          .on_kept()
+          .implied(always, idle_gpu.enabled));
   add(Row("/guards/idle_gpu/below_percent",
           value(&IdleGpuGuard::below_percent, number_in({0, true, 100, false})))
           .at_least(Scale::number, "lower")
@@ -474,15 +479,6 @@ std::vector<WithoutEffect> without_effect(const json& document) {
   std::vector<WithoutEffect> out;
   std::vector<std::string> path;
   collect_without_effect(document, path, out);
-  // One value of an implemented key: spend is always billed on the allocated rate so far.
-  const json* billing = document.contains("defaults") && document["defaults"].is_object() &&
-                                document["defaults"].contains("billing")
-                            ? &document["defaults"]["billing"]
-                            : nullptr;
-  if (billing && *billing == "measured") {
-    out.push_back({"/defaults/billing", "\"measured\"", "measured billing",
-                   "spend is billed at the allocated rate"});
-  }
   return out;
 }
 

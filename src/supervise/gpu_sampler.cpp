@@ -52,6 +52,11 @@ class GpuSampler final : public RunPart {
     launched_ = at;
     report_.emplace();
     report_->pue = plan_.pue;
+    // Cleared at the end when busy GPU time was measured.
+    if (plan_.measured_billing) {
+      report_->billing_note =
+          "measured billing: busy GPU time was not measured, so the run is billed as allocated";
+    }
     if (!plan_.enabled) {
       report_->not_measured = "SPENDCAP_NVML_LIBRARY=none";
       return;
@@ -93,7 +98,9 @@ class GpuSampler final : public RunPart {
   void sample() {
     std::vector<pid_t> pids;
     for (const ProcStat& member : members_()) pids.push_back(member.pid);
-    account_->sample(to_seconds(now() - launched_), pids, wall_us());
+    double t = to_seconds(now() - launched_);
+    account_->sample(t, pids, wall_us());
+    input_.sample(t, pids);
     report_->summary = account_->summary();  // current while the run goes on (--metrics-dir)
   }
 
@@ -117,8 +124,22 @@ class GpuSampler final : public RunPart {
       return;
     }
     if (auto mean = r.summary.mean_utilisation()) {
-      // The rate buys the run's GPUs: the idle part of the GPU time is that part of the spend.
-      r.idle_spend = scaled(meter_.spend_at(*meter_.ended_at()), 1.0 - std::min(1.0, *mean));
+      r.input_hint = input_hint(*mean, input_.activity());
+      // The GPU part of the rate buys the run's GPUs: the idle part of the GPU time is that part
+      // of the spend.
+      Money spend = meter_.spend_at(*meter_.ended_at());
+      Money gpu_spend =
+          std::min(spend, cost_of(plan_.gpu_rate_per_hour, meter_.elapsed_at(*meter_.ended_at())));
+      r.idle_spend = scaled(gpu_spend, 1.0 - std::min(1.0, *mean));
+      if (plan_.measured_billing) {
+        // Measured: the GPU part by busy GPU time; never above what the allocated rate charged.
+        r.billing = "measured";
+        r.billing_note.clear();
+        r.allocated_spend = spend;
+        r.measured_spend = std::max(Money{}, spend - *r.idle_spend);
+      }
+    } else if (plan_.measured_billing) {
+      r.billing_note = "measured billing: busy GPU time was not measured, billed as allocated";
     }
     if (r.summary.energy_joules) {
       r.energy_kwh = *r.summary.energy_joules / 3.6e6 * plan_.pue;
@@ -140,6 +161,7 @@ class GpuSampler final : public RunPart {
   std::optional<GpuReport>& report_;
   std::unique_ptr<GpuProbe> probe_;
   std::unique_ptr<GpuAccount> account_;
+  InputWatch input_;
   TimePoint launched_{};
   std::optional<double> idle_since_;
   bool stopping_ = false, finished_ = false;
@@ -172,6 +194,7 @@ RunGpu to_run_gpu(const GpuReport& r) {
   if (!s.utilisation_source.empty()) sources.push_back(s.utilisation_source);
   if (!s.energy_source.empty()) sources.push_back(s.energy_source);
   if (s.shared) sources.push_back("shared");
+  if (r.billing == "measured") sources.push_back("measured billing");
   for (std::size_t i = 0; i < sources.size(); ++i) g.sources += (i ? "; " : "") + sources[i];
   for (const GpuTimelinePoint& p : s.timeline)
     g.timeline.push_back({p.minute, p.utilisation, p.watts});
@@ -179,7 +202,10 @@ RunGpu to_run_gpu(const GpuReport& r) {
 }
 
 std::string gpu_report_line(const GpuReport& r, const std::string& currency) {
-  if (!r.not_measured.empty()) return "GPU: not measured (" + r.not_measured + ")";
+  if (!r.not_measured.empty()) {
+    return "GPU: not measured (" + r.not_measured + ")" +
+           (r.billing_note.empty() ? "" : "\n  " + r.billing_note);
+  }
   const GpuSummary& s = r.summary;
   std::string line = "GPU: " + std::to_string(s.devices.size()) +
                      (s.devices.size() == 1 ? " device, " : " devices, ");
@@ -202,6 +228,13 @@ std::string gpu_report_line(const GpuReport& r, const std::string& currency) {
     line += "; energy not measured";
   }
   if (s.shared) line += "; shared with processes outside the run";
+  if (r.measured_spend && r.allocated_spend) {
+    line += "\n  measured billing: " + format_money(*r.measured_spend, currency) +
+            " for busy GPU time (" + format_money(*r.allocated_spend, currency) +
+            " at the allocated rate)";
+  }
+  if (!r.billing_note.empty()) line += "\n  " + r.billing_note;
+  if (r.input_hint) line += "\n  " + r.input_hint->text;
   for (const std::string& note : s.notes) line += "\n  " + note;
   return line;
 }

@@ -38,6 +38,9 @@ nlohmann::json gpu_to_json(const GpuReport& report) {
   if (report.energy_kwh) json["energy_kwh"] = *report.energy_kwh;
   if (report.co2_kg) json["co2_kg"] = *report.co2_kg;
   if (report.energy_cost) json["energy_cost_usd"] = money_to_json(*report.energy_cost);
+  if (report.input_hint) {
+    json["input_hint"] = {{"kind", report.input_hint->kind}, {"text", report.input_hint->text}};
+  }
   return json;
 }
 
@@ -89,6 +92,13 @@ nlohmann::json to_json(const RunOutcome& outcome) {
   if (!outcome.isolation.empty()) json["isolation"] = outcome.isolation;
   if (outcome.gpu) json["gpu"] = gpu_to_json(*outcome.gpu);
   if (outcome.progress) json["progress"] = progress_json(*outcome.progress);
+  json["billing"] = outcome.billing;
+  if (outcome.gpu && outcome.gpu->allocated_spend && outcome.billing == "measured") {
+    json["allocated_spend"] = money_to_json(*outcome.gpu->allocated_spend);
+  }
+  if (outcome.gpu && !outcome.gpu->billing_note.empty()) {
+    json["billing_note"] = outcome.gpu->billing_note;
+  }
   return json;
 }
 

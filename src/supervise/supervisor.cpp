@@ -868,6 +868,12 @@ class Supervisor::Impl {
 
     TimePoint end = *meter_.ended_at();
     outcome_.spend = meter_.spend_at(end);
+    // Measured billing: the GPU part by busy GPU time (never above the allocated spend, which the
+    // ceilings and the trip were held to).
+    if (outcome_.gpu && outcome_.gpu->measured_spend) {
+      outcome_.spend = std::min(outcome_.spend, *outcome_.gpu->measured_spend);
+      outcome_.billing = "measured";
+    }
     outcome_.ceiling = ceiling_;
     outcome_.elapsed_seconds = to_seconds(meter_.elapsed_at(end));
     if (trip_) outcome_.trip_to_empty_seconds = to_seconds(end - trip_at_);
@@ -927,6 +933,7 @@ class Supervisor::Impl {
     if (end.reason.rfind("budget:", 0) == 0) end.scope = end.reason.substr(7);
     end.spend = outcome_.spend;
     end.exit_code = outcome_.exit_code;
+    if (outcome_.gpu) end.gpu_utilisation = outcome_.gpu->summary.mean_utilisation();
     end.ended = true;
     end.message = to_string(outcome_.status) + " (" + outcome_.reason + ") after " +
                   format_duration(meter_.elapsed_at(*meter_.ended_at()));

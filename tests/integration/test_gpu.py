@@ -22,7 +22,7 @@ def within(test, value, expected, fraction=0.02, what=""):
 
 class GpuTest(LedgerTest):
     def gpu_run(self, devices, seconds, library=FAKE_CURRENT, policy=None, extra_env=None,
-                budget="5", rate="36"):
+                budget="5", rate="36", extra_args=(), job=None):
         """Runs a job that puts its pid in the fake's pid file and sleeps `seconds`; returns
         (completed process, status file JSON)."""
         for device in devices:
@@ -34,9 +34,10 @@ class GpuTest(LedgerTest):
         env = {"SPENDCAP_NVML_LIBRARY": library, "FAKE_NVML_SCENARIO": self.path("scenario.json"),
                "CUDA_VISIBLE_DEVICES": "0"}
         env.update(extra_env or {})
-        job = "echo $$ > %s; exec sleep %s" % (self.path("pids"), seconds)
+        job = "echo $$ > %s; exec %s" % (self.path("pids"), job or "sleep %s" % seconds)
         result = self.run_spendcap(["run", "--budget", budget, "--rate", rate, "--status-file",
-                                    self.path("status.json"), "--", "sh", "-c", job], env)
+                                    self.path("status.json")] + list(extra_args) +
+                                   ["--", "sh", "-c", job], env)
         return result, self.read_json("status.json")
 
     def test_busy_idle_and_spend_match_the_scenario(self):
@@ -119,6 +120,13 @@ class GpuTest(LedgerTest):
                                       policy=policy)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(status["reason"], "exited")
+        # Turned off: the idle run that was stopped above runs to its end.
+        policy["guards"]["idle_gpu"]["enabled"] = False
+        result, status = self.gpu_run([{"segments": [{"util": 1, "power_w": 50}]}], 4,
+                                      policy=policy)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["reason"], "exited")
+        self.assertNotIn("has no effect", result.stderr)
 
     def test_the_ledger_keeps_the_figures_and_show_prints_them(self):
         result, status = self.gpu_run([{"segments": [{"seconds": 2, "util": 100, "power_w": 300},
@@ -164,6 +172,90 @@ class GpuTest(LedgerTest):
         # Negative control: the same run with the fake does measure.
         result, status = self.gpu_run([{"segments": [{"util": 50}]}], 0.2)
         self.assertTrue(status["gpu"]["measured"], status)
+
+    def test_measured_billing_charges_busy_gpu_time_only(self):
+        # 50% busy: under --billing measured the GPU part (here the whole --rate) is half.
+        result, status = self.gpu_run([{"segments": [{"util": 50, "power_w": 200}]}], 3,
+                                      extra_args=["--billing", "measured"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["billing"], "measured")
+        allocated = 36 / 3600 * status["elapsed_seconds"]
+        within(self, status["allocated_spend"], allocated, 0.05, what="allocated spend")
+        within(self, status["spend"], allocated * 0.5, 0.05, what="measured spend")
+        within(self, status["gpu"]["idle_spend"], allocated * 0.5, 0.05, what="idle spend")
+        self.assertIn("measured billing: ", result.stderr)
+        [row] = self.runs("id = ?", (status["run_id"],))
+        self.assertEqual(row["spend_micros"], round(status["spend"] * 1e6))
+        self.assertIn("measured billing", row["gpu_sources"])
+        # The policy says it too; a run whose budget trips at the allocated rate still trips,
+        # and ends under its budget both ways.
+        result, status = self.gpu_run(
+            [{"segments": [{"util": 50, "power_w": 200}]}], 60, budget="0.05",
+            policy={"defaults": {"billing": "measured"}},
+            extra_args=["--grace", "1s", "--kill-after", "1s"])
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertEqual(status["reason"], "budget:run")
+        self.assertEqual(status["billing"], "measured")
+        self.assertLessEqual(status["allocated_spend"], 0.05)
+        self.assertLessEqual(status["spend"], status["allocated_spend"] * 0.5 + 0.0001)
+        self.assertNotIn("has no effect", result.stderr)
+        # Negative control: measured billing without NVML bills as allocated, and says so.
+        result, status = self.gpu_run([], 1, library=self.path("none.so"),
+                                      extra_args=["--billing", "measured"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(status["billing"], "allocated")
+        self.assertNotIn("allocated_spend", status)
+        within(self, status["spend"], 36 / 3600 * status["elapsed_seconds"], 0.05, what="spend")
+        self.assertIn("billed as allocated", status["billing_note"])
+        bad = self.run_spendcap(["run", "--budget", "1", "--rate", "1", "--billing", "busy",
+                                 "--", "true"])
+        self.assertEqual(bad.returncode, 125)
+        self.assertIn("--billing busy", bad.stderr)
+
+    def test_the_end_event_carries_the_measured_utilisation(self):
+        from test_webhooks import Endpoint
+        endpoint = Endpoint()
+        self.addCleanup(endpoint.close)
+        hook = {"url_env": "HOOK_URL", "format": "json", "events": ["finished"]}
+        result, status = self.gpu_run([{"segments": [{"util": 50, "power_w": 200}]}], 2,
+                                      policy={"webhooks": [hook]},
+                                      extra_env={"HOOK_URL": endpoint.url})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        [event] = [e for e in endpoint.events() if e["event"] == "finished"]
+        within(self, event["gpu_utilisation"], status["gpu"]["mean_utilisation"], 0.001,
+               what="webhook utilisation")
+        within(self, event["gpu_utilisation"], 0.5, what="utilisation")
+        # Negative control: not measured, no figure at all (never 0).
+        endpoint.requests.clear()
+        result, status = self.gpu_run([], 0.2, library=self.path("none.so"),
+                                      extra_env={"HOOK_URL": endpoint.url})
+        [event] = [e for e in endpoint.events() if e["event"] == "finished"]
+        self.assertNotIn("gpu_utilisation", event)
+
+    def test_the_input_bound_hint_names_cpu_bound_and_io_bound(self):
+        fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                               "input_feed.py")
+        idle = [{"segments": [{"util": 10, "power_w": 80}]}]
+        # Three loader processes burning CPU on this machine's CPUs while the GPU idles.
+        result, status = self.gpu_run(idle, 0, job="python3 %s cpu 3 4" % fixture)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        hint = status["gpu"]["input_hint"]
+        self.assertEqual(hint["kind"], "cpu-bound", hint)
+        self.assertIn("preprocessing / augmentation is the bottleneck", result.stderr)
+        # The trainer blocked in read() on a slow feed.
+        result, status = self.gpu_run(idle, 0, job="python3 %s io 4" % fixture)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        hint = status["gpu"]["input_hint"]
+        self.assertEqual(hint["kind"], "io-bound", hint)
+        self.assertIn("the disk or network feed is the bottleneck", result.stderr)
+        self.assertIn("I/O wait time itself cannot be seen", hint["text"])
+        # Negative controls: a job that only sleeps is neither; a busy GPU gets no hint.
+        result, status = self.gpu_run(idle, 3)
+        self.assertEqual(status["gpu"]["input_hint"]["kind"], "neither", status["gpu"])
+        result, status = self.gpu_run([{"segments": [{"util": 95, "power_w": 300}]}], 0,
+                                      job="python3 %s cpu 3 3" % fixture)
+        self.assertNotIn("input_hint", status["gpu"])
+        self.assertNotIn("input-bound hint", result.stderr)
 
 
 if __name__ == "__main__":

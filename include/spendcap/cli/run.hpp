@@ -45,6 +45,7 @@ struct RunRequest {
   std::optional<std::string> metrics_dir;  // --metrics-dir: sets metrics_dir
   // --run-id ID|slurm: join a multi-node run, one wrapper per node (cli/multi_node.hpp).
   std::optional<std::string> run_id;
+  std::optional<std::string> billing;      // --billing allocated|measured
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -78,6 +79,9 @@ struct RunSettings {
   Nanos exit_window = std::chrono::seconds(5);  // --exit-window
   std::vector<int> forward_signals;             // --forward, beyond SIGUSR1 and SIGUSR2
   std::vector<std::string> webhook_urls;  // --webhook
+  // The part of the burn rate that buys GPUs (measured billing charges it by busy GPU time):
+  // instances x gpus x the GPU price with --gpu; the whole rate with --rate or --instance alone.
+  Money gpu_rate_per_hour;
 };
 
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,

@@ -110,6 +110,7 @@ struct RespawnLoopGuard {
 struct IdleGpuGuard {
   double below_percent = 5;
   Nanos for_duration = std::chrono::minutes(30);
+  bool enabled = true;  // on whenever GPUs are measured; "enabled": false turns it off
 };
 struct StallGuard {
   Nanos after = std::chrono::minutes(20);

@@ -12,6 +12,7 @@
 #include "spendcap/base/duration.hpp"
 #include "spendcap/base/money.hpp"
 #include "spendcap/gpu/account.hpp"
+#include "spendcap/gpu/input_hint.hpp"
 #include "spendcap/ledger/run_gpu.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/spend/trip.hpp"
@@ -35,6 +36,10 @@ struct GpuPlan {
   // The idle guard: the run's GPUs under `idle_below` (0..1) for `idle_for` stop the run.
   std::optional<double> idle_below;
   Nanos idle_for = std::chrono::minutes(30);
+  // Billing (defaults.billing / --billing): measured charges the GPU part of the rate by busy GPU
+  // time at the end; the meter, the ceilings and the trip stay at the allocated rate.
+  bool measured_billing = false;
+  Money gpu_rate_per_hour;  // the part of the burn rate that buys the GPUs
 };
 
 // What the run's GPUs did, for the last line, the status file and the ledger.
@@ -46,6 +51,14 @@ struct GpuReport {
   std::optional<double> co2_kg;
   std::optional<Money> energy_cost;
   double pue = 1.0;
+  // "allocated" or "measured": how the run's spend was billed. Measured billing asked for but
+  // without busy GPU time measured falls back to allocated (billing_note says why).
+  std::string billing = "allocated";
+  std::string billing_note;
+  std::optional<Money> allocated_spend;  // the spend at the allocated rate, under measured billing
+  std::optional<Money> measured_spend;   // the run's spend under measured billing
+  // Where the time went when the GPUs were mostly idle (gpu/input_hint.hpp); none otherwise.
+  std::optional<InputHint> input_hint;
 };
 
 // Fills `report` at the end. `members` returns the tree's live processes; `trip` stops the run

@@ -44,6 +44,7 @@ struct RunOutcome {
   // What the run's GPUs did; none: the run never launched.
   std::optional<GpuReport> gpu;
   std::optional<ProgressState> progress;  // what the progress file said, when it said anything
+  std::string billing = "allocated";      // or "measured": the GPU part by busy GPU time
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

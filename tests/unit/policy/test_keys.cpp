@@ -157,8 +157,8 @@ TEST_CASE("policy keys: every flag names one concrete key that the locked check 
   // The flags `spendcap run` documents as policy settings.
   CHECK(flags == std::set<std::string>{"--grace", "--kill-after", "--interval", "--sync",
                                        "--claim-horizon", "--checkpoint-signal", "--pricing",
-                                       "--gpus", "--gpu", "--instances", "--instance", "--mode",
-                                       "--ledger", "--isolation", "--stall-after",
+                                       "--billing", "--gpus", "--gpu", "--instances", "--instance",
+                                       "--mode", "--ledger", "--isolation", "--stall-after",
                                        "--metrics-dir"});
   CHECK(policy_key_for_flag("--job-key") == nullptr);
 }

@@ -529,6 +529,9 @@ TEST_CASE("policy layers: each way of loosening a locked policy is refused") {
        "/guards/crash_loop/enabled: false would turn off what the locked policy keeps on"},
       {{{"guards", {{"respawn_loop", {{"enabled", false}}}}}},
        "/guards/respawn_loop/enabled: false would turn off what the locked policy keeps on"},
+      // The idle-GPU guard too (on whenever GPUs are measured).
+      {{{"guards", {{"idle_gpu", {{"enabled", false}}}}}},
+       "/guards/idle_gpu/enabled: false would turn off what the locked policy keeps on"},
       {{{"guards", {{"respawn_loop", {{"max_restarts", 20}}}}}},
        "/guards/respawn_loop/max_restarts: 20 is more than the locked 10"},
       // The locked policy turned the stall guard on with its defaults.
@@ -566,8 +569,10 @@ TEST_CASE("policy layers: tightening a locked policy is allowed") {
       {{"budgets", {{"team", {{"vision", {{"expected_per_hour", 40}, {"metric", "val_acc"}}}}}}}},
       {{"guards", {{"crash_loop", {{"max_failures", 2}, {"window", "1h"}, {"enabled", true}}}}}},
       {{"guards", {{"respawn_loop", {{"max_restarts", 3}, {"min_life", "1m"}}}}}},
-      {{"guards", {{"idle_gpu", {{"below_percent", 1}, {"for", "9h"}}}}}},  // a new guard
-      {{"rates", {{"gpu", {{"a100-80gb", {{"on_demand", 4.1}}}}}}}},        // the same rate
+      // On by default: a locked policy keeps at least its defaults (5% for 30m).
+      {{"guards", {{"idle_gpu", {{"below_percent", 10}, {"for", "10m"}}}}}},
+      {{"guards", {{"idle_gpu", {{"enabled", true}}}}}},
+      {{"rates", {{"gpu", {{"a100-80gb", {{"on_demand", 4.1}}}}}}}},  // the same rate
       {{"webhooks", {{{"url_env", "MY_HOOK"}}}}, {"metrics_dir", "/tmp/m"}},
       {{"mode", "enforce"}, {"locked", false}},  // "locked" in a layer is ignored
   };
