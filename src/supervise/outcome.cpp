@@ -89,6 +89,8 @@ nlohmann::json to_json(const RunOutcome& outcome) {
   if (!outcome.isolation.empty()) json["isolation"] = outcome.isolation;
   if (outcome.gpu) json["gpu"] = gpu_to_json(*outcome.gpu);
   if (outcome.progress) json["progress"] = progress_json(*outcome.progress);
+  if (outcome.storage_spend) json["storage_spend"] = money_to_json(*outcome.storage_spend);
+  if (outcome.storage_peak_gb) json["storage_peak_gb"] = *outcome.storage_peak_gb;
   return json;
 }
 

@@ -43,6 +43,8 @@ struct RunRequest {
   bool require_fit = false;                // stop a run whose projection exceeds its budget
   bool retry_backoff = false;              // wait out recent failures instead of starting at once
   std::optional<std::string> metrics_dir;  // --metrics-dir: sets metrics_dir
+  // Checkpoint storage (README, "Reports, estimates and FOCUS export"): both or neither.
+  std::optional<std::string> checkpoint_dir, checkpoint_max_gb;
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -52,7 +54,10 @@ struct TestSwitches {
   bool no_subreaper = false;       // neither the guard nor spendcap is a subreaper
   bool no_ceilings = false;        // grants ignore other runs: shared budgets overshoot
   bool no_proc_connector = false;  // the respawn-loop guard's fallback detector
-  bool any() const { return no_cgroup || no_subreaper || no_ceilings || no_proc_connector; }
+  bool storage_every_second = false;  // --checkpoint-dir sampled every second, not every minute
+  bool any() const {
+    return no_cgroup || no_subreaper || no_ceilings || no_proc_connector || storage_every_second;
+  }
   static TestSwitches from(const Environment& env);
 };
 

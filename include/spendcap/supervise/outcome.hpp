@@ -44,6 +44,9 @@ struct RunOutcome {
   // What the run's GPUs did; none: the run never launched.
   std::optional<GpuReport> gpu;
   std::optional<ProgressState> progress;  // what the progress file said, when it said anything
+  // --checkpoint-dir: its storage spend (part of `spend`) and peak size; none: not measured.
+  std::optional<Money> storage_spend;
+  std::optional<double> storage_peak_gb;
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

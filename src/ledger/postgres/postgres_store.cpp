@@ -221,6 +221,8 @@ std::string run_json(const RunRecord& r) {
   row["metric_value"] = optional(r.metric_value);
   row["units"] = optional(r.units);
   row["egress_gb"] = optional(r.egress_gb);
+  row["storage_peak_gb"] = optional(r.storage_peak_gb);
+  row["storage_spend_micros"] = money(r.storage_spend);
   return dump_json(row);
 }
 
@@ -278,6 +280,8 @@ RunRecord read_run(const Result& q, int i) {
   r.metric_value = q.optional_f64(i, 47);
   r.units = q.optional_f64(i, 48);
   r.egress_gb = q.optional_f64(i, 49);
+  r.storage_peak_gb = q.optional_f64(i, 50);
+  r.storage_spend = q.optional_money(i, 51);
   return r;
 }
 
