@@ -147,7 +147,7 @@ CREATE INDEX runs_fingerprint ON runs(fingerprint, started_at);
     R"sql(
 ALTER TABLE budgets ADD COLUMN member_groups TEXT;
 )sql",
-    // v10: as SQLite's v10, a run's checkpoint storage.
+    // v10 (the 9th entry on this branch, as SQLite's): a run's checkpoint storage.
     R"sql(
 ALTER TABLE runs ADD COLUMN storage_peak_gb DOUBLE PRECISION;
 ALTER TABLE runs ADD COLUMN storage_spend_micros BIGINT;

@@ -190,7 +190,8 @@ CREATE INDEX runs_fingerprint ON runs(fingerprint, started_at);
     R"sql(
 ALTER TABLE budgets ADD COLUMN member_groups TEXT;  -- JSON array of Unix group names; NULL: anyone
 )sql",
-    // v10: a run's checkpoint storage (--checkpoint-dir); NULL: not measured.
+    // v10 (the 9th entry on this branch; v9 is another branch's): a run's checkpoint storage
+    // (--checkpoint-dir); NULL: not measured.
     R"sql(
 ALTER TABLE runs ADD COLUMN storage_peak_gb REAL;
 ALTER TABLE runs ADD COLUMN storage_spend_micros INTEGER;  -- part of spend_micros
