@@ -112,6 +112,30 @@ class StorageTest(LedgerTest):
         self.assertIsNone(group["storage_spend"])
         self.assertIsNone(group["storage_peak_gb"])
 
+    @unittest.skipUnless(os.environ.get("SPENDCAP_TEST_PG_URL"), "SPENDCAP_TEST_PG_URL not set")
+    def test_postgres_ledger_stores_and_reports_storage(self):
+        # A shared ledger refuses the test switches: the directory is filled before the launch,
+        # so the first sample (at the launch) sees it and holds it to the end.
+        url = os.environ["SPENDCAP_TEST_PG_URL"]
+        team = "storage-" + self.marker[:8]
+        with open(os.path.join(self.dir, "ckpt.bin"), "wb") as f:
+            f.write(b"\0" * (32 << 20))
+        result = self.run_spendcap(
+            ["run", "--ledger", url, "--rate", "36", "--team", team, "--budget", "100",
+             "--checkpoint-dir", self.dir, "--checkpoint-max-gb", "0.1", "--status-file",
+             self.path("s.json"), "--", "sleep", "2"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        status = self.read_json("s.json")
+        self.assertAlmostEqual(status["storage_peak_gb"], 1 / 32, places=6)
+        self.assertAlmostEqual(status["storage_spend"],
+                               PER_GB_SECOND / 32 * status["elapsed_seconds"], delta=0.001)
+        report = self.run_spendcap(["report", "--ledger", url, "--by", "team", "--team", team,
+                                    "--format", "json"])
+        self.assertEqual(report.returncode, 0, report.stderr)
+        group = json.loads(report.stdout)["groups"][0]
+        self.assertAlmostEqual(group["storage_spend"], status["storage_spend"], places=6)
+        self.assertAlmostEqual(group["storage_peak_gb"], 1 / 32, places=6)
+
     def test_bad_storage_flags_are_refused(self):
         job = ["--", "true"]
         cases = [
