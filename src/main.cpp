@@ -63,6 +63,10 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--metrics-dir", request.metrics_dir,
                  "write the run's spend as a Prometheus textfile here (node_exporter)");
+  run.add_option("--checkpoint-dir", request.checkpoint_dir,
+                 "charge this directory's size at the policy's storage price per GB-month");
+  run.add_option("--checkpoint-max-gb", request.checkpoint_max_gb,
+                 "the most --checkpoint-dir may hold: counted in the run's allocated rate");
   run.add_option("--policy", request.policy, "policy file (default: see README)");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
   run.add_option("--webhook-env", request.webhook_envs,

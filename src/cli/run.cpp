@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -29,6 +31,7 @@
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/tree_guard.hpp"
+#include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/signal_forward.hpp"
@@ -285,9 +288,12 @@ TestSwitches TestSwitches::from(const Environment& env) {
       switches.no_ceilings = true;
     } else if (name == "no-proc-connector") {
       switches.no_proc_connector = true;
+    } else if (name == "storage-every-second") {
+      switches.storage_every_second = true;
     } else {
       throw Error("SPENDCAP_TEST_SWITCHES " + it->second, "unknown switch " + name,
-                  "known: no-cgroup, no-subreaper, no-ceilings, no-proc-connector");
+                  "known: no-cgroup, no-subreaper, no-ceilings, no-proc-connector, "
+                  "storage-every-second");
     }
   }
   return switches;
@@ -577,6 +583,12 @@ std::string summary_line(const RunOutcome& outcome) {
   line +=
       " after " + std::string(elapsed) + ": spent " + format_money(outcome.spend, outcome.currency);
   if (outcome.budget) line += " of " + format_money(*outcome.budget, outcome.currency);
+  if (outcome.storage_spend && outcome.storage_peak_gb) {
+    char peak[64];
+    std::snprintf(peak, sizeof peak, "%.3f", *outcome.storage_peak_gb);
+    line += " (storage " + format_money(*outcome.storage_spend, outcome.currency) + ", peak " +
+            peak + " GB)";
+  }
   // Stopped from outside (SIGSTOP, without isolation) past its ceiling: said, never hidden.
   if (outcome.spend > outcome.ceiling && outcome.ceiling > Money{}) {
     line += " (OVERRUN: " + format_money(outcome.spend - outcome.ceiling, outcome.currency) +
@@ -755,6 +767,8 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
     final.units = outcome.progress->units;
     final.egress_gb = outcome.progress->egress_gb;
   }
+  final.storage_peak_gb = outcome.storage_peak_gb;
+  final.storage_spend = outcome.storage_spend;
   std::string error = supervisor.record_final(final, kFinalRowTimeout);
   if (error.empty()) return true;
   try {
@@ -915,6 +929,57 @@ void check_status_file_path(const std::string& path) {
   }
 }
 
+// --checkpoint-dir and --checkpoint-max-gb, checked before anything runs: the maximum's storage
+// price joins the burn rate, so reserves, claims, ceilings and the trip count on it, and the meter
+// (which charges the sampled size, never more than the maximum) cannot end the run over budget.
+// Without a maximum the trip could not foresee the storage, so the two go together.
+StoragePlan checkpoint_storage(const RunRequest& request, RunSettings& settings) {
+  StoragePlan plan;
+  if (!request.checkpoint_dir && !request.checkpoint_max_gb) return plan;
+  if (!request.checkpoint_dir) {
+    throw Error("--checkpoint-max-gb " + *request.checkpoint_max_gb,
+                "a maximum without a directory", "give --checkpoint-dir DIR too");
+  }
+  std::string flag = "--checkpoint-dir " + *request.checkpoint_dir;
+  if (!request.checkpoint_max_gb) {
+    throw Error(flag,
+                "needs --checkpoint-max-gb: the budget reserves for the most the directory may "
+                "hold, so that storage never takes a run over its budget",
+                "give --checkpoint-max-gb GB");
+  }
+  const std::string& max_text = *request.checkpoint_max_gb;
+  char* end = nullptr;
+  double max_gb = std::strtod(max_text.c_str(), &end);
+  if (max_text.empty() || *end != '\0' || !std::isfinite(max_gb) || max_gb <= 0 || max_gb > 1e9) {
+    throw Error("--checkpoint-max-gb " + max_text, "not a size in GB above 0",
+                "give a number such as 50 or 0.5");
+  }
+  const auto& price = settings.loaded.policy.storage_per_gb_month;
+  if (!price) {
+    throw Error(flag, "the policy prices no storage",
+                "set rates.storage_per_gb_month in the policy");
+  }
+  struct stat st {};
+  if (request.checkpoint_dir->empty() || ::lstat(request.checkpoint_dir->c_str(), &st) != 0 ||
+      !S_ISDIR(st.st_mode)) {
+    throw Error(flag, "not an existing directory (a link is not followed)",
+                "create it first, or give the directory the job writes its checkpoints to");
+  }
+  plan.dir = *request.checkpoint_dir;
+  plan.max_gb = max_gb;
+  plan.per_gb_month = *price;
+  plan.rate_per_hour = storage_rate_per_hour(*price, max_gb);
+  if (plan.rate_per_hour > kMaxMoney || settings.rate_per_hour > kMaxMoney - plan.rate_per_hour) {
+    throw Error("--checkpoint-max-gb " + max_text,
+                "the storage rate is beyond the largest amount spendcap handles",
+                "check --checkpoint-max-gb and rates.storage_per_gb_month");
+  }
+  settings.rate_per_hour += plan.rate_per_hour;
+  settings.rate_source += " + storage up to " + max_text + " GB";
+  require_money_fits(request, settings);
+  return plan;
+}
+
 // --metrics-dir (or metrics_dir) is checked before anything runs: an existing directory spendcap
 // can write in (node_exporter's textfile directory is made by whoever runs node_exporter).
 void check_metrics_dir(const std::string& dir) {
@@ -946,6 +1011,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
       resolve_run_settings(request, env, PolicySearch::from_environment(request.policy));
   require_locked_policy_when_setgid(settings.loaded.locked, settings.ledger_url);
   if (settings.loaded.policy.metrics_dir) check_metrics_dir(*settings.loaded.policy.metrics_dir);
+  StoragePlan storage = checkpoint_storage(request, settings);
+  if (switches.storage_every_second) storage.interval = std::chrono::seconds(1);
   if (switches.any()) {
     if (settings.loaded.locked) {
       throw Error("SPENDCAP_TEST_SWITCHES",
@@ -1048,6 +1115,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   }
   plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
   plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
+  plan.storage = storage;
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";

@@ -557,6 +557,8 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     run.metric_value = final.metric_value;
     run.units = final.units;
     run.egress_gb = final.egress_gb;
+    run.storage_peak_gb = final.storage_peak_gb;
+    run.storage_spend = final.storage_spend;
     run.reconciled = false;
     // Recorded with its true spend, never hidden: the rule's sum is then over budget by the
     // overrun, and `budgets` says so.

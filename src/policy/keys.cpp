@@ -275,8 +275,7 @@ std::vector<PolicyKey> build_keys() {
             .same_present(rates_note));
   }
   add(Row("/rates/storage_per_gb_month", value(&Policy::storage_per_gb_month, price))
-          .same_present(rates_note)
-          .no_effect_yet("checkpoint storage pricing"));
+          .same_present(rates_note));
   add(Row("/rates/egress_per_gb", value(&Policy::egress_per_gb, price)).same_present(rates_note));
 
   add(Row("/defaults", section(&Policy::defaults, "/defaults")).by_key());

@@ -65,6 +65,8 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
   if (run.metric_name) row.metric_value = run.metric_value;
   row.units = run.units;
   row.egress_gb = run.egress_gb;
+  row.storage_peak_gb = run.storage_peak_gb;
+  row.storage_spend = run.storage_spend;
 }
 
 std::optional<GroupBy> parse_group_by(std::string_view text) {

@@ -99,6 +99,8 @@ nlohmann::json to_json(const RunOutcome& outcome) {
   if (outcome.gpu && !outcome.gpu->billing_note.empty()) {
     json["billing_note"] = outcome.gpu->billing_note;
   }
+  if (outcome.storage_spend) json["storage_spend"] = money_to_json(*outcome.storage_spend);
+  if (outcome.storage_peak_gb) json["storage_peak_gb"] = *outcome.storage_peak_gb;
   return json;
 }
 

@@ -210,7 +210,7 @@ class Supervisor::Impl {
                     }),
         kill_path_(*tree_, kill_timer_, plan_.checkpoint_signal,
                    [this](const std::string& line) { reporter_.line(line); }),
-        meter_(plan_.rate_per_hour),
+        meter_(plan_.rate_per_hour - plan_.storage.rate_per_hour),
         reserve_(shutdown_reserve(plan_.rate_per_hour, plan_.on_trip)) {
     for (int signal : kStopSignals) signals_.add(signal);
     apply_grant(plan_.grant);
@@ -239,6 +239,10 @@ class Supervisor::Impl {
     if (!plan_.metrics.dir.empty()) {
       parts_.push_back(make_metrics_part(
           io_, meter_, plan_, [this] { return ceiling_; }, outcome_.gpu));
+    }
+    if (!plan_.storage.dir.empty()) {
+      meter_.charge_storage(plan_.storage.per_gb_month, plan_.storage.max_gb);
+      parts_.push_back(make_storage_part(io_, reporter_, meter_, plan_.storage));
     }
     parts_.push_back(make_guard_part(
         io_, reporter_, meter_, plan_,
@@ -868,6 +872,8 @@ class Supervisor::Impl {
 
     TimePoint end = *meter_.ended_at();
     outcome_.spend = meter_.spend_at(end);
+    outcome_.storage_spend = meter_.storage_spend_at(end);
+    outcome_.storage_peak_gb = meter_.storage_peak_gb();
     // Measured billing: the GPU part by busy GPU time (never above the allocated spend, which the
     // ceilings and the trip were held to).
     if (outcome_.gpu && outcome_.gpu->measured_spend) {

@@ -46,6 +46,8 @@ struct RunRequest {
   // --run-id ID|slurm: join a multi-node run, one wrapper per node (cli/multi_node.hpp).
   std::optional<std::string> run_id;
   std::optional<std::string> billing;      // --billing allocated|measured
+  // Checkpoint storage (README, "Reports, estimates and FOCUS export"): both or neither.
+  std::optional<std::string> checkpoint_dir, checkpoint_max_gb;
 };
 
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
@@ -55,7 +57,10 @@ struct TestSwitches {
   bool no_subreaper = false;       // neither the guard nor spendcap is a subreaper
   bool no_ceilings = false;        // grants ignore other runs: shared budgets overshoot
   bool no_proc_connector = false;  // the respawn-loop guard's fallback detector
-  bool any() const { return no_cgroup || no_subreaper || no_ceilings || no_proc_connector; }
+  bool storage_every_second = false;  // --checkpoint-dir sampled every second, not every minute
+  bool any() const {
+    return no_cgroup || no_subreaper || no_ceilings || no_proc_connector || storage_every_second;
+  }
   static TestSwitches from(const Environment& env);
 };
 

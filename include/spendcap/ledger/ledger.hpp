@@ -150,6 +150,9 @@ struct RunFinal {
   // What the job last reported on its progress channel (none: it did not report it).
   std::optional<std::string> metric_name;
   std::optional<double> metric_value, units, egress_gb;
+  // --checkpoint-dir: its peak size and storage spend (part of `spend`); none: not measured.
+  std::optional<double> storage_peak_gb;
+  std::optional<Money> storage_spend;
 };
 
 struct RunView {

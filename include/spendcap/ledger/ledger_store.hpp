@@ -64,6 +64,9 @@ struct RunRecord {
   // The progress channel's last report (RunFinal's); stored by update_run.
   std::optional<std::string> metric_name;
   std::optional<double> metric_value, units, egress_gb;
+  // RunFinal's checkpoint storage; stored by update_run.
+  std::optional<double> storage_peak_gb;
+  std::optional<Money> storage_spend;
 };
 
 // Per scope and UTC start day: spent = finished runs' spend, held = unfinished runs' ceilings,

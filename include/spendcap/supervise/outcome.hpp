@@ -45,6 +45,9 @@ struct RunOutcome {
   std::optional<GpuReport> gpu;
   std::optional<ProgressState> progress;  // what the progress file said, when it said anything
   std::string billing = "allocated";      // or "measured": the GPU part by busy GPU time
+  // --checkpoint-dir: its storage spend (part of `spend`) and peak size; none: not measured.
+  std::optional<Money> storage_spend;
+  std::optional<double> storage_peak_gb;
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

@@ -32,6 +32,7 @@
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/run_part.hpp"
+#include "spendcap/supervise/storage_part.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -103,6 +104,8 @@ struct SupervisorPlan {
   GpuPlan gpu;  // GPU measurement and the idle guard
   GuardPlan guards;  // the runaway guards and the progress channel
   MetricsPlan metrics;  // --metrics-dir: the Prometheus textfiles
+  // --checkpoint-dir: its storage, charged on top; rate_per_hour includes its maximum's share.
+  StoragePlan storage;
 };
 
 class Supervisor {

@@ -147,6 +147,11 @@ CREATE INDEX runs_fingerprint ON runs(fingerprint, started_at);
     R"sql(
 ALTER TABLE budgets ADD COLUMN member_groups TEXT;
 )sql",
+    // v10 (the 9th entry on this branch, as SQLite's): a run's checkpoint storage.
+    R"sql(
+ALTER TABLE runs ADD COLUMN storage_peak_gb DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN storage_spend_micros BIGINT;
+)sql",
 };
 
 const char* const kRunColumns =
@@ -157,7 +162,7 @@ const char* const kRunColumns =
     "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "
     "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
     "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, "
-    "metric_name, metric_value, units, egress_gb";
+    "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros";
 
 namespace {
 
@@ -172,6 +177,8 @@ const char* const kMutableRunColumns[] = {
     "elapsed_seconds", "reported_spend_micros",
     "overrun",
 };
+// The final row's checkpoint storage (v10): written as the row carries it, like the above.
+const char* const kStorageRunColumns[] = {"storage_peak_gb", "storage_spend_micros"};
 
 // Written by update_run only when the run carries them (as SQLite's): a GPU record (gpu_measured
 // set), and the progress channel's last report (a metric, units or egress).
@@ -189,6 +196,9 @@ std::string routines() {
   for (const char* column : kMutableRunColumns) {
     if (!set_mutable.empty()) set_mutable += ", ";
     set_mutable += std::string(column) + " = n." + column;
+  }
+  for (const char* column : kStorageRunColumns) {
+    set_mutable += std::string(", ") + column + " = n." + column;
   }
   for (const char* column : kGpuRunColumns) {
     set_mutable += std::string(", ") + column + " = CASE WHEN has_gpu THEN n." + column +

@@ -196,6 +196,8 @@ std::string run_json(const RunRecord& r) {
   row["metric_value"] = optional(r.metric_value);
   row["units"] = optional(r.units);
   row["egress_gb"] = optional(r.egress_gb);
+  row["storage_peak_gb"] = optional(r.storage_peak_gb);
+  row["storage_spend_micros"] = money(r.storage_spend);
   return dump_json(row);
 }
 
@@ -253,6 +255,8 @@ RunRecord read_run(const Result& q, int i) {
   r.metric_value = q.optional_f64(i, 47);
   r.units = q.optional_f64(i, 48);
   r.egress_gb = q.optional_f64(i, 49);
+  r.storage_peak_gb = q.optional_f64(i, 50);
+  r.storage_spend = q.optional_money(i, 51);
   return r;
 }
 
@@ -733,7 +737,8 @@ struct PostgresStore::Impl final : StoreTxn {
           "DECLARE spendcap_report NO SCROLL CURSOR FOR SELECT id, team, experiment, project, "
           "user_name, host, tags, status, reason, exit_code, rate_micros_per_hour, started_at, "
           "day, heartbeat_at, finished_at, spend_micros, ceiling_micros, reconciled, overrun, "
-          "elapsed_seconds FROM runs WHERE started_at >= $1 AND started_at < $2",
+          "elapsed_seconds, storage_peak_gb, storage_spend_micros FROM runs "
+          "WHERE started_at >= $1 AND started_at < $2",
           {param(since), param(until)});
       RunRecord r;
       for (;;) {
@@ -761,6 +766,8 @@ struct PostgresStore::Impl final : StoreTxn {
           r.reconciled = q.i64(i, 17) != 0;
           r.overrun = q.i64(i, 18) != 0;
           r.elapsed_seconds = q.optional_f64(i, 19);
+          r.storage_peak_gb = q.optional_f64(i, 20);
+          r.storage_spend = q.optional_money(i, 21);
           delivered = true;
           each(r);
         }

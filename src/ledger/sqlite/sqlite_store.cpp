@@ -191,6 +191,12 @@ CREATE INDEX runs_fingerprint ON runs(fingerprint, started_at);
     R"sql(
 ALTER TABLE budgets ADD COLUMN member_groups TEXT;  -- JSON array of Unix group names; NULL: anyone
 )sql",
+    // v10 (the 9th entry on this branch; v9 is another branch's): a run's checkpoint storage
+    // (--checkpoint-dir); NULL: not measured.
+    R"sql(
+ALTER TABLE runs ADD COLUMN storage_peak_gb REAL;
+ALTER TABLE runs ADD COLUMN storage_spend_micros INTEGER;  -- part of spend_micros
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -623,13 +629,17 @@ std::optional<RunRecord> SqliteStore::Impl::find_run(const std::string& id) {
 
 // The progress columns (v5), outside SPENDCAP_RUN_COLUMNS: only find_run needs them.
 void SqliteStore::Impl::read_progress(RunRecord& run) {
-  auto q = query("SELECT metric_name, metric_value, units, egress_gb FROM runs WHERE id = ?");
+  auto q = query(
+      "SELECT metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros "
+      "FROM runs WHERE id = ?");
   q.bind(run.id);
   if (!q.step()) return;
   if (!q.is_null(0)) run.metric_name = q.text(0);
   run.metric_value = q.optional_f64(1);
   run.units = q.optional_f64(2);
   run.egress_gb = q.optional_f64(3);
+  run.storage_peak_gb = q.optional_f64(4);
+  run.storage_spend = q.optional_money(5);
 }
 
 void SqliteStore::Impl::insert_run(const RunRecord& r) {
@@ -666,6 +676,12 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
     progress.run();
   }
   if (r.gpu) update_run_gpu(r.id, *r.gpu);
+  if (r.storage_peak_gb || r.storage_spend) {
+    auto storage =
+        query("UPDATE runs SET storage_peak_gb = ?, storage_spend_micros = ? WHERE id = ?");
+    storage.bind_all(r.storage_peak_gb, r.storage_spend, r.id);
+    storage.run();
+  }
 }
 
 void SqliteStore::Impl::update_run_gpu(const std::string& id, const RunGpu& g) {
@@ -912,7 +928,8 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
       "rate_micros_per_hour, started_at, day, heartbeat_at, finished_at, spend_micros, "
       "ceiling_micros, reconciled, overrun, elapsed_seconds, gpu_measured, gpu_not_measured, "
       "gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, gpu_energy_kwh, "
-      "gpu_co2_kg, metric_name, metric_value, units, egress_gb FROM runs "
+      "gpu_co2_kg, metric_name, metric_value, units, egress_gb, storage_peak_gb, "
+      "storage_spend_micros FROM runs "
       "WHERE started_at >= ? AND started_at < ?");
   q.bind_all(since, until);
   RunRecord r;
@@ -965,6 +982,8 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
     r.metric_value = q.optional_f64(28);
     r.units = q.optional_f64(29);
     r.egress_gb = q.optional_f64(30);
+    r.storage_peak_gb = q.optional_f64(31);
+    r.storage_spend = q.optional_money(32);
     each(r);
   }
 }

@@ -236,11 +236,11 @@ TEST_CASE("SqliteLedger: the schema is versioned and migrated once") {
   std::string path = dir.file("ledger.db");
   {
     SqliteLedger ledger(path, {});
-    CHECK(ledger.schema_version() == 8);
+    CHECK(ledger.schema_version() == 9);
   }
   {
     SqliteLedger reopened(path, {});
-    CHECK(reopened.schema_version() == 8);
+    CHECK(reopened.schema_version() == 9);
   }
   RawDb(path).exec("INSERT INTO schema_version (version) VALUES (99)");
   CHECK_THROWS_WITH_AS(SqliteLedger(path, {}), doctest::Contains("is newer than this spendcap's"),
