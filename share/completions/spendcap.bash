@@ -28,7 +28,8 @@ _spendcap() {
 
   case $prev in
     --policy|--status-file|--ledger|--log) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
-    --metrics-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
+    --metrics-dir|--checkpoint-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
+    --billing) mapfile -t COMPREPLY < <(compgen -W "allocated measured" -- "$cur"); return 0 ;;
     --mode) mapfile -t COMPREPLY < <(compgen -W "enforce warn" -- "$cur"); return 0 ;;
     --pricing) mapfile -t COMPREPLY < <(compgen -W "on-demand spot reserved" -- "$cur"); return 0 ;;
     --isolation) mapfile -t COMPREPLY < <(compgen -W "pid none" -- "$cur"); return 0 ;;
@@ -50,7 +51,8 @@ _spendcap() {
                   --interval --sync --claim-horizon --isolation --stall-after --require-fit
                   --retry-backoff --status-file --policy --ledger --webhook-env --webhook
                   --quiet --title --spot-notice --spot-notice-url --log --exit-window --forward
-                  --estimate-steps --step-time --metrics-dir --help --" ;;
+                  --estimate-steps --step-time --metrics-dir --billing --checkpoint-dir
+                  --checkpoint-max-gb --help --" ;;
     policy) case $sub2 in
               check) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
               keys) options="--help" ;;
