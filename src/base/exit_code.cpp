@@ -5,7 +5,8 @@ namespace spendcap {
 std::string exit_code_table() {
   return "Exit status:\n"
          "  the command's own  it ended by itself (128+N when signal N ended it)\n"
-         "  120  refused to start: no budget left, stop order, reserve >= budget, crash loop, estimate\n"
+         "  120  refused to start: no budget left, stop order, reserve >= budget, crash loop, "
+         "estimate\n"
          "       over budget\n"
          "  121  stopped: the ledger stayed unreachable past the granted ceiling\n"
          "  122  stopped for a spot/preemption notice (--spot-notice); the run is preempted\n"

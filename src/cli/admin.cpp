@@ -406,8 +406,7 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
   }
   auto scope = requested_scope(request);
   if (!scope) {
-    throw Error("stop",
-                "give exactly one of --team, --experiment, --project, --user, --run, --job",
+    throw Error("stop", "give exactly one of --team, --experiment, --project, --user, --run, --job",
                 "e.g. spendcap stop --team vision --reason 'budget review'");
   }
   require_printable_name(scope->name, "--" + to_string(scope->kind));

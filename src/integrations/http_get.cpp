@@ -126,8 +126,8 @@ HttpUrl parse_http_url(const std::string& text, const std::string& what) {
   return url;
 }
 
-std::optional<HttpResponse> http_request(const MetadataRequest& request, Nanos timeout, int cancel_fd,
-                                         std::string& error) {
+std::optional<HttpResponse> http_request(const MetadataRequest& request, Nanos timeout,
+                                         int cancel_fd, std::string& error) {
   TimePoint deadline = now() + timeout;
   auto address = resolve(request.url, error);
   if (!address) return std::nullopt;

@@ -169,8 +169,8 @@ std::optional<std::string> check_spot_notice(const SpotNotice& notice, std::stri
     case SpotCloud::aws: {
       if (token.empty()) {
         MetadataRequest put{"PUT",
-                        joined(notice.base, "/latest/api/token"),
-                        {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}}};
+                            joined(notice.base, "/latest/api/token"),
+                            {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}}};
         auto answer = http_request(put, kRequestTimeout, cancel_fd, error);
         if (!answer) return std::nullopt;
         if (answer->status != 200) {

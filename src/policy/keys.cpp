@@ -386,8 +386,7 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/guards/respawn_loop/min_life", value(&RespawnLoopGuard::min_life, positive_duration))
           .at_least(Scale::duration, "shorter")
           .implied(always, duration_text(respawn_loop.min_life)));
-  add(Row("/guards/idle_gpu", optional_section(&Guards::idle_gpu, "/guards/idle_gpu"))
-          .by_key());
+  add(Row("/guards/idle_gpu", optional_section(&Guards::idle_gpu, "/guards/idle_gpu")).by_key());
   // On whenever GPUs are measured: a locked policy keeps it on whether it writes it down or not.
   add(Row("/guards/idle_gpu/enabled", value(&IdleGpuGuard::enabled, boolean))
           .on_kept()

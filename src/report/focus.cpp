@@ -59,12 +59,7 @@ const char* const kColumns[] = {
 constexpr std::int64_t kDay = 86400;
 
 std::string iso_utc(std::int64_t unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
+  return rfc3339_utc(static_cast<double>(unix_seconds));
 }
 
 // The UTC month around `unix_seconds`: [start, end).

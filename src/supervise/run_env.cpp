@@ -1,4 +1,5 @@
 #include "spendcap/supervise/run_env.hpp"
+#include "spendcap/base/text.hpp"
 
 #include <pwd.h>
 #include <sys/random.h>
@@ -23,20 +24,7 @@ Environment current_environment() {
 }
 
 std::string new_run_id() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  bytes[6] = (bytes[6] & 0x0f) | 0x40;  // version 4
-  bytes[8] = (bytes[8] & 0x3f) | 0x80;  // RFC 4122 variant
-  char text[37];
-  std::snprintf(text, sizeof text,
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", bytes[0],
-                bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8],
-                bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]);
-  return text;
+  return random_uuid();
 }
 
 std::string host_name() {

@@ -728,13 +728,12 @@ class Supervisor::Impl {
       auto& tracker =
           scope_thresholds_.try_emplace(to_string(use.scope), plan_.warn_at).first->second;
       if (!tracker.crossed(use.spent, use.amount).empty()) {
-        std::string line =
-            spent_of(use.spent, use.amount,
-                     to_string(use.scope) + " budget (" + to_string(use.period) + ")",
-                     plan_.currency);
+        std::string line = spent_of(
+            use.spent, use.amount, to_string(use.scope) + " budget (" + to_string(use.period) + ")",
+            plan_.currency);
         reporter_.line(line);
-        notifier_.notify(RunEvent{"warning", line.substr(0, line.find(':')),
-                                  to_string(use.scope), line, meter_.spend_at(now())});
+        notifier_.notify(RunEvent{"warning", line.substr(0, line.find(':')), to_string(use.scope),
+                                  line, meter_.spend_at(now())});
       }
     }
     if (grant.stop && !trip_ && meter_.launched_at()) {

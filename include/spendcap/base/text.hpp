@@ -7,6 +7,12 @@
 
 namespace spendcap {
 
+// A random (version 4) UUID, lowercase: run ids and webhook event ids.
+std::string random_uuid();
+
+// "2026-12-01T10:07:03Z": Unix seconds as an RFC 3339 / ISO 8601 UTC time, to the second.
+std::string rfc3339_utc(double unix_seconds);
+
 // "a, b, c" from {"a", "b", "c"} and ", ".
 std::string join(const std::vector<std::string>& items, std::string_view separator);
 

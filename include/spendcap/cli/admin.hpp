@@ -45,7 +45,7 @@ struct StopRequest {
   std::optional<std::string> team, experiment, project, user, run;
   std::string reason;
   bool clear = false;
-  bool list = false;  // --list: print the active stop orders
+  bool list = false;               // --list: print the active stop orders
   std::optional<std::string> job;  // --job KEY: every run of a job key (a multi-node run's nodes)
 };
 

@@ -34,8 +34,8 @@ struct RunRequest {
   std::optional<std::string> log;          // --log FILE: spendcap's own lines go there
   std::optional<std::string> exit_window;  // --exit-window DURATION
   std::vector<std::string> forward;        // --forward SIG (repeatable)
-  std::vector<std::string> webhook_envs;  // --webhook-env NAME: a webhook added to the policy's
-  std::vector<std::string> webhook_urls;  // --webhook URL (visible to any user's ps)
+  std::vector<std::string> webhook_envs;   // --webhook-env NAME: a webhook added to the policy's
+  std::vector<std::string> webhook_urls;   // --webhook URL (visible to any user's ps)
   // --estimate-steps N --step-time T: refused when the estimate does not fit (report_commands.hpp).
   std::optional<std::string> estimate_steps, step_time;
   // The runaway guards (README, "Runaway guards and the progress channel").
@@ -45,7 +45,7 @@ struct RunRequest {
   std::optional<std::string> metrics_dir;  // --metrics-dir: sets metrics_dir
   // --run-id ID|slurm: join a multi-node run, one wrapper per node (cli/multi_node.hpp).
   std::optional<std::string> run_id;
-  std::optional<std::string> billing;      // --billing allocated|measured
+  std::optional<std::string> billing;  // --billing allocated|measured
   // Checkpoint storage (README, "Reports, estimates and FOCUS export"): both or neither.
   std::optional<std::string> checkpoint_dir, checkpoint_max_gb;
 };
@@ -53,10 +53,10 @@ struct RunRequest {
 // Switches that exist for the test suite's negative controls only ($SPENDCAP_TEST_SWITCHES, comma
 // separated). Refused under a locked policy: they would let a job escape its tree or its budget.
 struct TestSwitches {
-  bool no_cgroup = false;          // follow the tree by parentage only (the fallback)
-  bool no_subreaper = false;       // neither the guard nor spendcap is a subreaper
-  bool no_ceilings = false;        // grants ignore other runs: shared budgets overshoot
-  bool no_proc_connector = false;  // the respawn-loop guard's fallback detector
+  bool no_cgroup = false;             // follow the tree by parentage only (the fallback)
+  bool no_subreaper = false;          // neither the guard nor spendcap is a subreaper
+  bool no_ceilings = false;           // grants ignore other runs: shared budgets overshoot
+  bool no_proc_connector = false;     // the respawn-loop guard's fallback detector
   bool storage_every_second = false;  // --checkpoint-dir sampled every second, not every minute
   bool any() const {
     return no_cgroup || no_subreaper || no_ceilings || no_proc_connector || storage_every_second;
@@ -79,11 +79,11 @@ struct RunSettings {
   std::string ledger_url;
   std::map<std::string, std::string> tags;
   std::string team, experiment, project, job_key, user, host;
-  std::optional<SpotNotice> spot_notice;  // --spot-notice
-  ShutdownTimes on_preemption;            // its times, fitting the notice window
+  std::optional<SpotNotice> spot_notice;        // --spot-notice
+  ShutdownTimes on_preemption;                  // its times, fitting the notice window
   Nanos exit_window = std::chrono::seconds(5);  // --exit-window
   std::vector<int> forward_signals;             // --forward, beyond SIGUSR1 and SIGUSR2
-  std::vector<std::string> webhook_urls;  // --webhook
+  std::vector<std::string> webhook_urls;        // --webhook
   // The part of the burn rate that buys GPUs (measured billing charges it by busy GPU time):
   // instances x gpus x the GPU price with --gpu; the whole rate with --rate or --instance alone.
   Money gpu_rate_per_hour;

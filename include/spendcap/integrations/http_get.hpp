@@ -37,7 +37,7 @@ struct MetadataRequest {
 
 // The response, or nullopt with `error` set when there was none before `timeout` (refused,
 // unreachable, cancelled, malformed).
-std::optional<HttpResponse> http_request(const MetadataRequest& request, Nanos timeout, int cancel_fd,
-                                         std::string& error);
+std::optional<HttpResponse> http_request(const MetadataRequest& request, Nanos timeout,
+                                         int cancel_fd, std::string& error);
 
 }  // namespace spendcap

@@ -177,7 +177,7 @@ struct RunView {
   std::optional<double> would_stop_at;  // warn mode: when it would have been stopped, and why
   std::string would_stop_reason;
   std::optional<RunGpu> gpu;  // none: no GPU record (run_gpu.hpp)
-  std::string fingerprint;  // of team + experiment + command (the crash-loop guard's key)
+  std::string fingerprint;    // of team + experiment + command (the crash-loop guard's key)
 };
 
 struct BudgetView {

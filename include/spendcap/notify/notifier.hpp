@@ -14,8 +14,8 @@ namespace spendcap {
 
 // One event, with what the caller knows now; the notifier adds the run's identity and the time.
 struct RunEvent {
-  std::string event;  // "warning", "killed", "refused", "lost", "finished", "stop-order",
-                      // "overrun", "preempted"
+  std::string event;    // "warning", "killed", "refused", "lost", "finished", "stop-order",
+                        // "overrun", "preempted"
   std::string reason;   // "budget:run", "stop-order", "exited", "50% of the run budget", ...
   std::string scope;    // the scope that tripped or warned ("run", "team:vision"); "" when none
   std::string message;  // a line for people

@@ -1,6 +1,8 @@
 // The webhook payload (policies/webhook-event.schema.json) and its Slack form.
 #pragma once
 
+#include "spendcap/base/text.hpp"  // rfc3339_utc
+
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,9 +30,6 @@ double unix_now();
 
 // A random UUID v4 (getrandom).
 std::string new_event_id();
-
-// "2026-12-01T10:07:03Z" (RFC 3339, UTC, whole seconds).
-std::string rfc3339_utc(double unix_seconds);
 
 // The JSON payload. Figures not known are left out, never sent as 0.
 nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,

@@ -25,9 +25,9 @@
 #include "spendcap/notify/notifier.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
-#include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
+#include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
@@ -101,8 +101,8 @@ struct SupervisorPlan {
   std::string ledger;
   // Webhook events (notify/): none when null. Outlives the supervisor.
   Notifier* notifier = nullptr;
-  GpuPlan gpu;  // GPU measurement and the idle guard
-  GuardPlan guards;  // the runaway guards and the progress channel
+  GpuPlan gpu;          // GPU measurement and the idle guard
+  GuardPlan guards;     // the runaway guards and the progress channel
   MetricsPlan metrics;  // --metrics-dir: the Prometheus textfiles
   // --checkpoint-dir: its storage, charged on top; rate_per_hour includes its maximum's share.
   StoragePlan storage;

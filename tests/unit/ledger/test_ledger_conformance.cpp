@@ -12,13 +12,13 @@
 
 #include "fakes/fake_ledger_store.hpp"
 #include "ledger/ledger_conformance.hpp"
+#include "ledger/postgres/pg_test_support.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/budget_ledger.hpp"
 #include "spendcap/ledger/postgres/postgres_ledger.hpp"
 #include "spendcap/ledger/postgres/postgres_store.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 #include "spendcap/ledger/sqlite/sqlite_store.hpp"
-#include "ledger/postgres/pg_test_support.hpp"
 
 namespace spendcap::testing {
 
@@ -43,7 +43,8 @@ struct SqliteBackend {
   }
 };
 
-// A new schema on the test server (SPENDCAP_TEST_PG_URL); skipped without one (tests/unit/main.cpp).
+// A new schema on the test server (SPENDCAP_TEST_PG_URL); skipped without one
+// (tests/unit/main.cpp).
 struct PostgresBackend {
   static LedgerBackend make() {
     std::string url = fresh_pg_ledger_url("conformance");
@@ -114,7 +115,7 @@ std::optional<RunView> active_run(Ledger& ledger, const std::string& id) {
 TYPE_TO_STRING_AS("sqlite", spendcap::testing::SqliteBackend);
 TYPE_TO_STRING_AS("fake", spendcap::testing::FakeBackend);
 TYPE_TO_STRING_AS("postgresql", spendcap::testing::PostgresBackend);
-#define LEDGER_BACKENDS                                                      \
+#define LEDGER_BACKENDS                                             \
   spendcap::testing::SqliteBackend, spendcap::testing::FakeBackend, \
       spendcap::testing::PostgresBackend
 
