@@ -13,7 +13,7 @@ build="$(cd "$build" && pwd)"
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing: install clang (scripts/setup.sh does with SPENDCAP_SETUP_TESTS=1)" >&2; exit 2; }
 cmake -S tests/fuzz -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"${JOBS:-2}" >/dev/null
-for target in policy duration money; do
+for target in policy duration money progress; do
   scratch="$(mktemp -d)"
   echo "fuzz: $target for ${seconds}s"
   status=0
