@@ -22,6 +22,8 @@ fi
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client iproute2); fi
 # The metrics test (tests/integration/test_metrics.py): promtool, and a real node_exporter.
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(prometheus prometheus-node-exporter); fi
+# The html report's test loads the page in a real headless browser (tests/integration/test_report.py).
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(chromium); fi
 
 missing=()
 for package in "${packages[@]}"; do
