@@ -11,6 +11,16 @@ build="${SPENDCAP_FUZZ_BUILD:-build-fuzz}"
 mkdir -p "$build"
 build="$(cd "$build" && pwd)"
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing: install clang (scripts/setup.sh does with SPENDCAP_SETUP_TESTS=1)" >&2; exit 2; }
+# clang links libFuzzer and the sanitizers from libclang-rt-14-dev, which clang only recommends: name
+# the package instead of failing in the linker.
+for runtime in libclang_rt.fuzzer-x86_64.a libclang_rt.asan-x86_64.a; do
+  found="$(clang++ -print-file-name="lib/linux/$runtime" 2>/dev/null || true)"
+  [ -f "$found" ] || found="$(find /usr/lib/llvm-*/lib/clang -name "$runtime" 2>/dev/null | head -n1)"
+  [ -n "$found" ] && [ -f "$found" ] || {
+    echo "fuzz: clang's $runtime is missing: install libclang-rt-14-dev (scripts/setup.sh does with SPENDCAP_SETUP_TESTS=1)" >&2
+    exit 2
+  }
+done
 cmake -S tests/fuzz -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"${JOBS:-2}" >/dev/null
 for target in policy duration money progress; do

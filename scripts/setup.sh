@@ -12,10 +12,13 @@ packages=(
   python3 python3-jsonschema sqlite3 procps util-linux passwd
 )
 # The tests' real PyTorch job (tests/integration/test_torch.py): only when tests are run.
-if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch clang); fi
+# clang's libFuzzer and sanitizer runtimes are in libclang-rt-14-dev, which clang only recommends
+# (and --no-install-recommends skips).
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(python3-torch clang libclang-rt-14-dev); fi
 # Issue 13's tests: man(1) renders spendcap(1), YAML for the Kubernetes manifest, a real Slurm.
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then
-  packages+=(man-db groff-base python3-yaml slurm-wlm munge)
+  # file(1): `cpack -G DEB` reads each binary's type with it for the package's shared-library deps.
+  packages+=(man-db groff-base python3-yaml slurm-wlm munge file)
 fi
 # The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh); ip(8) makes the
 # network namespaces of its many-hosts test.

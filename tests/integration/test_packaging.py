@@ -163,6 +163,11 @@ class PackagingTest(unittest.TestCase):
 
     @unittest.skipUnless(shutil.which("cpack") and shutil.which("dpkg-deb"), "no cpack/dpkg-deb")
     def test_cpack_builds_a_deb_with_those_files_and_the_postinst(self):
+        # CPackDeb computes Depends with dpkg-shlibdeps, which needs file(1); say which package is
+        # missing rather than failing on CPack's own message.
+        self.assertTrue(shutil.which("file"),
+                        "file(1) is missing: install Debian's `file` (scripts/setup.sh does "
+                        "with SPENDCAP_SETUP_TESTS=1)")
         out = os.path.join(self.tmp, "deb")
         result = subprocess.run(["cpack", "-G", "DEB", "--config",
                                  os.path.join(BUILD, "CPackConfig.cmake"), "-B", out],
