@@ -593,6 +593,26 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
   if (final.status == RunStatus::running) {
     throw Error("run " + final.id, "cannot be finished with status running");
   }
+  if (!ignore_other_runs_) {
+    RunRecord record;
+    record.id = final.id;
+    record.status = final.status;
+    record.reason = final.reason;
+    record.exit_code = final.exit_code;
+    record.spend = final.spend;
+    record.elapsed_seconds = final.elapsed_seconds;
+    record.gpu = final.gpu;
+    record.metric_name = final.metric_name;
+    record.metric_value = final.metric_value;
+    record.units = final.units;
+    record.egress_gb = final.egress_gb;
+    record.storage_peak_gb = final.storage_peak_gb;
+    record.storage_spend = final.storage_spend;
+    if (auto answer = store_->finish_in_server(record)) {
+      if (*answer == "missing") throw Error("run " + final.id, "not in the ledger " + url());
+      return *answer == "written";
+    }
+  }
   return transact(Access::write, [&](StoreTxn& txn) {
     double now = txn.now();
     reconcile(txn, now);

@@ -90,10 +90,11 @@ class MultiNodeTest(LedgerTest):
         both wrappers ended. The bound: node-b's job would sleep on for minutes; it must end by
         the run's stop within 90 s."""
         self.write_policy(policy or {"defaults": dict(self.DEFAULTS, claim_horizon="1m")})
-        a = self.start_node("node-a", run_id, "10", extra_env=a_env, extra_args=a_args)
+        # node-b first: node-a may trip within seconds, and its stop refuses later joiners.
         b = self.start_node("node-b", run_id, "10")
         wait_until(lambda: os.path.exists(self.path("node-b.started")), 60,
                    what="node-b's job to start")
+        a = self.start_node("node-a", run_id, "10", extra_env=a_env, extra_args=a_args)
         if trigger:
             wait_until(lambda: os.path.exists(self.path("node-a.started")), 60,
                        what="node-a's job to start")

@@ -185,7 +185,7 @@ class RolesTest(PostgresLedgerTest):
             bobs = [r for r in runs.values() if r["db_role"] == self.bob][0]
 
             def heartbeat(run_id, spend, want, at="NULL"):
-                return ("SELECT %s.spendcap_heartbeat('%s', %d, %d, '[]'::json, %s)"
+                return ("SELECT %s.spendcap_heartbeat('%s', %s, %d, '[]'::json, %s)"
                         % (s, run_id, spend, want, at))
 
             # A ceiling raised through the row function, or a running run recorded by hand.
@@ -213,9 +213,11 @@ class RolesTest(PostgresLedgerTest):
                         "SELECT %s.spendcap_plan_grant(r, 1, '[]', true) FROM %s.runs r" % (s, s),
                         "SELECT %s.spendcap_lock_scope('team', 'vision')" % s]:
                 self.assertIn("permission denied", self.refused(self.alice, sql), sql)
-            # Asking for $900 gets what the rule allows: the run budget, $0.40.
-            latest = self.pg_runs()[mine["id"]]["reported_spend_micros"]
-            answer = json.loads(psql(heartbeat(mine["id"], latest, 900 * MICROS),
+            # Asking for $900 gets what the rule allows: the run budget, $0.40. (The spend: what
+            # 36/h allows by now plus a second: above anything her wrapper reported.)
+            most = ("(36 * %d * (extract(epoch FROM clock_timestamp()) - %r + 1) / 3600)::bigint"
+                    % (MICROS, mine["started_at"]))
+            answer = json.loads(psql(heartbeat(mine["id"], most, 900 * MICROS),
                                      user=self.alice).stdout)
             self.assertLessEqual(answer["ceiling"], 400000, answer)
             self.assertEqual(answer["plan"]["binding_kind"], "run", answer)
@@ -225,7 +227,7 @@ class RolesTest(PostgresLedgerTest):
             start = json.dumps({"id": "made-up", "team": "vision", "experiment": "",
                                 "project": "", "user_name": "alice", "tags": "{}",
                                 "command": "[]", "fingerprint": "f", "host": "h", "pid": 1,
-                                "mode": "enforce", "rate_micros_per_hour": 36 * MICROS,
+                                "mode": "enforce", "reason": "", "rate_micros_per_hour": 36 * MICROS,
                                 "reserve_micros": 10000, "shutdown_ms": 0, "sync_ms": 1000,
                                 "ceiling_micros": 900 * MICROS, "spend_micros": -5})
             answer = json.loads(psql("SELECT %s.spendcap_admit('%s', %d, '[]'::json, NULL)"

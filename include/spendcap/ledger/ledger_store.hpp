@@ -226,6 +226,13 @@ class LedgerStore {
     (void)run_id, (void)spend, (void)want, (void)caps;
     return std::nullopt;
   }
+  // finish_run's final row in one call: `final` carries the final's fields (status, reason, exit
+  // code, spend, elapsed seconds, GPU record, progress report, storage). Returns "written",
+  // "final already" or "missing"; nullopt: no server rule.
+  virtual std::optional<std::string> finish_in_server(const RunRecord& final) {
+    (void) final;
+    return std::nullopt;
+  }
 };
 
 }  // namespace spendcap

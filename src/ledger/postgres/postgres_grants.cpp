@@ -272,6 +272,7 @@ BEGIN
     RETURN json_build_object('error', 'exists');
   END IF;
   n.status := 'refused';
+  n.reason := COALESCE(n.reason, '');
   n.started_at := now;
   n.heartbeat_at := now;
   n.day := floor(now / 86400.0)::bigint;
@@ -384,6 +385,54 @@ BEGIN
     'live_delta', spend - o.usage_live_micros, 'held_delta', new_ceiling - o.ceiling_micros,
     'ceiling', new_ceiling, 'allowed', new_allowed);
 END $$;
+
+-- The final row (BudgetLedger::finish_run) in one call. `r` carries the final's fields (status,
+-- reason, exit code, spend, elapsed seconds, GPU record, progress report, storage); the rest is
+-- the stored row's. Written through spendcap_update_run, so its checks hold for a runner. Returns
+-- NULL when the run is not in the ledger, false when it was final already (and not a reconciled
+-- lost run, whose real spend replaces its charge).
+CREATE OR REPLACE FUNCTION spendcap_finish(r json, at double precision) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  n runs := json_populate_record(NULL::runs, r);
+  now double precision := spendcap_clock(at);
+  m runs;
+  s record;
+BEGIN
+  PERFORM spendcap_reconcile_due(now);
+  SELECT * INTO m FROM runs WHERE id = n.id;
+  IF NOT FOUND THEN RETURN NULL; END IF;
+  IF m.status <> 'running' AND m.reconciled = 0 THEN RETURN false; END IF;
+  FOR s IN SELECT * FROM spendcap_named_scopes(m) LOOP
+    PERFORM spendcap_lock_scope(s.kind, s.name);
+  END LOOP;
+  m.status := n.status; m.reason := n.reason; m.exit_code := n.exit_code;
+  m.spend_micros := n.spend_micros; m.elapsed_seconds := n.elapsed_seconds;
+  IF n.gpu_measured IS NOT NULL THEN
+    m.gpu_measured := n.gpu_measured; m.gpu_not_measured := n.gpu_not_measured;
+    m.gpu_devices := n.gpu_devices; m.gpu_allocated_seconds := n.gpu_allocated_seconds;
+    m.gpu_busy_seconds := n.gpu_busy_seconds; m.gpu_idle_spend_micros := n.gpu_idle_spend_micros;
+    m.gpu_energy_kwh := n.gpu_energy_kwh; m.gpu_co2_kg := n.gpu_co2_kg;
+    m.gpu_energy_cost_micros := n.gpu_energy_cost_micros; m.gpu_sources := n.gpu_sources;
+    m.gpu_timeline := n.gpu_timeline;
+  ELSE
+    m.gpu_measured := NULL;  -- update_run keeps the stored record
+  END IF;
+  m.metric_name := n.metric_name; m.metric_value := n.metric_value; m.units := n.units;
+  m.egress_gb := n.egress_gb;
+  m.storage_peak_gb := n.storage_peak_gb; m.storage_spend_micros := n.storage_spend_micros;
+  m.reconciled := 0;
+  m.overrun := CASE WHEN n.spend_micros > m.ceiling_micros THEN 1 ELSE 0 END;
+  m.finished_at := COALESCE(m.finished_at, now);
+  PERFORM spendcap_update_run(row_to_json(m));
+  RETURN true;
+END $$;
+
+-- The schema's version in one round trip (opening a ledger that needs no migration).
+CREATE OR REPLACE FUNCTION spendcap_schema_version() RETURNS integer
+LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
+  SELECT COALESCE(MAX(version), 0) FROM schema_version
+$$;
 )sql";
 }
 

@@ -316,14 +316,16 @@ BEGIN
         RAISE EXCEPTION 'run % is final: its row cannot change', n.id
           USING ERRCODE = 'insufficient_privilege';
       END IF;
-      -- Its ceiling moves only by the rule (spendcap_heartbeat); its spend never goes below what
-      -- it reported, nor above what its rate could have spent since admission by the server's
-      -- clock (2 s of slack for the wrapper's).
+      -- Its ceiling moves only by the rule (spendcap_heartbeat); while it runs its spend never
+      -- goes below what it reported, and never above what its rate could have spent since
+      -- admission by the server's clock (2 s of slack for the wrapper's).
       IF n.ceiling_micros <> o.ceiling_micros OR n.allowed_micros <> o.allowed_micros THEN
         RAISE EXCEPTION 'run %: its ceiling is raised only by spendcap_heartbeat', n.id
           USING ERRCODE = 'insufficient_privilege';
       END IF;
-      IF n.spend_micros < o.reported_spend_micros THEN
+      -- (A final row may be below: measured billing charges busy GPU time, never above the
+      -- allocated spend the heartbeats reported.)
+      IF n.status = 'running' AND n.spend_micros < o.reported_spend_micros THEN
         RAISE EXCEPTION 'run %: spend % is below the % it reported before', n.id,
           n.spend_micros, o.reported_spend_micros USING ERRCODE = 'insufficient_privilege';
       END IF;
@@ -432,7 +434,8 @@ BEGIN
     spendcap_clear_stop_orders(text, text, double precision),
     spendcap_accept_result(text, text, text, double precision),
     spendcap_admit(json, bigint, json, double precision),
-    spendcap_heartbeat(text, bigint, bigint, json, double precision) TO spendcap_runner;
+    spendcap_heartbeat(text, bigint, bigint, json, double precision),
+    spendcap_finish(json, double precision), spendcap_schema_version() TO spendcap_runner;
   -- The id and db_role come from their defaults; of a stored entry only a failed flush's
   -- attempts and error change.
   GRANT SELECT, DELETE ON outbox TO spendcap_runner;
@@ -448,6 +451,7 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_add_run_usage(runs, integer),
   spendcap_admit(json, bigint, json, double precision),
   spendcap_heartbeat(text, bigint, bigint, json, double precision),
+  spendcap_finish(json, double precision), spendcap_schema_version(),
   spendcap_clock(double precision), spendcap_lock_scope(text, text),
   spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
   spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),

@@ -69,6 +69,7 @@ class PostgresStore final : public LedgerStore {
                                              const std::vector<BudgetRule>& caps) override;
   std::optional<ServerGrant> heartbeat_in_server(const std::string& run_id, Money spend, Money want,
                                                  const std::vector<BudgetRule>& caps) override;
+  std::optional<std::string> finish_in_server(const RunRecord& final) override;
 
   // ---- for tests, benchmarks and `ledger copy` ----
   int schema_version();
