@@ -70,20 +70,28 @@ END $$;
 
 -- The scope lock of lock_scopes (postgres_store.cpp): the same key, so that the server's
 -- functions and the client's transactions exclude each other.
+-- (PL/pgSQL, not SQL, here and below: PostgreSQL plans a SQL function's body at every call that it
+-- cannot inline, and PL/pgSQL keeps its plans; 1.9 ms against 0.1 ms a call, measured.)
 CREATE OR REPLACE FUNCTION spendcap_lock_scope(kind text, name text) RETURNS void
-LANGUAGE sql SET search_path FROM CURRENT AS $$
-  SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name, 0))
-$$;
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name,
+                                                 0));
+END $$;
 
 -- A run's named scopes in BudgetLedger's sorted order (team < experiment < project < user: one
 -- of each kind, so the order of kinds is the order).
 CREATE OR REPLACE FUNCTION spendcap_named_scopes(r runs)
 RETURNS TABLE (k integer, kind text, name text)
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT * FROM (VALUES (1, 'team', r.team), (2, 'experiment', r.experiment),
-    (3, 'project', r.project), (4, 'user', r.user_name)) AS s(k, kind, name)
-  WHERE name <> '' ORDER BY k
-$$;
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF r.team <> '' THEN k := 1; kind := 'team'; name := r.team; RETURN NEXT; END IF;
+  IF r.experiment <> '' THEN
+    k := 2; kind := 'experiment'; name := r.experiment; RETURN NEXT;
+  END IF;
+  IF r.project <> '' THEN k := 3; kind := 'project'; name := r.project; RETURN NEXT; END IF;
+  IF r.user_name <> '' THEN k := 4; kind := 'user'; name := r.user_name; RETURN NEXT; END IF;
+END $$;
 
 -- Charges every lost run that is due its ceiling (reconcile in budget_ledger.cpp).
 CREATE OR REPLACE FUNCTION spendcap_reconcile_due(now double precision) RETURNS integer
@@ -221,27 +229,29 @@ END $$;
 
 -- The oldest active stop order on any scope of the run (stop_scopes), as JSON, or NULL.
 CREATE OR REPLACE FUNCTION spendcap_first_stop_order(r runs) RETURNS json
-LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
-  SELECT json_build_object('id', id, 'kind', scope_kind, 'name', scope_name, 'reason', reason,
-    'placed_by', placed_by, 'placed_at', placed_at)
-  FROM stop_orders WHERE cleared_at IS NULL AND (
-    (scope_kind = 'team' AND scope_name = r.team)
-    OR (scope_kind = 'experiment' AND scope_name = r.experiment)
-    OR (scope_kind = 'project' AND scope_name = r.project)
-    OR (scope_kind = 'user' AND scope_name = r.user_name)
-    OR (scope_kind = 'job' AND scope_name = COALESCE(r.job_key, ''))
-    OR (scope_kind = 'run' AND scope_name = r.id))
-  ORDER BY id LIMIT 1
-$$;
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT json_build_object('id', id, 'kind', scope_kind, 'name', scope_name,
+      'reason', reason, 'placed_by', placed_by, 'placed_at', placed_at)
+    FROM stop_orders WHERE cleared_at IS NULL AND (
+      (scope_kind = 'team' AND scope_name = r.team)
+      OR (scope_kind = 'experiment' AND scope_name = r.experiment)
+      OR (scope_kind = 'project' AND scope_name = r.project)
+      OR (scope_kind = 'user' AND scope_name = r.user_name)
+      OR (scope_kind = 'job' AND scope_name = COALESCE(r.job_key, ''))
+      OR (scope_kind = 'run' AND scope_name = r.id))
+    ORDER BY id LIMIT 1);
+END $$;
 
 -- Unfinished runs of a scope that started in [first, last] (count_unfinished).
 CREATE OR REPLACE FUNCTION spendcap_count_unfinished(kind text, name text, first bigint,
     last bigint) RETURNS bigint
-LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
-  SELECT count(*) FROM runs WHERE status = 'running' AND day BETWEEN first AND last AND
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT count(*) FROM runs WHERE status = 'running' AND day BETWEEN first AND last AND
     CASE kind WHEN 'team' THEN team WHEN 'experiment' THEN experiment
-      WHEN 'project' THEN project WHEN 'user' THEN user_name END = name
-$$;
+      WHEN 'project' THEN project WHEN 'user' THEN user_name END = name);
+END $$;
 
 -- Admission (BudgetLedger::begin_run) in one call. `r` is the run's record as the client built
 -- it (run_json); the server sets its clock, status, ceiling and login role. Returns
@@ -430,9 +440,10 @@ END $$;
 
 -- The schema's version in one round trip (opening a ledger that needs no migration).
 CREATE OR REPLACE FUNCTION spendcap_schema_version() RETURNS integer
-LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
-  SELECT COALESCE(MAX(version), 0) FROM schema_version
-$$;
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT COALESCE(MAX(version), 0) FROM schema_version);
+END $$;
 )sql";
 }
 

@@ -220,11 +220,13 @@ std::string routines() {
   return R"sql(
 -- Whether the session's login role owns the ledger: it owns the schema, is a member of the role
 -- that does, or is a superuser.
+-- (PL/pgSQL keeps its plan: a SQL function is planned at every call, and every grant asks.)
 CREATE OR REPLACE FUNCTION spendcap_caller_is_owner() RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-  SELECT pg_has_role(session_user, n.nspowner, 'USAGE')
-  FROM pg_namespace n WHERE n.nspname = current_schema()
-$$;
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT pg_has_role(session_user, n.nspowner, 'USAGE')
+          FROM pg_namespace n WHERE n.nspname = current_schema());
+END $$;
 
 -- The usage rows follow the runs: a run adds to the row of each named scope for its start day
 -- (spent: finished spend; held: an unfinished run's ceiling; live: its reported spend).
