@@ -413,6 +413,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
     // One run over many wrappers: its id is their job key, and each row says its node.
     settings.job_key = joined->id;
     settings.tags["node"] = joined->node;
+    settings.node = joined->node;
   }
   settings.webhook_urls = request.webhook_urls;
   require_a_locked_budget(settings);
@@ -579,6 +580,8 @@ std::string summary_line(const RunOutcome& outcome) {
       outcome.reason == "interrupted" ? std::string("interrupted") : to_string(outcome.status);
   std::string line = "run " + outcome.run_id.substr(0, 8) + " " + status;
   if (outcome.stopped_by_spendcap) line += " (" + outcome.reason + ")";
+  // A multi-node run: the node whose trip stopped them all (issue 23).
+  if (!outcome.first_trip.empty()) line += " (first trip: " + outcome.first_trip + ")";
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.2fs", outcome.elapsed_seconds);
   line +=
@@ -696,6 +699,10 @@ SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
   plan.interval = settings.interval;
   plan.checkpoint_done_path = run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
+  if (!settings.node.empty()) {
+    plan.multi_node_run_id = settings.job_key;
+    plan.node = settings.node;
+  }
   if (settings.spot_notice) {
     plan.preemption_part = spot_notice_part(*settings.spot_notice);
     plan.on_preemption = settings.on_preemption;
