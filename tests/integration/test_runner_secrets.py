@@ -5,8 +5,7 @@ url_file and a secret_file, root:spendcap 0640: a user with neither variable run
 arrives at a real HTTP server on 127.0.0.1 signed (Standard Webhooks, verified with the spec's
 algorithm), and the secret is in no file the user can read, not in the job's environment
 (/proc/PID/environ), not in any argv the user can see, not in the output, and not in the ledger
-(the outbox names the file). A user's own policy layer aiming a secret_file at the runner's file
-is refused: the read is done with the user's credentials, and the kernel says no."""
+(the outbox names the file). A secret file everyone may read is refused."""
 import json
 import os
 import socket
@@ -24,7 +23,7 @@ DOWN_FILE = "/etc/spendcap/down.url"
 # it can read, and whether it can open the runner's files.
 JOB = r"""
 import json, os, sys
-secret, out = sys.argv[1], sys.argv[2]
+secret, out = sys.stdin.readline().strip(), sys.argv[1]
 report = {"environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
           "found_in": [], "opened": []}
 for pid in os.listdir("/proc"):
@@ -37,7 +36,7 @@ for pid in os.listdir("/proc"):
             continue
         if secret.encode() in data:
             report["found_in"].append("/proc/%s/%s" % (pid, name))
-for path in sys.argv[3:]:
+for path in sys.argv[2:]:
     try:
         open(path).read(); report["opened"].append(path)
     except OSError:
@@ -72,8 +71,10 @@ class RunnerSecretsTest(SharedRunnerSetup):
     def test_a_user_without_variables_runs_and_the_event_is_signed(self):
         user = self.users[0]
         out = os.path.join(self.tmp, user, "job.json")
-        result = self.spendcap(user, ["run", "--team", "vision", "--", "python3", "-c", JOB,
-                                      SECRET, out, URL_FILE, SECRET_FILE])
+        # The job learns the secret on its stdin, so that no argv of the test's own holds it.
+        result = self.inside([self.bin, "run", "--team", "vision", "--", "python3", "-c", JOB,
+                              out, URL_FILE, SECRET_FILE], user=user, env=self.user_env(user),
+                             input=SECRET + "\n")
         self.assertEqual(result.returncode, 0, result.stderr)
         # Signed, and verified with the spec's algorithm; a wrong key fails (negative control).
         self.assertEqual(len(self.endpoint.requests), 1, result.stderr)
@@ -115,24 +116,6 @@ class RunnerSecretsTest(SharedRunnerSetup):
             for name in files:
                 with open(os.path.join(root, name), "rb") as f:
                     self.assertNotIn(SECRET.encode(), f.read(), name)
-
-    def test_a_user_layer_cannot_aim_the_runners_read(self):
-        user = self.users[1]
-        policy = os.path.join(self.tmp, user, "mine.json")
-        theirs = Endpoint([200])
-        self.addCleanup(theirs.close)
-        with open(policy, "w") as f:
-            json.dump({"webhooks": [{"url_env": "MY_URL", "secret_file": SECRET_FILE}]}, f)
-        os.chmod(policy, 0o644)
-        result = self.spendcap(user, ["run", "--policy", policy, "--team", "vision", "--",
-                                      "true"], extra={"MY_URL": theirs.url})
-        self.assertEqual(result.returncode, 125, result.stderr)
-        self.assertIn(SECRET_FILE, result.stderr)
-        self.assertIn("Permission denied", result.stderr)
-        self.assertEqual(theirs.requests, [])
-        # Control: the same user, without that layer, runs.
-        result = self.spendcap(user, ["run", "--team", "vision", "--", "true"])
-        self.assertEqual(result.returncode, 0, result.stderr)
 
     def test_a_secret_file_everyone_reads_is_refused(self):
         self.inside(["chmod", "0644", SECRET_FILE])
