@@ -16,6 +16,7 @@
 #include "spendcap/cli/membership.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/supervise/run_env.hpp"
@@ -57,6 +58,7 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     if (currency) *currency = loaded.policy.currency;
     if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
+    options.postgres_password = ledger_password(loaded.policy, loaded.locked_policy);
     keep_rules(loaded);
   }
   std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);

@@ -20,6 +20,7 @@
 #include "spendcap/ledger/async_ledger.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/kill_path.hpp"
+#include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/run_part.hpp"
 #include "spendcap/supervise/signal_forward.hpp"
 
@@ -238,7 +239,8 @@ class Supervisor::Impl {
         outcome_.gpu));
     if (!plan_.metrics.dir.empty()) {
       parts_.push_back(make_metrics_part(
-          io_, meter_, plan_, [this] { return ceiling_; }, outcome_.gpu));
+          io_, meter_, plan_, [this] { return ceiling_; }, outcome_.gpu,
+          [this] { return team_budgets(); }));
     }
     if (!plan_.storage.dir.empty()) {
       meter_.charge_storage(plan_.storage.per_gb_month, plan_.storage.max_gb);
@@ -276,6 +278,23 @@ class Supervisor::Impl {
     block_stop_signals(false);
     io_.run();
     return outcome_;
+  }
+
+  // The run's team budgets for the metrics summary: a bounded wait on the ledger's worker (the
+  // result is shared: a late answer after the wait writes into it, not into a dead frame).
+  std::vector<TeamBudget> team_budgets() {
+    auto views = std::make_shared<std::vector<BudgetView>>();
+    if (!ledger_ || plan_.metrics.team.empty()) return {};
+    std::string error = ledger_->call_and_wait(
+        [views](Ledger& ledger) { *views = ledger.budgets(); }, std::chrono::seconds(2));
+    if (!error.empty()) return {};
+    std::vector<TeamBudget> out;
+    for (const BudgetView& view : *views) {
+      if (view.rule.scope.kind != ScopeKind::team || view.rule.scope.name != plan_.metrics.team)
+        continue;
+      out.push_back(TeamBudget{to_string(view.rule.period), view.rule.amount, view.remaining()});
+    }
+    return out;
   }
 
   std::string record_final(const RunFinal& final, Nanos timeout) {

@@ -351,8 +351,10 @@ struct PostgresStore::Impl final : StoreTxn {
     if (conn && libpq::api().status(conn) == libpq::CONNECTION_OK) return;
     disconnect();
     // The url's own settings win over these defaults (expand_dbname: later keywords override).
-    const char* keywords[] = {"connect_timeout", "application_name", "dbname", nullptr};
-    const char* values[] = {"5", "spendcap", url.c_str(), nullptr};
+    // A password from ledger_password_file comes after dbname, so it overrides the url's.
+    const char* keywords[] = {"connect_timeout", "application_name", "dbname",
+                              options.password.empty() ? nullptr : "password", nullptr};
+    const char* values[] = {"5", "spendcap", url.c_str(), options.password.c_str(), nullptr};
     conn = libpq::api().connectdb_params(keywords, values, 1);
     if (!conn) throw PgFailure{"", "out of memory", false};
     // The server's notices (a ROLLBACK with nothing to roll back...) are not for the user.

@@ -45,6 +45,8 @@ struct PostgresOptions {
   // How long a transaction is retried after lost connections, deadlocks and serialization
   // failures before it throws.
   Nanos retry_timeout = std::chrono::seconds(10);
+  // The connection's password (ledger_password_file); "" for none. Never printed.
+  std::string password;
 };
 
 class PostgresStore final : public LedgerStore {
