@@ -296,6 +296,22 @@ TEST_CASE("gpu: behind MPS, samples carrying only the server's pid leave the run
   CHECK(*account.summary().mean_utilisation() == doctest::Approx(0.3));
 }
 
+TEST_CASE("gpu: a lost GPU is unmeasured from then on, and said") {
+  FakeProbe probe;
+  probe.pids[0] = {kSelf};
+  probe.samples[0] = {{kSelf, 2 * kS, 50}};
+  GpuAccount account(probe, cuda({"0"}, true));
+  account.sample(0, {::getpid()}, kS);
+  account.sample(1, {::getpid()}, 2 * kS);
+  probe.per_process = GpuStatus::gpu_lost;  // and no device samples
+  account.sample(5, {::getpid()}, 6 * kS);
+  GpuSummary s = account.summary();
+  CHECK(s.allocated_seconds == doctest::Approx(5));
+  CHECK(s.measured_seconds == doctest::Approx(1));
+  CHECK(*s.mean_utilisation() == doctest::Approx(0.5));
+  CHECK(has_note(s, "GPU 0 was lost (GPU_IS_LOST)"));
+}
+
 TEST_CASE("gpu: the idle guard trips after the window, and a busy interval resets it") {
   std::optional<double> since;
   CHECK_FALSE(idle_gpu_update(since, 1, 0.01, 0.05, 3));
