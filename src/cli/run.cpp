@@ -570,7 +570,8 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
   std::vector<const char*> pointers;
   for (const std::string& entry : entries) pointers.push_back(entry.c_str());
   pointers.push_back(nullptr);
-  gpu.allocated = allocated_gpus_from_environment(pointers.data());
+  gpu.allocation = gpu_allocation_from_environment(pointers.data());
+  gpu.allocated = gpu.allocation.entries;
   gpu.pue = policy.energy.pue;
   gpu.kg_co2_per_kwh = policy.energy.kg_co2_per_kwh;
   gpu.usd_per_kwh = policy.energy.usd_per_kwh;
@@ -1132,6 +1133,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   };
   plan.notifier = notifier.get();
   plan.gpu = make_gpu_plan(settings.loaded.policy, env);
+  // --gpus N (with --gpu): how many GPUs the run holds, even where no variable names them.
+  if (auto gpus = settings.tags.find("gpus"); gpus != settings.tags.end()) {
+    plan.gpu.allocation.count = std::stoi(gpus->second);
+  }
   if (settings.loaded.policy.metrics_dir) {
     plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team,
                                settings.experiment, metrics_sink};
@@ -1167,7 +1172,15 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
                               : std::string());
   }
   reporter.line(summary);
-  if (outcome.gpu) reporter.line(gpu_report_line(*outcome.gpu, outcome.currency));
+  if (outcome.gpu) {
+    // One reporter line per line: the reporter escapes a newline inside a line.
+    std::string text = gpu_report_line(*outcome.gpu, outcome.currency);
+    for (std::size_t at = 0; at <= text.size();) {
+      std::size_t end = std::min(text.find('\n', at), text.size());
+      if (end > at) reporter.line(text.substr(at, end - at));
+      at = end + 1;
+    }
+  }
   int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
   if (signal) {
     reporter.flush();

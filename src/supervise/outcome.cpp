@@ -26,7 +26,8 @@ nlohmann::json gpu_to_json(const GpuReport& report) {
       {"measured", true},   {"devices", s.devices}, {"allocated_gpu_seconds", s.allocated_seconds},
       {"shared", s.shared}, {"notes", s.notes},     {"pue", report.pue}};
   if (s.busy_seconds) {
-    json["busy_gpu_seconds"] = *s.busy_seconds;
+    json["busy_gpu_seconds"] = *s.busy_seconds;  // within the measured time
+    json["measured_gpu_seconds"] = s.measured_seconds;
     json["mean_utilisation"] = *s.mean_utilisation();
     json["utilisation_source"] = s.utilisation_source;
   }

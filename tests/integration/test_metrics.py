@@ -230,7 +230,7 @@ class MetricsTest(LedgerTest):
         run = self.start_spendcap(
             ["run", "--rate", "36", "--budget", "5", "--interval", "100ms", "--team", "vision",
              "--metrics-dir", self.dir, "--", "sh", "-c",
-             "echo $$ > %s; i=0; while [ ! -e %s ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); "
+             "echo $$ $(readlink /proc/$$/ns/pid) > %s; i=0; while [ ! -e %s ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); "
              "done" % (self.path("pids"), release)],
             extra_env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.addCleanup(run.wait)
