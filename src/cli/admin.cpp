@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
@@ -260,7 +261,7 @@ int budgets_command(const LedgerChoice& choice, bool json) {
            {"remaining", money_to_json(view.remaining())},
            {"members", view.rule.member_groups}});
     }
-    std::cout << dump_json(out, 2) << "\n";
+    std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
   auto say_not_applied = [&] {
@@ -335,7 +336,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"heartbeat_at", run.heartbeat_at},
                      {"age_seconds", now - run.started_at}});
     }
-    std::cout << dump_json(out, 2) << "\n";
+    std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
   if (runs.empty() && overruns.empty()) {

@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "spendcap/base/files.hpp"
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
@@ -1223,7 +1224,8 @@ void write_error_status(const std::string& path, const Error& error) {
   json["rate_per_hour"] = nullptr;
   json["elapsed_seconds"] = nullptr;
   try {
-    write_file_atomically(path, dump_json(json, 2) + "\n", 0644, "--status-file " + path);
+    write_file_atomically(path, plain_json_numbers(dump_json(json, 2)) + "\n", 0644,
+                          "--status-file " + path);
   } catch (const Error& write_error) {
     std::cerr << "spendcap: " << escape_for_terminal(format_error(write_error)) << "\n";
   }

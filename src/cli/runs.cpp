@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/report_commands.hpp"
@@ -140,7 +141,7 @@ int runs_command(const RunsRequest& request) {
                      {"budget", r.budget ? nlohmann::json(money_to_json(*r.budget)) : nullptr},
                      {"currency", currency}});
     }
-    std::cout << dump_json(out, 2) << "\n";
+    std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "TEAM", "EXPERIMENT", "STATUS",

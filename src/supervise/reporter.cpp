@@ -140,7 +140,10 @@ std::optional<std::uint64_t> write_count_of_tree(pid_t guard) {
 // nothing since: the pipe is then at the start of a line.
 struct Reporter::CleanMark {
   std::mutex mutex;
+  std::function<std::optional<std::uint64_t>()> count;
+  std::optional<std::optional<std::uint64_t>> frozen;  // set once the tree is gone
   std::optional<std::uint64_t> clean_at;
+  std::optional<std::uint64_t> read() { return frozen ? *frozen : count(); }
 };
 
 struct Reporter::Line {
@@ -148,7 +151,6 @@ struct Reporter::Line {
   std::string text;
   bool starts_line;  // a "spendcap: " line: it starts at the beginning of a line
   bool job_writes;   // the job may write to the same file meanwhile
-  std::shared_ptr<std::function<std::optional<std::uint64_t>()>> job_write_count;
   std::shared_ptr<CleanMark> clean;
 };
 
@@ -216,7 +218,6 @@ void Reporter::enqueue(Line line) const {
     return;
   }
   line.job_writes = true;  // the job runs from write_in_background() on
-  line.job_write_count = job_write_count_;
   line.clean = clean_;
   std::lock_guard lock(queue_->mutex);
   if (queue_->lines.size() >= kMaxQueuedLines) return;
@@ -233,25 +234,30 @@ void Reporter::write_line_now(const Line& line) {
   bool tty = ::isatty(line.fd) == 1;
   struct stat st {};
   bool pipe_like = !tty && (::fstat(line.fd, &st) != 0 || !S_ISREG(st.st_mode));
-  if (!pipe_like || !line.job_writes || !line.job_write_count || !line.clean) {
+  if (!pipe_like || !line.job_writes || !line.clean) {
     write_all(line.fd, line_start(line.fd, tty, line.job_writes) + line.text);
     return;
   }
   std::lock_guard lock(line.clean->mutex);
-  std::optional<std::uint64_t> before = (*line.job_write_count)();
+  std::optional<std::uint64_t> before = line.clean->read();
   bool clean = before && line.clean->clean_at == before;
   write_all(line.fd, (clean ? "" : "\n") + line.text);
-  std::optional<std::uint64_t> after = (*line.job_write_count)();
+  std::optional<std::uint64_t> after = line.clean->read();
   line.clean->clean_at = before && after == before ? before : std::nullopt;
 }
 
 void Reporter::set_job_write_count(std::function<std::optional<std::uint64_t>()> count) {
-  job_write_count_ =
-      std::make_shared<std::function<std::optional<std::uint64_t>()>>(std::move(count));
+  clean_ = std::make_shared<CleanMark>();
+  clean_->count = std::move(count);
   // The tree's count starts at 0 when the guard is forked: a line while it is still 0 comes
   // before anything the job wrote, as a line written before the job ran never needed a newline.
-  clean_ = std::make_shared<CleanMark>();
   clean_->clean_at = 0;
+}
+
+void Reporter::freeze_job_write_count() {
+  if (!clean_) return;
+  std::lock_guard lock(clean_->mutex);
+  if (!clean_->frozen) clean_->frozen = clean_->count();
 }
 
 void Reporter::line(const std::string& text) const {

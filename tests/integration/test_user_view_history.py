@@ -206,9 +206,15 @@ class MoneyAndProjectionTest(LedgerTest):
     def test_tiny_unit_costs_are_fixed_point(self):
         # $0.036/h and 100 steps a second: $0.0000001 a step, 32 units a step.
         result = self.run_spendcap(["run", "--rate", "0.036", "--budget", "1", "--interval",
-                                    "200ms", "--", sys.executable, PROGRESS_JOB,
-                                    "--steps-per-second", "100", "--seconds", "2"])
+                                    "200ms", "--status-file", self.path("status.json"), "--",
+                                    sys.executable, PROGRESS_JOB, "--steps-per-second", "100",
+                                    "--seconds", "2"])
         self.assertEqual(result.returncode, 0, result.stderr)
+        # The status file too: its numbers are plain decimals, the same values.
+        with open(self.path("status.json")) as f:
+            text = f.read()
+        self.assertNotRegex(text, r"\d[eE][-+]?\d", text)
+        self.assertGreater(json.loads(text)["progress"]["cost_per_step"], 0)
         self.assertIn("/step", result.stderr)
         self.assertIsNone(EXPONENT.search(result.stderr), result.stderr)
         per_step = re.findall(r"\$(0\.\d+)/step", result.stderr)

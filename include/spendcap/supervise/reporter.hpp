@@ -58,6 +58,9 @@ class Reporter {
   // Bytes written so far by the job's processes, or none when it cannot be known; used to decide
   // whether a line on a pipe must start with a newline. Set before write_in_background().
   void set_job_write_count(std::function<std::optional<std::uint64_t>()> count);
+  // The guard has exited and is not reaped yet: the count is read once more and kept from now on
+  // (the tree is gone; reaped, the guard's counts would merge into spendcap's own).
+  void freeze_job_write_count();
 
  private:
   struct Queue;
@@ -73,9 +76,8 @@ class Reporter {
   bool tty_;
   bool title_pushed_ = false;
   int log_fd_ = -1;
-  std::shared_ptr<Queue> queue_;  // null until write_in_background()
-  std::shared_ptr<std::function<std::optional<std::uint64_t>()>> job_write_count_;
-  std::shared_ptr<CleanMark> clean_;
+  std::shared_ptr<Queue> queue_;      // null until write_in_background()
+  std::shared_ptr<CleanMark> clean_;  // null until set_job_write_count()
 };
 
 // What the processes under `guard` (the tree guard: the job, its descendants, and every child it
