@@ -249,7 +249,7 @@ spendcap::CommandSpec describe(const CLI::App& command) {
     spendcap::OptionSpec described;
     for (const std::string& name : option->get_lnames()) described.names.push_back("--" + name);
     for (const std::string& name : option->get_snames()) described.names.push_back("-" + name);
-    described.takes_value = option->get_type_size() != 0;
+    described.takes_value = option->get_items_expected_min() > 0;
     spec.options.push_back(std::move(described));
   }
   for (const CLI::App* sub : command.get_subcommands([](const CLI::App*) { return true; })) {
@@ -450,7 +450,9 @@ int main(int argc, char** argv) {
 
   // A typo or a stray word is named with what to do, before or instead of CLI11's message.
   auto refuse_command_line = [&](const std::optional<spendcap::CommandLineProblem>& problem) {
-    spendcap::Error error(problem->where + " " + problem->word, problem->message, problem->hint);
+    std::string what =
+        problem->where == "spendcap" ? problem->word : problem->where + " " + problem->word;
+    spendcap::Error error(what, problem->message, problem->hint);
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";
     if (*run && run_request.status_file) {

@@ -104,7 +104,18 @@ std::optional<CommandLineProblem> find_command_line_problem(const CommandSpec& a
         return problem;
       }
       bool joined = word.find('=') != std::string::npos || (name.size() == 2 && word.size() > 2);
-      if (option->takes_value && !joined && std::next(it) != dash_dash) ++it;
+      if (option->takes_value && !joined && std::next(it) != dash_dash) {
+        // `--title --quiet`, `--team --quiet`: CLI11 would take the flag as the value.
+        const std::string& value = *std::next(it);
+        std::string value_name = value.substr(0, value.find('='));
+        if (value.starts_with("--") ||
+            (value.size() == 2 && value[0] == '-' && find_option(chain, value_name))) {
+          return CommandLineProblem{
+              chain.back().path, word + " " + value, "the value looks like a flag",
+              "give " + name + " its value (" + name + "=VALUE for one that starts with -)"};
+        }
+        ++it;
+      }
       continue;
     }
     auto sub = std::find_if(here.subcommands.begin(), here.subcommands.end(),

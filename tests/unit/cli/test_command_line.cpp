@@ -62,6 +62,17 @@ TEST_CASE("a misspelt flag names the likely one, in the subcommand it was given 
   CHECK(p->message == "no such flag");
 }
 
+TEST_CASE("a value that looks like a flag is refused; --flag=-x passes") {
+  auto p = problem({"run", "--team", "--quiet", "--", "true"});
+  REQUIRE(p);
+  CHECK(p->word == "--team --quiet");
+  CHECK(p->message == "the value looks like a flag");
+  p = problem({"run", "--team", "-q", "--", "true"});
+  REQUIRE(p);
+  CHECK_FALSE(problem({"run", "--team=-q", "--", "true"}));
+  CHECK_FALSE(problem({"run", "--budget", "-5", "--", "true"}));  // money's own check refuses it
+}
+
 TEST_CASE("a misspelt subcommand names the likely one") {
   auto p = problem({"rnu", "--budget", "5"});
   REQUIRE(p);

