@@ -74,7 +74,7 @@ std::string resolve_run_id(Ledger& ledger, const std::string& prefix, const std:
   std::vector<std::string> ids = ledger.run_ids_with_prefix(prefix, 11);
   if (ids.size() == 1) return ids.front();
   if (ids.empty()) {
-    throw Error(what, "no run in " + ledger.url() + " has an id starting with this",
+    throw Error(what, "no such run in " + ledger.url() + " (no run id starts with this)",
                 "see `spendcap runs` for the runs' ids");
   }
   Error error(what,

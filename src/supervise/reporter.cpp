@@ -238,10 +238,17 @@ void Reporter::write_line_now(const Line& line) {
     write_all(line.fd, line_start(line.fd, tty, line.job_writes) + line.text);
     return;
   }
-  std::lock_guard lock(line.clean->mutex);
-  std::optional<std::uint64_t> before = line.clean->read();
-  bool clean = before && line.clean->clean_at == before;
+  // Never locked across the write: it may block on a pipe nobody reads, and the event loop takes
+  // the lock to freeze the count (freeze_job_write_count). Only this thread sets clean_at.
+  std::optional<std::uint64_t> before;
+  bool clean = false;
+  {
+    std::lock_guard lock(line.clean->mutex);
+    before = line.clean->read();
+    clean = before && line.clean->clean_at == before;
+  }
   write_all(line.fd, (clean ? "" : "\n") + line.text);
+  std::lock_guard lock(line.clean->mutex);
   std::optional<std::uint64_t> after = line.clean->read();
   line.clean->clean_at = before && after == before ? before : std::nullopt;
 }
