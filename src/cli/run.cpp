@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "spendcap/base/files.hpp"
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
@@ -151,12 +152,29 @@ LoadedPolicy load_policy_naming_flags(const PolicySearch& search, nlohmann::json
     // A merged document that is invalid because of a flag (an unknown --gpu type): name the flag.
     if (error.subject().find("command line") == std::string::npos) throw;
     std::vector<std::string> errors;
+    std::optional<Error> flag_error;  // the first error that is a flag's
+    bool all_from_flags = true;
     for (const std::string& line : error.errors()) {
       std::string path = line.substr(0, line.find(':'));
       bool from_flag =
           path.size() > 1 && path[0] == '/' && flags.contains(nlohmann::json::json_pointer(path));
+      all_from_flags = all_from_flags && from_flag;
       errors.push_back(from_flag ? with_flag_names(line) : line);
+      if (from_flag && !flag_error) {
+        // "--gpu a100: unknown GPU type ..." : the file is fine (policy check says so); the flag
+        // is what it lacks.
+        std::string named = with_flag_names(line);
+        std::string flag = named.substr(0, named.find(':'));
+        const nlohmann::json& value = flags.at(nlohmann::json::json_pointer(path));
+        std::string shown = value.is_string() ? value.get<std::string>() : value.dump();
+        std::string why = line.size() > path.size() + 2 ? line.substr(path.size() + 2) : line;
+        flag_error = Error(flag + " " + shown, why,
+                           "give one the policy knows (" +
+                               error.subject().substr(0, error.subject().find(" + command line")) +
+                               "), or add it there");
+      }
     }
+    if (all_from_flags && flag_error && errors.size() == 1) throw *flag_error;
     throw PolicyError(error.subject(), errors);
   } catch (const Error& error) {
     if (error.subject() != "command line") throw;
@@ -582,10 +600,12 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
 }
 
 std::string summary_line(const RunOutcome& outcome) {
-  std::string status =
-      outcome.reason == "interrupted" ? std::string("interrupted") : to_string(outcome.status);
-  std::string line = "run " + outcome.run_id.substr(0, 8) + " " + status;
-  if (outcome.stopped_by_spendcap) line += " (" + outcome.reason + ")";
+  // The ledger's status and reason, as the status file and `spendcap runs` give them: Ctrl-C is
+  // "killed (interrupted)" everywhere.
+  std::string line = "run " + outcome.run_id.substr(0, 8) + " " + to_string(outcome.status);
+  if (outcome.stopped_by_spendcap || outcome.reason == "interrupted") {
+    line += " (" + outcome.reason + ")";
+  }
   // A multi-node run: the node whose trip stopped them all (issue 23).
   if (!outcome.first_trip.empty()) line += " (first trip: " + outcome.first_trip + ")";
   char elapsed[32];
@@ -825,7 +845,7 @@ RunFacts run_facts(const RunSettings& settings, const std::vector<std::string>& 
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
-int check_crash_loop(const RunRequest& request, const RunSettings& settings, const RunStart& start,
+int check_crash_loop(const RunRequest& request, const RunSettings& settings, RunStart& start,
                      Ledger& ledger, std::vector<WebhookTarget>& webhooks, const Environment& env,
                      const Reporter& reporter) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
@@ -852,10 +872,36 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, con
     }
     p.crash_loop_refusal =
         run.status == RunStatus::refused && run.reason.find(kCrashLoopReason) != std::string::npos;
+    p.cleared = run.tags.count(kCrashLoopClearedTag) > 0;
     past.push_back(p);
   }
   CrashLoopVerdict verdict =
       decide_crash_loop(past, history.now, guard.max_failures, guard.window, request.retry_backoff);
+  if (request.clear_crash_loop) {
+    if (verdict.failures == 0) {
+      reporter.line("--clear-crash-loop: no failures of this command to clear; starting as usual");
+      return 0;
+    }
+    // The failures' own user, a member of the team's budget, or the ledger's owner: not anyone
+    // who happens to run the same command line.
+    bool own = std::any_of(history.runs.begin(), history.runs.end(), [](const RunView& run) {
+      return run.status == RunStatus::failed && run.user == user_name();
+    });
+    if (!own && !ledger.caller_is_owner()) {
+      if (settings.team.empty()) {
+        throw Error("--clear-crash-loop", "the failures are another user's and the run has no team",
+                    "ask their user or the ledger's owner to clear it");
+      }
+      require_membership(ledger, {Scope{ScopeKind::team, settings.team}},
+                         "clear the crash loop of its runs");
+    }
+    std::string by = user_name() + "@" + host_name();
+    start.tags[kCrashLoopClearedTag] = by;
+    reporter.line("crash-loop guard cleared by " + by + " (" + std::to_string(verdict.failures) +
+                  " failures; the ledger keeps it as this run's tag " + kCrashLoopClearedTag +
+                  "): starting");
+    return 0;
+  }
   if (verdict.refuse) {
     ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
     // The `refused` event goes out once per window (verdict.send_refused_event): a job knocking
@@ -1115,6 +1161,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
                    "); the job runs without isolation");
   }
   admitted.launched();  // from here the supervisor's outcome is the run's final row
+  // On a pipe a line needs no newline first while the job has written nothing since the last.
+  reporter.set_job_write_count([pid = guard.pid] { return write_count_of_tree(pid); });
   reporter.write_in_background();
   if (notifier) notifier->start();  // its thread only once the guard is forked
 
@@ -1212,7 +1260,8 @@ void write_error_status(const std::string& path, const Error& error) {
   json["rate_per_hour"] = nullptr;
   json["elapsed_seconds"] = nullptr;
   try {
-    write_file_atomically(path, dump_json(json, 2) + "\n", 0644, "--status-file " + path);
+    write_file_atomically(path, plain_json_numbers(dump_json(json, 2)) + "\n", 0644,
+                          "--status-file " + path);
   } catch (const Error& write_error) {
     std::cerr << "spendcap: " << escape_for_terminal(format_error(write_error)) << "\n";
   }

@@ -679,6 +679,36 @@ std::optional<RunView> BudgetLedger::find_run(const std::string& run_id) {
   });
 }
 
+std::vector<ListedRun> BudgetLedger::list_runs(const RunQuery& query) {
+  reconcile_if_due();
+  return transact(Access::read, [&](StoreTxn& txn) {
+    // `lost` is not stored: it is a running row whose heartbeat is stale (view_of).
+    RunQuery stored = query;
+    if (query.status == RunStatus::lost) stored.status = RunStatus::running;
+    std::vector<ListedRun> listed;
+    double now = txn.now();
+    for (const RunRecord& record : txn.list_runs(stored)) {
+      RunView view = view_of(record, now);
+      if (query.status && view.status != *query.status) continue;
+      auto [below, above] = txn.neighbour_run_ids(record.id);
+      std::size_t common = 0;
+      for (const std::string& other : {below, above}) {
+        std::size_t n = 0;
+        while (n < other.size() && n < record.id.size() && other[n] == record.id[n]) ++n;
+        common = std::max(common, n);
+      }
+      listed.push_back(
+          {std::move(view), std::min(record.id.size(), std::max(kShortRunIdChars, common + 1))});
+    }
+    return listed;
+  });
+}
+
+std::vector<std::string> BudgetLedger::run_ids_with_prefix(const std::string& prefix, int limit) {
+  return transact(Access::read,
+                  [&](StoreTxn& txn) { return txn.run_ids_with_prefix(prefix, limit); });
+}
+
 int BudgetLedger::reconcile_lost_runs() {
   return transact(Access::write, [](StoreTxn& txn) { return reconcile(txn, txn.now()); });
 }

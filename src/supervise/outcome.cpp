@@ -9,6 +9,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/files.hpp"
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/policy/policy.hpp"
 
@@ -108,7 +109,8 @@ nlohmann::json to_json(const RunOutcome& outcome) {
 }
 
 void write_status_file(const std::string& path, const RunOutcome& outcome) {
-  write_file_atomically(path, dump_json(to_json(outcome), 2) + "\n", 0644, "--status-file " + path);
+  write_file_atomically(path, plain_json_numbers(dump_json(to_json(outcome), 2)) + "\n", 0644,
+                        "--status-file " + path);
 }
 
 }  // namespace spendcap

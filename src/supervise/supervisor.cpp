@@ -551,9 +551,24 @@ class Supervisor::Impl {
     });
   }
 
+  // Until the guard is reaped its I/O counts are its own (reaped, they merge into spendcap's):
+  // once it has exited, the reporter takes the job's write count one last time (reporter.hpp).
+  // WNOWAIT leaves the guard to the reaping below.
+  void note_guard_exit(int options) {
+    if (guard_reaped_ || guard_lost_ || guard_.pid <= 0) return;
+    siginfo_t info{};
+    int rc = 0;
+    while ((rc = ::waitid(P_PID, static_cast<id_t>(guard_.pid), &info,
+                          WEXITED | WNOWAIT | options)) < 0 &&
+           errno == EINTR) {
+    }
+    if (rc == 0 && info.si_pid == guard_.pid) reporter_.freeze_job_write_count();
+  }
+
   // Reaps spendcap's own children: the guard at the end, orphans when spendcap is PID 1 (as tini
   // does) or when the guard died.
   void reap_now() {
+    note_guard_exit(WNOHANG);
     while (true) {
       int status = 0;
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -925,6 +940,7 @@ class Supervisor::Impl {
     if (inotify_) inotify_->close();
     // The guard exits right after reporting the tree empty.
     if (!guard_reaped_ && !guard_lost_) {
+      note_guard_exit(0);
       while (::waitpid(guard_.pid, nullptr, 0) < 0 && errno == EINTR) {
       }
     }

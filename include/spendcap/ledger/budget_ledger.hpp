@@ -35,6 +35,8 @@ class BudgetLedger : public Ledger {
   std::vector<RunView> active_runs() override;
   std::vector<RunView> overrun_runs(int days) override;
   std::optional<RunView> find_run(const std::string& run_id) override;
+  std::vector<ListedRun> list_runs(const RunQuery& query) override;
+  std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) override;
   int reconcile_lost_runs() override;
   StopOrder place_stop_order(const Scope& scope, const std::string& reason,
                              const std::string& placed_by) override;

@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spendcap/base/duration.hpp"
@@ -182,6 +183,14 @@ class StoreTxn {
   virtual std::vector<RunRecord> all_runs() {
     throw Error("ledger", "this kind of ledger cannot list every run", "copy from another ledger");
   }
+  // ---- `spendcap runs` (ledger.hpp's RunQuery) ----
+  // Newest first, at most query.limit. A store that cannot list them throws.
+  virtual std::vector<RunRecord> list_runs(const RunQuery& query);
+  // Ids starting with `prefix`, in id order, at most `limit`.
+  virtual std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit);
+  // The ids just below and just above `id` in id order ("" where none): the shortest unique
+  // prefix of `id` is one character longer than its longest common prefix with either.
+  virtual std::pair<std::string, std::string> neighbour_run_ids(const std::string& id);
   // ---- reports ----
   // Calls `each` for every run with started_at in [since, until), in any order. Only what a report
   // reads need be filled: id, team, experiment, project, user, host, tags, status, reason,

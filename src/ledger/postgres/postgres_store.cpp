@@ -613,6 +613,37 @@ struct PostgresStore::Impl final : StoreTxn {
                               "ORDER BY started_at, id",
                           {fingerprint, param(since)}));
   }
+  // `spendcap runs`: an unset filter is NULL and matches every row.
+  std::vector<RunRecord> list_runs(const RunQuery& rq) override {
+    std::optional<std::string> status;
+    if (rq.status) status = to_string(*rq.status);
+    return read_runs(exec(std::string("SELECT ") + kRunColumns +
+                              " FROM runs WHERE started_at >= $1 AND started_at < $2"
+                              " AND ($3::text IS NULL OR team = $3)"
+                              " AND ($4::text IS NULL OR experiment = $4)"
+                              " AND ($5::text IS NULL OR user_name = $5)"
+                              " AND ($6::text IS NULL OR status = $6)"
+                              " ORDER BY started_at DESC, id DESC LIMIT $7",
+                          {param(rq.since), param(rq.until), rq.team, rq.experiment, rq.user,
+                           status, param(rq.limit)}));
+  }
+  std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) override {
+    Result q = exec(
+        "SELECT id FROM runs WHERE substr(id, 1, $1) = $2 ORDER BY id COLLATE \"C\" "
+        "LIMIT $3",
+        {param(static_cast<std::int64_t>(prefix.size())), prefix, param(limit)});
+    std::vector<std::string> ids;
+    for (int i = 0; i < q.rows(); ++i) ids.push_back(q.text(i, 0));
+    return ids;
+  }
+  std::pair<std::string, std::string> neighbour_run_ids(const std::string& id) override {
+    Result q = exec(
+        // Byte order (COLLATE "C"), as SQLite's: a locale's order would skip the true neighbour.
+        "SELECT (SELECT max(id COLLATE \"C\") FROM runs WHERE id COLLATE \"C\" < $1), "
+        "(SELECT min(id COLLATE \"C\") FROM runs WHERE id COLLATE \"C\" > $1)",
+        {id});
+    return {q.is_null(0, 0) ? "" : q.text(0, 0), q.is_null(0, 1) ? "" : q.text(0, 1)};
+  }
   std::int64_t count_unfinished(const Scope& scope, DayRange days) override {
     return exec(std::string("SELECT count(*) FROM runs WHERE status = 'running' AND day BETWEEN "
                             "$1 AND $2 AND ") +
