@@ -36,7 +36,7 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
   row.egress_spend = none.egress_spend;
   row.storage_peak_gb = none.storage_peak_gb;
   row.storage_spend = none.storage_spend;
-  row.pricing = none.pricing;
+  row.pricing = run.pricing;  // none: unknown (a run recorded before schema v11)
   row.id = run.id;
   row.team = run.team;
   row.experiment = run.experiment;

@@ -47,7 +47,7 @@ struct ReportRow {
   std::optional<Money> egress_spend;
   std::optional<double> storage_peak_gb;
   std::optional<Money> storage_spend;
-  std::optional<Pricing> pricing;  // none: the policy's default pricing
+  std::optional<Pricing> pricing;  // the ledger's (RunRecord::pricing); none: unknown
 };
 
 // What the ledger holds today; the rest stays unmeasured.
