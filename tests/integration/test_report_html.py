@@ -182,9 +182,14 @@ class HtmlShowbackTest(LedgerTest):
         with open(page_file) as f:
             text = f.read()
         nlp_cents, _ = printed(page.groups["nlp"][1], "spend")
+        start = text.index('<tr class="group" data-group="nlp"')
+        end = text.index("</tr>", start)
+        nlp_row = text[start:end].replace(
+            '<td class="n spend">%s USD</td>' % nlp_cents,
+            '<td class="n spend">%s USD</td>' % (nlp_cents + decimal.Decimal("0.01")))
+        self.assertNotEqual(nlp_row, text[start:end])
         broken = Page()
-        broken.feed(text.replace(">%s USD</td>" % nlp_cents,
-                                 ">%s USD</td>" % (nlp_cents + decimal.Decimal("0.01")), 1))
+        broken.feed(text[:start] + nlp_row + text[end:])
         self.assertFalse(cents_add_up(broken))
         nothing_accepted = Page()
         nothing_accepted.feed(self.run_ok(["report", "--by", "team", "--format", "html",
