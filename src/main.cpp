@@ -188,6 +188,7 @@ void name_option_types(CLI::App& command) {
       {"--estimate-steps", "STEPS"},
       {"--step-time", "DURATION"},
       {"--steps", "STEPS"},
+      {"--gpu-hours", "HOURS"},
       {"--params", "COUNT"},
       {"--tokens", "COUNT"},
       {"--peak-tflops", "TFLOPS"},
@@ -388,6 +389,7 @@ int main(int argc, char** argv) {
     add_ledger_options(*estimate, r.choice);
     estimate->add_option("--step-time", r.step_time, "time per step (0.8s)");
     estimate->add_option("--steps", r.steps, "number of steps");
+    estimate->add_option("--gpu-hours", r.gpu_hours, "GPU-hours of work (2000), priced per GPU");
     estimate->add_option("--params", r.params, "model parameters (1e9)");
     estimate->add_option("--tokens", r.tokens, "training tokens (20e9): about 6ND FLOPs");
     estimate->add_option("--peak-tflops", r.peak_tflops,
@@ -433,6 +435,8 @@ int main(int argc, char** argv) {
     report->add_option("--baseline", r.baseline, "metric baseline for cost per metric point");
     report->add_option("--metric", r.metric, "the metric the baseline is of");
     report->add_option("--metric-goal", r.metric_goal, "max (improves upward) or min (a loss)");
+    report->add_flag("--csv-raw", r.csv_raw,
+                     "csv/focus: cells as stored, no formula guard (for machine pipelines)");
   }
   std::string accept_run_id, accept_note;
   CLI::App* accept = app.add_subcommand("accept", "mark a run's result as the one kept");

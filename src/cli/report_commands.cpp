@@ -401,13 +401,17 @@ int estimate_command(const EstimateRequest& r) {
     return estimate_reserved_vs_on_demand(r, currency);
   }
 
-  bool from_steps = r.step_time || r.steps;
-  bool from_size = r.params || r.tokens;
-  if (from_steps == from_size) {
+  const bool from_steps = r.step_time || r.steps;
+  const bool from_hours = r.gpu_hours.has_value();
+  // From the GPU-hours: priced per GPU, as a size estimate is (it also gives GPU-hours).
+  const bool from_size = r.params || r.tokens || from_hours;
+  const int sources = (from_steps ? 1 : 0) + (r.params || r.tokens ? 1 : 0) + (from_hours ? 1 : 0);
+  if (sources != 1) {
     throw usage("estimate",
-                from_steps ? "give step time or model size, not both" : "nothing to estimate",
-                "--step-time T --steps N, or --params P --tokens D (or --serving, --compare, "
-                "--reserved)");
+                sources > 1 ? "give one of step time, model size or GPU-hours, not several"
+                            : "nothing to estimate",
+                "--gpu-hours H, --step-time T --steps N, or --params P --tokens D (or --serving, "
+                "--compare, --reserved)");
   }
   Pricing pricing = pricing_of(r.pricing, policy);
   int instances = r.instances ? parse_whole(*r.instances, "--instances") : 1;
@@ -441,7 +445,8 @@ int estimate_command(const EstimateRequest& r) {
     }
     if (r.instance) {
       if (from_size) {
-        throw usage("--instance " + *r.instance, "a size estimate is priced per accelerator",
+        throw usage("--instance " + *r.instance,
+                    "an estimate from model size or GPU-hours is priced per GPU",
                     "give --gpu TYPE or --rate PRICE_PER_GPU_HOUR");
       }
       const PriceSheet& sheet = sheet_of(policy.instance_rates, *r.instance, "--instance");
@@ -471,6 +476,17 @@ int estimate_command(const EstimateRequest& r) {
     lines.push_back("wall time: " + fixed(e.wall_hours, 3) + " h (" +
                     format_duration(std::chrono::seconds(std::llround(e.wall_hours * 3600))) + ")" +
                     (instances > 1 ? ", " + fixed(e.instance_hours, 3) + " instance-hours" : ""));
+  } else if (from_hours) {
+    double gpu_hours = parse_number(*r.gpu_hours, "--gpu-hours");
+    billed_hours = gpu_hours;
+    double wall_hours = gpu_hours / gpus;
+    j["kind"] = "gpu_hours";
+    j["gpu_hours"] = gpu_hours;
+    j["accelerator_hours"] = gpu_hours;
+    j["wall_hours"] = wall_hours;
+    j["gpus"] = gpus;
+    lines.push_back("GPU-hours: " + fixed(gpu_hours, 1) + ", wall time at " + std::to_string(gpus) +
+                    " GPU" + (gpus > 1 ? "s" : "") + ": " + fixed(wall_hours, 2) + " h");
   } else {
     if (!r.params || !r.tokens) throw usage("estimate", "needs both --params and --tokens");
     double params = parse_number(*r.params, "--params");
@@ -628,6 +644,11 @@ int report_command(const ReportRequest& request) {
     throw usage("--metric", "needs --baseline VALUE", "e.g. --baseline 0.82 --metric-goal max");
   }
 
+  if (request.csv_raw && request.format != "csv" && request.format != "focus") {
+    throw usage("--csv-raw", "applies to --format csv and --format focus only",
+                "add --format csv or --format focus, or leave it out");
+  }
+  const CsvCells cells = request.csv_raw ? CsvCells::raw : CsvCells::safe;
   std::unique_ptr<Ledger> ledger = open_chosen_ledger(request.choice, nullptr);
   if (request.format == "focus") {
     // One row per run and charge period, streamed: nothing is grouped.
@@ -635,7 +656,7 @@ int report_command(const ReportRequest& request) {
       throw usage("--format focus", "has one row per run and day: --by and --baseline do not apply",
                   "leave them out, or use --format csv");
     }
-    FocusContext context{policy.currency, policy.defaults.pricing, utc_now()};
+    FocusContext context{policy.currency, &policy, utc_now(), cells};
     std::string out = focus_header();
     ledger->for_each_run_started(since, until, [&](const RunRecord& run) {
       ReportRow row = report_row_of(run);
@@ -659,8 +680,10 @@ int report_command(const ReportRequest& request) {
   if (request.format == "html") by_day.emplace(day_options);
   std::optional<Money> egress_price = policy.egress_per_gb;
   ReportRow row;
+  std::map<std::string, Money> team_spend;  // html: budget against actual
   ledger->for_each_run_started(since, until, [&](const RunRecord& run) {
     fill_report_row(run, row);
+    if (by_day && report_includes(options, row)) team_spend[row.team] += row.spend;
     row.accepted = !accepted.empty() && accepted.count(row.id) > 0;
     if (row.egress_gb && egress_price) {
       row.egress_spend = Money{static_cast<std::int64_t>(
@@ -671,11 +694,21 @@ int report_command(const ReportRequest& request) {
   });
   Report report = std::move(builder).finish();
   if (by_day) {
-    std::cout << report_html(report, std::move(*by_day).finish(), policy.currency);
+    HtmlContext html;
+    html.currency = policy.currency;
+    html.since = options.since;
+    html.until = options.until;
+    for (BudgetView& budget : ledger->budgets()) {
+      if (budget.rule.scope.kind != ScopeKind::team) continue;
+      if (options.team && budget.rule.scope.name != *options.team) continue;
+      html.team_budgets.push_back(std::move(budget));
+    }
+    html.team_spend = std::move(team_spend);
+    std::cout << report_html(report, std::move(*by_day).finish(), html);
     return 0;
   }
   if (request.format == "csv") {
-    std::cout << report_csv(report, policy.currency);
+    std::cout << report_csv(report, policy.currency, cells);
   } else if (request.format == "json") {
     std::cout << report_json(report, policy.currency);
   } else {

@@ -490,6 +490,7 @@ RunStart make_run_start(const RunSettings& settings, const std::vector<std::stri
   run.pid = ::getpid();
   run.mode = settings.mode;
   run.rate_per_hour = settings.rate_per_hour;
+  run.pricing = settings.loaded.policy.defaults.pricing;  // --pricing or the policy's
   run.reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
   run.budget = settings.budget;
   run.shutdown = settings.on_trip.total();

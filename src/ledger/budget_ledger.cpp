@@ -81,6 +81,7 @@ RunView view_of(const RunRecord& r, double now) {
   view.spend = r.spend;
   view.ceiling = r.ceiling;
   view.rate_per_hour = r.rate_per_hour;
+  view.pricing = r.pricing;
   view.budget = r.budget;
   view.started_at = r.started_at;
   view.heartbeat_at = r.heartbeat_at;
@@ -263,6 +264,7 @@ RunRecord new_record(const RunStart& start, double now) {
   run.uid = start.uid.value_or(static_cast<std::int64_t>(::getuid()));
   run.mode = start.mode;
   run.rate_per_hour = start.rate_per_hour;
+  run.pricing = start.pricing;
   run.reserve = start.reserve;
   run.budget = start.budget;
   run.shutdown = to_whole_ms_rounded_up(start.shutdown);

@@ -35,3 +35,25 @@ std::vector<std::string> member_groups_of_json(const std::optional<std::string>&
 }
 
 }  // namespace spendcap
+
+namespace spendcap {
+
+std::optional<std::string> pricing_column(const std::optional<Pricing>& pricing) {
+  if (!pricing) return std::nullopt;
+  switch (*pricing) {
+    case Pricing::on_demand:
+      return "on-demand";
+    case Pricing::spot:
+      return "spot";
+    case Pricing::reserved:
+      return "reserved";
+  }
+  return std::nullopt;
+}
+
+std::optional<Pricing> pricing_of_column(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  return parse_pricing(*text);
+}
+
+}  // namespace spendcap

@@ -1,4 +1,4 @@
-// FOCUS 1.2 rows (report.hpp): the mandatory columns, then custom ones with the x_ prefix.
+// FOCUS 1.2 rows (report.hpp): the columns FOCUS defines, then custom ones with the x_ prefix.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +18,8 @@ const char* const kColumns[] = {
     "EffectiveCost",
     "ListCost",
     "ContractedCost",
+    "ListUnitPrice",
+    "ContractedUnitPrice",
     "BillingCurrency",
     "BillingAccountId",
     "BillingAccountName",
@@ -34,6 +36,11 @@ const char* const kColumns[] = {
     "PricingUnit",
     "ConsumedQuantity",
     "ConsumedUnit",
+    "CommitmentDiscountId",
+    "CommitmentDiscountName",
+    "CommitmentDiscountCategory",
+    "CommitmentDiscountType",
+    "CommitmentDiscountStatus",
     "ProviderName",
     "PublisherName",
     "InvoiceIssuerName",
@@ -44,6 +51,7 @@ const char* const kColumns[] = {
     "ServiceCategory",
     "ServiceSubcategory",
     "SkuId",
+    "SkuPriceId",
     "Tags",
     "x_Team",
     "x_Experiment",
@@ -54,9 +62,12 @@ const char* const kColumns[] = {
     "x_StopReason",
     "x_GpuUtilisation",
     "x_Running",
+    "x_Pricing",
 };
 
 constexpr std::int64_t kDay = 86400;
+// spendcap's storage price is per GB-month of 30 days (spend/meter.cpp): the storage rows' unit.
+constexpr double kMonthSeconds = 30.0 * 86400.0;
 
 std::string iso_utc(std::int64_t unix_seconds) {
   return rfc3339_utc(static_cast<double>(unix_seconds));
@@ -85,23 +96,117 @@ std::string decimal(Money amount) {
   return text;
 }
 
-std::string hours(double seconds) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%.6f", seconds / 3600.0);
-  return text;
+// A quantity to 9 decimals without trailing zeros: 2 s is "2", 2.5 s "2.5". Nine decimals keep a
+// unit price x quantity within a micro-unit of its cost for any price below a thousand per unit.
+std::string quantity(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.9f", value);
+  std::string out = text;
+  while (!out.empty() && out.back() == '0') out.pop_back();
+  if (!out.empty() && out.back() == '.') out.pop_back();
+  return out == "-0" ? "0" : out;
 }
 
-const char* pricing_category(Pricing pricing) {
-  switch (pricing) {
+std::string pricing_name(const std::optional<Pricing>& pricing) {
+  if (!pricing) return "unknown";
+  switch (*pricing) {
+    case Pricing::on_demand:
+      return "on-demand";
+    case Pricing::spot:
+      return "spot";
+    case Pricing::reserved:
+      return "reserved";
+  }
+  return "unknown";
+}
+
+std::optional<std::string> tag(const ReportRow& row, const char* key) {
+  auto it = row.tags.find(key);
+  if (it == row.tags.end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
+// What a run's compute rows are priced as: its SKU (the GPU or instance type, whatever the
+// pricing: FOCUS keeps a SkuId across pricing categories), the unit and how many of them it used,
+// and the list (on-demand) price per unit where the policy has one.
+struct ComputeSku {
+  std::string id;              // "spendcap/gpu/a100-80gb", "spendcap/instance/p4d", "spendcap/rate"
+  std::string unit = "Hours";  // "GPU-Hours", "Instance-Hours"; "Hours" of the run otherwise
+  double units = 1;            // GPUs or instances: PricingQuantity = units x hours
+  std::optional<Money> list_unit_price;
+  std::optional<Money> reserved_price;  // the commitment, for a reserved run
+  std::string commitment_id, commitment_name;
+};
+
+ComputeSku compute_sku(const ReportRow& row, const FocusContext& context) {
+  ComputeSku sku;
+  auto gpu = tag(row, "gpu");
+  auto instance = tag(row, "instance");
+  if (!gpu && !instance) {
+    // --rate: the rate is the only price there is; it is the list price when the run says it is
+    // on-demand, and unknown for spot or reserved (their on-demand price was not given).
+    sku.id = "spendcap/rate";
+    if (row.pricing == Pricing::on_demand) sku.list_unit_price = row.rate_per_hour;
+    return sku;
+  }
+  const bool is_gpu = gpu.has_value();
+  const std::string& type = is_gpu ? *gpu : *instance;
+  sku.id = std::string(is_gpu ? "spendcap/gpu/" : "spendcap/instance/") + type;
+  sku.commitment_id = std::string("spendcap/commitment/") + (is_gpu ? "gpu/" : "instance/") + type;
+  sku.commitment_name = "reserved " + type;
+  if (!context.policy) return sku;
+  const auto& rates = is_gpu ? context.policy->gpu_rates : context.policy->instance_rates;
+  auto sheet = rates.find(type);
+  if (sheet == rates.end()) return sku;
+  sku.reserved_price = sheet->second.reserved;
+  // How many GPUs (or instances) the rate buys, at the price the run was admitted at. Exact or
+  // not at all: a run that priced a GPU and an instance together, or added storage to its rate,
+  // has no single unit, and its rows say "Hours" of the run without a unit price.
+  if (!row.pricing || (gpu && instance)) return sku;
+  auto run_price = sheet->second.price(*row.pricing);
+  if (!run_price || run_price->micros <= 0 || row.rate_per_hour.micros % run_price->micros != 0) {
+    return sku;
+  }
+  sku.units = static_cast<double>(row.rate_per_hour.micros / run_price->micros);
+  sku.unit = is_gpu ? "GPU-Hours" : "Instance-Hours";
+  sku.list_unit_price = sheet->second.on_demand;
+  return sku;
+}
+
+// Standard for on-demand; Dynamic for spot (the provider sets the price and changes it); Committed
+// only where a commitment discount applied, which is a reserved run of a type whose reserved price
+// the policy holds (that price is the commitment). Other: a reserved run with no such commitment,
+// and a run recorded before the ledger kept its pricing.
+const char* pricing_category(const ReportRow& row, const ComputeSku& sku) {
+  if (!row.pricing) return "Other";
+  switch (*row.pricing) {
     case Pricing::on_demand:
       return "Standard";
     case Pricing::spot:
       return "Dynamic";
     case Pricing::reserved:
-      return "Committed";
+      return sku.reserved_price ? "Committed" : "Other";
   }
   return "Other";
 }
+
+Money times(Money unit_price, double units) {
+  return Money{
+      static_cast<std::int64_t>(std::llround(static_cast<double>(unit_price.micros) * units))};
+}
+
+// One charge of a run: compute or checkpoint storage.
+struct Charge {
+  Money cost;  // of the whole run; split across its charge periods
+  std::string sku_id, sku_price_id, pricing_unit, consumed_unit;
+  double units_per_second = 0;  // PricingQuantity per second of the run
+  double consumed_per_second = 0;
+  std::optional<Money> list_unit_price;
+  std::string pricing_category;
+  bool committed = false;
+  std::string commitment_id, commitment_name;
+  std::string service_name, service_category, service_subcategory, description;
+};
 
 }  // namespace
 
@@ -112,18 +217,27 @@ std::string focus_header() {
 
 void append_focus_rows(std::string& out, const ReportRow& row, const FocusContext& context) {
   if (row.status == RunStatus::refused) return;  // no charge
-  // Whole seconds: FOCUS timestamps have no fractions. The end is after the start.
-  std::int64_t start = static_cast<std::int64_t>(std::floor(row.started_at));
-  double end_at = row.finished_at ? *row.finished_at : std::max(context.now, row.started_at);
-  std::int64_t end = std::max(start + 1, static_cast<std::int64_t>(std::ceil(end_at)));
-  const double total_seconds = static_cast<double>(end - start);
+  const CsvCells cells = context.cells;
+  // The charge periods' bounds are whole seconds (FOCUS timestamps have no fractions; the end is
+  // after the start), but the time split and the quantities use the run's exact times: a run of
+  // 2.00 s consumes 2 s, not the 3 s its rounded period spans.
+  const double started = row.started_at;
+  const double ended = std::max(row.finished_at.value_or(std::max(context.now, started)), started);
+  std::int64_t start = static_cast<std::int64_t>(std::floor(started));
+  std::int64_t end = std::max(start + 1, static_cast<std::int64_t>(std::ceil(ended)));
+  const double wall_seconds = ended - started;
+  // The run's own time (launch until its tree was empty) where the ledger has it; the wall time
+  // of its ledger row otherwise (a run still running).
+  const double run_seconds = row.elapsed_seconds.value_or(wall_seconds);
 
   nlohmann::json tags = nlohmann::json::object();
-  for (const auto& [key, value] : row.tags) tags[key] = value;
+  // spendcap's own keys carry its prefix (FOCUS: provider-defined tag keys are prefixed); the
+  // user's --tag keys are as given.
+  for (const auto& [key, value] : row.tags) {
+    bool own = key == "gpu" || key == "gpus" || key == "instance";
+    tags[own ? "spendcap/" + key : key] = value;
+  }
   const std::string tags_text = dump_json(tags);
-  const Pricing pricing = row.pricing.value_or(context.default_pricing);
-  std::string sku =
-      row.gpu_type ? "gpu:" + *row.gpu_type : "rate:" + to_decimal(row.rate_per_hour) + "/h";
   std::string utilisation;
   if (row.gpu_seconds_allocated && row.gpu_seconds_busy && *row.gpu_seconds_allocated > 0) {
     char text[32];
@@ -131,66 +245,132 @@ void append_focus_rows(std::string& out, const ReportRow& row, const FocusContex
     utilisation = text;
   }
   const std::string stop_reason = row.status == RunStatus::succeeded ? "" : row.reason;
-  const std::string description = "spendcap run " + row.id +
-                                  (row.experiment.empty() ? "" : " of " + row.experiment) +
-                                  (row.team.empty() ? "" : " (" + row.team + ")");
+  const std::string what = row.id + (row.experiment.empty() ? "" : " of " + row.experiment) +
+                           (row.team.empty() ? "" : " (" + row.team + ")");
+  const std::string pricing = pricing_name(row.pricing);
 
-  Money charged;
-  for (std::int64_t period = start; period < end;) {
-    std::int64_t period_end = std::min(end, (period / kDay + 1) * kDay);
-    bool last = period_end == end;
-    Money share = last ? row.spend - charged
-                       : Money{static_cast<std::int64_t>(
-                             std::floor(static_cast<double>(row.spend.micros) *
-                                        static_cast<double>(period_end - period) / total_seconds))};
-    charged += share;
-    auto [month_start, month_end] = month_of(period);
-    std::string seconds = hours(static_cast<double>(period_end - period));
-    std::vector<std::string> cells = {
-        decimal(share),
-        decimal(share),
-        decimal(share),
-        decimal(share),
-        context.currency,
-        "spendcap",
-        "spendcap ledger",
-        iso_utc(month_start),
-        iso_utc(month_end),
-        iso_utc(period),
-        iso_utc(period_end),
-        "Usage",
-        "",
-        csv_field(description),
-        "Usage-Based",
-        pricing_category(pricing),
-        seconds,
-        "Hours",
-        seconds,
-        "Hours",
-        "spendcap",
-        "spendcap",
-        "spendcap",
-        csv_field(row.id),
-        csv_field(row.experiment.empty() ? row.id : row.experiment),
-        "Run",
-        "spendcap run",
-        "AI and Machine Learning",
-        "Machine Learning",
-        csv_field(sku),
-        csv_field(tags_text),
-        csv_field(row.team),
-        csv_field(row.experiment),
-        csv_field(row.project),
-        csv_field(row.user),
-        csv_field(row.host),
-        to_string(row.status),
-        csv_field(stop_reason),
-        utilisation,
-        row.status == RunStatus::running ? "true" : "false",
-    };
-    out += join(cells, ",");
-    out += "\n";
-    period = period_end;
+  std::vector<Charge> charges;
+  const Money storage = row.storage_spend.value_or(Money{});
+  {
+    ComputeSku sku = compute_sku(row, context);
+    Charge c;
+    c.cost = row.spend - storage;
+    c.sku_id = sku.id;
+    c.sku_price_id = sku.id + "/" + pricing;
+    c.pricing_unit = sku.unit;
+    c.units_per_second = sku.units / 3600.0;
+    c.consumed_unit = "Seconds";
+    c.consumed_per_second = 1;
+    c.list_unit_price = sku.list_unit_price;
+    c.pricing_category = pricing_category(row, sku);
+    c.committed = c.pricing_category == "Committed";
+    c.commitment_id = sku.commitment_id;
+    c.commitment_name = sku.commitment_name;
+    c.service_name = "spendcap run";
+    c.service_category = "AI and Machine Learning";
+    c.service_subcategory = "Machine Learning";
+    c.description = "spendcap run " + what;
+    charges.push_back(std::move(c));
+  }
+  if (storage.micros > 0) {
+    Charge c;
+    c.cost = storage;
+    c.sku_id = "spendcap/storage/checkpoint";
+    c.sku_price_id = c.sku_id + "/standard";
+    c.pricing_unit = c.consumed_unit = "GB-Months";
+    std::optional<Money> price =
+        context.policy ? context.policy->storage_per_gb_month : std::nullopt;
+    // GB-months from the charge itself where the policy prices storage (so that price x quantity
+    // is the cost); from the peak size otherwise (an upper bound of what was held).
+    double gb_months =
+        price && price->micros > 0
+            ? static_cast<double>(storage.micros) / static_cast<double>(price->micros)
+            : row.storage_peak_gb.value_or(0) * run_seconds / kMonthSeconds;
+    c.units_per_second = c.consumed_per_second = run_seconds > 0 ? gb_months / run_seconds : 0;
+    if (price && price->micros > 0) c.list_unit_price = price;
+    c.pricing_category = "Standard";  // the policy's storage price, predetermined
+    c.service_name = "spendcap checkpoint storage";
+    c.service_category = "Storage";
+    c.service_subcategory = "File Storage";
+    c.description = "checkpoint storage of spendcap run " + what;
+    charges.push_back(std::move(c));
+  }
+
+  for (const Charge& charge : charges) {
+    Money charged;
+    for (std::int64_t period = start; period < end;) {
+      std::int64_t period_end = std::min(end, (period / kDay + 1) * kDay);
+      bool last = period_end == end;
+      // The run's exact share of wall time inside this period.
+      double inside = std::max(0.0, std::min(ended, static_cast<double>(period_end)) -
+                                        std::max(started, static_cast<double>(period)));
+      double share_of_time = wall_seconds > 0 ? inside / wall_seconds : (last ? 1.0 : 0.0);
+      Money share = last ? charge.cost - charged
+                         : Money{static_cast<std::int64_t>(std::floor(
+                               static_cast<double>(charge.cost.micros) * share_of_time))};
+      charged += share;
+      double seconds_here = run_seconds * share_of_time;
+      double pricing_quantity = charge.units_per_second * seconds_here;
+      std::string list_price, list_cost = decimal(share);
+      if (charge.list_unit_price) {
+        list_price = decimal(*charge.list_unit_price);
+        list_cost = decimal(times(*charge.list_unit_price, pricing_quantity));
+      }
+      auto [month_start, month_end] = month_of(period);
+      std::vector<std::string> row_cells = {
+          decimal(share),
+          decimal(share),
+          list_cost,
+          list_cost,  // no negotiated discount: ContractedCost is ListCost (FOCUS's default)
+          list_price,
+          list_price,
+          csv_field(context.currency, cells),
+          "spendcap",
+          "spendcap ledger",
+          iso_utc(month_start),
+          iso_utc(month_end),
+          iso_utc(period),
+          iso_utc(period_end),
+          "Usage",
+          "",
+          csv_field(charge.description, cells),
+          "Usage-Based",
+          charge.pricing_category,
+          quantity(pricing_quantity),
+          charge.pricing_unit,
+          quantity(charge.consumed_per_second * seconds_here),
+          charge.consumed_unit,
+          charge.committed ? csv_field(charge.commitment_id, cells) : "",
+          charge.committed ? csv_field(charge.commitment_name, cells) : "",
+          charge.committed ? "Usage" : "",
+          charge.committed ? "Reserved" : "",
+          charge.committed ? "Used" : "",
+          "spendcap",
+          "spendcap",
+          "spendcap",
+          csv_field(row.id, cells),
+          csv_field(row.experiment.empty() ? row.id : row.experiment, cells),
+          "Run",
+          charge.service_name,
+          charge.service_category,
+          charge.service_subcategory,
+          csv_field(charge.sku_id, cells),
+          csv_field(charge.sku_price_id, cells),
+          csv_field(tags_text, cells),
+          csv_field(row.team, cells),
+          csv_field(row.experiment, cells),
+          csv_field(row.project, cells),
+          csv_field(row.user, cells),
+          csv_field(row.host, cells),
+          to_string(row.status),
+          csv_field(stop_reason, cells),
+          utilisation,
+          row.status == RunStatus::running ? "true" : "false",
+          pricing,
+      };
+      out += csv_line(row_cells);
+      period = period_end;
+    }
   }
 }
 

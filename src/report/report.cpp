@@ -36,7 +36,8 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
   row.egress_spend = none.egress_spend;
   row.storage_peak_gb = none.storage_peak_gb;
   row.storage_spend = none.storage_spend;
-  row.pricing = none.pricing;
+  row.pricing = run.pricing;  // none: unknown (a run recorded before schema v11)
+  row.elapsed_seconds = run.elapsed_seconds;
   row.id = run.id;
   row.team = run.team;
   row.experiment = run.experiment;
@@ -359,9 +360,54 @@ Report build_report(const std::vector<ReportRow>& rows, const ReportOptions& opt
   return std::move(builder).finish();
 }
 
-std::string csv_field(std::string_view text) {
-  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
-  std::string out = "\"";
+namespace {
+
+// A plain decimal number ("-0.5", "+3", "1e-6"): a spreadsheet reads it as a number, never as a
+// formula, so it is left as it is however it starts.
+bool is_plain_number(std::string_view text) {
+  size_t i = 0;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  size_t digits = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i, ++digits;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    size_t exponent = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i, ++exponent;
+    if (exponent == 0) return false;
+  }
+  return i == text.size();
+}
+
+}  // namespace
+
+bool starts_a_formula(std::string_view text) {
+  if (text.empty() || is_plain_number(text)) return false;
+  return std::string_view("=+-@\t\r").find(text.front()) != std::string_view::npos;
+}
+
+std::string csv_line(const std::vector<std::string>& cells) {
+  std::string out;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (i > 0) out += ',';
+    out += cells[i];
+  }
+  return out + "\n";
+}
+
+std::string csv_field(std::string_view text, CsvCells cells) {
+  // OWASP's CSV injection advice: a single quote before the cell, and the cell quoted, so that a
+  // spreadsheet shows the text instead of evaluating it (quoting alone does not stop it).
+  const bool neutralise = cells == CsvCells::safe && starts_a_formula(text);
+  if (!neutralise && text.find_first_of(",\"\r\n") == std::string_view::npos) {
+    return std::string(text);
+  }
+  std::string out = neutralise ? "\"'" : "\"";
   for (char c : text) {
     if (c == '"') out += '"';
     out += c;
@@ -672,19 +718,19 @@ std::string report_table(const Report& report, const std::string& currency, int 
   return out;
 }
 
-std::string report_csv(const Report& report, const std::string& currency) {
+std::string report_csv(const Report& report, const std::string& currency, CsvCells cells) {
   std::vector<Column> all = columns(currency);
   std::vector<std::string> header;
-  for (const GroupBy& by : report.by) header.push_back(csv_field(to_string(by)));
+  for (const GroupBy& by : report.by) header.push_back(csv_field(to_string(by), cells));
   for (const Column& column : all) header.push_back(column.header);
   header.push_back("currency");
-  std::string out = join(header, ",") + "\n";
+  std::string out = csv_line(header);
   for (const GroupTotals& g : report.groups) {
     std::vector<std::string> row;
-    for (const std::string& value : g.key) row.push_back(csv_field(value));
-    for (const Column& column : all) row.push_back(csv_field(column.cell(g, false)));
-    row.push_back(currency);
-    out += join(row, ",") + "\n";
+    for (const std::string& value : g.key) row.push_back(csv_field(value, cells));
+    for (const Column& column : all) row.push_back(csv_field(column.cell(g, false), cells));
+    row.push_back(csv_field(currency, cells));
+    out += csv_line(row);
   }
   return out;
 }

@@ -20,6 +20,8 @@ struct EstimateRequest {
   LedgerChoice choice;
   // From step time, or from model size.
   std::optional<std::string> step_time, steps, params, tokens, peak_tflops, mfu;
+  // Or the GPU-hours themselves (--gpu-hours), priced per GPU like a size estimate.
+  std::optional<std::string> gpu_hours;
   // The price: --rate, or --gpu/--instance priced by the policy.
   std::optional<std::string> rate, gpu, gpus, instance, instances, pricing;
   // Spot.
@@ -46,6 +48,8 @@ struct ReportRequest {
   std::optional<std::string> since, until, team, experiment;
   std::string format = "table";  // table, csv, json, focus, html
   std::optional<std::string> baseline, metric, metric_goal;
+  // --csv-raw: csv and FOCUS cells exactly as stored, without the formula guard (csv_field).
+  bool csv_raw = false;
 };
 
 int report_command(const ReportRequest& request);

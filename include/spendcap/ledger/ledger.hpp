@@ -78,7 +78,10 @@ struct RunStart {
   std::optional<std::int64_t> uid;
   Mode mode = Mode::enforce;
   Money rate_per_hour;  // the allocated (maximum) burn rate
-  Money reserve;        // rate x (grace + kill-after + 1 s of reaping slack)
+  // How that rate is priced (defaults.pricing, --pricing): FOCUS's PricingCategory and the
+  // rollups key on it. None: unknown (a run recorded before the ledger kept it, schema v11).
+  std::optional<Pricing> pricing;
+  Money reserve;  // rate x (grace + kill-after + 1 s of reaping slack)
   // --budget: the run's own cap, or with a job key the cap of the job across its runs.
   std::optional<Money> budget;
   Nanos shutdown{};  // grace + kill-after + reaping slack: how long it may spend after a trip
@@ -171,6 +174,7 @@ struct RunView {
   std::string reason;
   std::optional<int> exit_code;
   Money spend, ceiling, rate_per_hour;
+  std::optional<Pricing> pricing;  // none: unknown (recorded before schema v11)
   std::optional<Money> budget;
   double started_at = 0, heartbeat_at = 0;  // unix seconds, the ledger's clock
   std::optional<double> finished_at;

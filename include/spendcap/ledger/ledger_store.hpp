@@ -46,7 +46,8 @@ struct RunRecord {
   std::string reason;
   std::optional<int> exit_code;
   Money rate_per_hour, reserve;
-  std::optional<Money> budget;  // --budget as given
+  std::optional<Pricing> pricing;  // RunStart's; none: unknown (stored NULL, runs before v11)
+  std::optional<Money> budget;     // --budget as given
   Nanos shutdown{}, sync{};
   double started_at = 0;  // unix seconds, the ledger's clock
   std::int64_t day = 0;   // utc_day(started_at): the usage rows it adds to
@@ -194,8 +195,8 @@ class StoreTxn {
   // ---- reports ----
   // Calls `each` for every run with started_at in [since, until), in any order. Only what a report
   // reads need be filled: id, team, experiment, project, user, host, tags, status, reason,
-  // exit_code, rate_per_hour, started_at, day, heartbeat_at, finished_at, spend, ceiling,
-  // reconciled, overrun, elapsed_seconds. A store that has no reports yet throws Error.
+  // exit_code, rate_per_hour, pricing, started_at, day, heartbeat_at, finished_at, spend,
+  // ceiling, reconciled, overrun, elapsed_seconds. A store that has no reports yet throws Error.
   virtual void for_each_run_started(double since, double until,
                                     const std::function<void(const RunRecord&)>& each);
 

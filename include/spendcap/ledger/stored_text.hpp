@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "spendcap/base/json_text.hpp"
+#include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
 
@@ -25,5 +26,10 @@ std::vector<std::string> command_of_json(const std::string& text);
 // A budget's member groups (none stored: anyone). A list that cannot be read admits nobody but the
 // ledger's owner: membership fails closed.
 std::vector<std::string> member_groups_of_json(const std::optional<std::string>& text);
+
+// A run's pricing in the runs.pricing column (v11): 'on-demand', 'spot' or 'reserved'; NULL (none)
+// is unknown, for runs recorded before the column. Text that is none of these reads as unknown.
+std::optional<std::string> pricing_column(const std::optional<Pricing>& pricing);
+std::optional<Pricing> pricing_of_column(const std::optional<std::string>& text);
 
 }  // namespace spendcap

@@ -47,7 +47,9 @@ struct ReportRow {
   std::optional<Money> egress_spend;
   std::optional<double> storage_peak_gb;
   std::optional<Money> storage_spend;
-  std::optional<Pricing> pricing;  // none: the policy's default pricing
+  std::optional<Pricing> pricing;  // the ledger's (RunRecord::pricing); none: unknown
+  // Launch until the tree was empty (the ledger's elapsed_seconds); none: not finished.
+  std::optional<double> elapsed_seconds;
 };
 
 // What the ledger holds today; the rest stays unmeasured.
@@ -160,30 +162,58 @@ class ReportBuilder {
 };
 Report build_report(const std::vector<ReportRow>& rows, const ReportOptions& options);
 
+// Every csv cell spendcap writes (report csv, FOCUS, `spendcap runs`) goes through csv_field.
+// safe (the default): a cell that a spreadsheet would evaluate as a formula (it begins with = + -
+// @, a tab or a carriage return, and is not a plain number) gets a single quote in front and is
+// quoted, as OWASP's CSV injection advice says. raw (`report --csv-raw`): cells as they are, for
+// machine pipelines that must read back exactly what the ledger holds.
+enum class CsvCells { safe, raw };
+bool starts_a_formula(std::string_view text);
+// RFC 4180 quoting (quoted when it holds a comma, quote or line break), after the above.
+std::string csv_field(std::string_view text, CsvCells cells = CsvCells::safe);
+// One csv line of cells that are already fields, with its newline. Every cell keeps its place,
+// an empty first one too (text.hpp's join drops leading empty items).
+std::string csv_line(const std::vector<std::string>& cells);
+
 // The outputs. `width` is the terminal's; table numbers are right-aligned with the currency.
 std::string report_table(const Report& report, const std::string& currency, int width);
-std::string report_csv(const Report& report, const std::string& currency);
+std::string report_csv(const Report& report, const std::string& currency,
+                       CsvCells cells = CsvCells::safe);
 std::string report_json(const Report& report, const std::string& currency);
 
-// FOCUS 1.2 (FinOps Open Cost and Usage Specification): one CSV row per run and UTC day it spent
-// in (its charge periods), the run's spend split across them in proportion to time, exactly (the
-// last period takes the remainder). Refused runs (no charge) have no rows. Rows are an allocation
-// of what the provider's bill already holds: ProviderName is "spendcap" (README says how to join).
+// FOCUS 1.2 (FinOps Open Cost and Usage Specification): one CSV row per charge of a run (its
+// compute, and its checkpoint storage where it had some) and UTC day it spent in (its charge
+// periods), the charge split across them in proportion to the run's exact time, exactly (the last
+// period takes the remainder), so a run's rows sum to its spend. Refused runs (no charge) have no
+// rows. Rows are an allocation of what the provider's bill already holds: ProviderName is
+// "spendcap" (README says how to join). PricingCategory comes from the run's own pricing in the
+// ledger (Other where the ledger does not know it), never from the policy of the day of the report;
+// the policy's price sheets give the SKU's list (on-demand) unit price and the reserved commitment.
 struct FocusContext {
   std::string currency = "USD";
-  Pricing default_pricing = Pricing::on_demand;
-  double now = 0;  // the end of a running run's charge so far
+  const Policy* policy = nullptr;  // its rates; none: no unit prices and no commitments
+  double now = 0;                  // the end of a running run's charge so far
+  CsvCells cells = CsvCells::safe;
 };
 std::string focus_header();
 // Appends the run's rows to `out`.
 void append_focus_rows(std::string& out, const ReportRow& row, const FocusContext& context);
 
-// One self-contained HTML page (inline SVG and CSS, no scripts): spend per UTC day stacked by
-// group (one <g class="series"> per group of `report`), then the table. `by_day` is the same runs
-// grouped by day first, then by report's groupings.
-std::string report_html(const Report& report, const Report& by_day, const std::string& currency);
+// What the html page shows beside the report: its period, and budget against actual per team.
+struct HtmlContext {
+  std::string currency = "USD";
+  std::optional<double> since, until;       // the report's --since/--until; none: its runs' days
+  std::vector<BudgetView> team_budgets;     // the ledger's team budgets, in their current period
+  std::map<std::string, Money> team_spend;  // what each team's runs spent in this report
+};
+// "2026-11-01 to 2026-11-30": the UTC days of the report (from --since/--until, else its runs).
+std::string report_period_text(const Report& report, const HtmlContext& context);
 
-// CSV quoting (RFC 4180): quoted when it holds a comma, quote or line break.
-std::string csv_field(std::string_view text);
+// One self-contained HTML page for a monthly review (inline SVG and CSS, no scripts): the period
+// in the title and header, spend per UTC day stacked by group (one <g class="series"> per group of
+// `report`) with a legend, the table (amounts in cents that add up to the printed totals, running
+// runs marked) and budget against actual per team. `by_day` is the same runs grouped by day first,
+// then by report's groupings.
+std::string report_html(const Report& report, const Report& by_day, const HtmlContext& context);
 
 }  // namespace spendcap

@@ -152,6 +152,11 @@ ALTER TABLE budgets ADD COLUMN member_groups TEXT;
 ALTER TABLE runs ADD COLUMN storage_peak_gb DOUBLE PRECISION;
 ALTER TABLE runs ADD COLUMN storage_spend_micros BIGINT;
 )sql",
+    // v11 (issue 21: pricing per run): as SQLite's v11. spendcap_insert_run takes it from the row
+    // (json_populate_record), so the function itself is unchanged.
+    R"sql(
+ALTER TABLE runs ADD COLUMN pricing TEXT CHECK (pricing IN ('on-demand', 'spot', 'reserved'));
+)sql",
     // v13 (issue 23: the grant rule in the server): the spend of an unfinished run that its
     // scopes' live sums count. A heartbeat that raises nothing writes only its run's row, so the
     // usage rows of a hot team are written once a claim, not once a heartbeat; readers add the
@@ -171,7 +176,7 @@ const char* const kRunColumns =
     "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "
     "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
     "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, "
-    "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros";
+    "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, pricing";
 
 namespace {
 

@@ -120,6 +120,9 @@ class Result {
   std::optional<double> optional_f64(int row, int column) const {
     return is_null(row, column) ? std::nullopt : std::optional<double>(f64(row, column));
   }
+  std::optional<std::string> optional_text(int row, int column) const {
+    return is_null(row, column) ? std::nullopt : std::optional<std::string>(text(row, column));
+  }
   std::int64_t affected() const { return std::atoll(libpq::api().cmd_tuples(result_)); }
 
  private:
@@ -199,6 +202,7 @@ std::string run_json(const RunRecord& r) {
   row["egress_gb"] = optional(r.egress_gb);
   row["storage_peak_gb"] = optional(r.storage_peak_gb);
   row["storage_spend_micros"] = money(r.storage_spend);
+  row["pricing"] = optional(pricing_column(r.pricing));
   return dump_json(row);
 }
 
@@ -258,6 +262,7 @@ RunRecord read_run(const Result& q, int i) {
   r.egress_gb = q.optional_f64(i, 49);
   r.storage_peak_gb = q.optional_f64(i, 50);
   r.storage_spend = q.optional_money(i, 51);
+  r.pricing = pricing_of_column(q.optional_text(i, 52));
   return r;
 }
 
@@ -789,7 +794,7 @@ struct PostgresStore::Impl final : StoreTxn {
           "DECLARE spendcap_report NO SCROLL CURSOR FOR SELECT id, team, experiment, project, "
           "user_name, host, tags, status, reason, exit_code, rate_micros_per_hour, started_at, "
           "day, heartbeat_at, finished_at, spend_micros, ceiling_micros, reconciled, overrun, "
-          "elapsed_seconds, storage_peak_gb, storage_spend_micros FROM runs "
+          "elapsed_seconds, storage_peak_gb, storage_spend_micros, pricing FROM runs "
           "WHERE started_at >= $1 AND started_at < $2",
           {param(since), param(until)});
       RunRecord r;
@@ -820,6 +825,7 @@ struct PostgresStore::Impl final : StoreTxn {
           r.elapsed_seconds = q.optional_f64(i, 19);
           r.storage_peak_gb = q.optional_f64(i, 20);
           r.storage_spend = q.optional_money(i, 21);
+          r.pricing = pricing_of_column(q.optional_text(i, 22));
           delivered = true;
           each(r);
         }

@@ -198,6 +198,11 @@ ALTER TABLE budgets ADD COLUMN member_groups TEXT;  -- JSON array of Unix group 
 ALTER TABLE runs ADD COLUMN storage_peak_gb REAL;
 ALTER TABLE runs ADD COLUMN storage_spend_micros INTEGER;  -- part of spend_micros
 )sql",
+    // v11 (issue 21: pricing per run): how the run's rate was priced, written at admission, for
+    // FOCUS's PricingCategory and the rollups. NULL: unknown (every run recorded before v11).
+    R"sql(
+ALTER TABLE runs ADD COLUMN pricing TEXT CHECK (pricing IN ('on-demand', 'spot', 'reserved'));
+)sql",
     // v13 (issue 23: the grant rule in PostgreSQL's server): nothing changes here; the number
     // keeps both backends' versions equal.
     R"sql(
@@ -214,7 +219,7 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
   "spend_micros, ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, " \
   "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "       \
   "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "                \
-  "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline"
+  "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, pricing"
 
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
@@ -388,6 +393,9 @@ struct SqliteStore::Impl final : StoreTxn {
     }
     std::optional<double> optional_f64(int column) {
       return is_null(column) ? std::nullopt : std::optional<double>(f64(column));
+    }
+    std::optional<std::string> optional_text(int column) {
+      return is_null(column) ? std::nullopt : std::optional<std::string>(text(column));
     }
 
    private:
@@ -624,6 +632,7 @@ RunRecord SqliteStore::Impl::read_run(Query& q) {
     g.sources = q.text(44);
     g.timeline = timeline_from_text(q.text(45));
   }
+  r.pricing = pricing_of_column(q.optional_text(46));
   return r;
 }
 
@@ -656,14 +665,15 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
       "INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
       "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-      "NULL, NULL)");
+      "NULL, NULL, ?)");
   q.bind_all(r.id, r.job_key.empty() ? std::nullopt : std::optional<std::string>(r.job_key), r.team,
              r.experiment, r.project, r.user, json_of(r.tags), json_of(r.command), r.fingerprint,
              r.host, r.pid, to_string(r.mode), to_string(r.status), r.reason, r.exit_code,
              r.rate_per_hour, r.reserve, r.budget, to_ms_rounded_up(r.shutdown),
              to_ms_rounded_up(r.sync), r.started_at, r.day, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
-             r.would_stop_reason, r.elapsed_seconds, r.uid, r.reported_spend, r.overrun ? 1 : 0);
+             r.would_stop_reason, r.elapsed_seconds, r.uid, r.reported_spend, r.overrun ? 1 : 0,
+             pricing_column(r.pricing));
   q.run();
 }
 
@@ -974,7 +984,7 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
       "ceiling_micros, reconciled, overrun, elapsed_seconds, gpu_measured, gpu_not_measured, "
       "gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, gpu_energy_kwh, "
       "gpu_co2_kg, metric_name, metric_value, units, egress_gb, storage_peak_gb, "
-      "storage_spend_micros FROM runs "
+      "storage_spend_micros, pricing FROM runs "
       "WHERE started_at >= ? AND started_at < ?");
   q.bind_all(since, until);
   RunRecord r;
@@ -1029,6 +1039,7 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
     r.egress_gb = q.optional_f64(30);
     r.storage_peak_gb = q.optional_f64(31);
     r.storage_spend = q.optional_money(32);
+    r.pricing = pricing_of_column(q.optional_text(33));
     each(r);
   }
 }
@@ -1220,6 +1231,10 @@ const std::string& SqliteStore::path() const {
 
 void SqliteStore::transact(Access access, const std::function<void(StoreTxn&)>& body) {
   impl_->transaction(access == Access::write, [&] { body(*impl_); });
+}
+
+int SqliteStore::latest_schema_version() {
+  return kSchemaVersion;
 }
 
 int SqliteStore::schema_version() {

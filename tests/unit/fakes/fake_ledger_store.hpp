@@ -189,6 +189,14 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
     return select([&](const RunRecord& run) { return run.reconcile_at <= now; });
   }
   bool any_run_due(double now) override { return !runs_due(now).empty(); }
+  std::vector<RunRecord> all_runs() override {
+    std::vector<RunRecord> runs;
+    for (const auto& [id, run] : data().runs) runs.push_back(run);
+    std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {
+      return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);
+    });
+    return runs;
+  }
   std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint,
                                              double since) override {
     std::vector<RunRecord> runs;

@@ -15,6 +15,7 @@
 #include "ledger/postgres/pg_test_support.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/budget_ledger.hpp"
+#include "spendcap/ledger/ledger_copy.hpp"
 #include "spendcap/ledger/postgres/postgres_ledger.hpp"
 #include "spendcap/ledger/postgres/postgres_store.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
@@ -1230,6 +1231,55 @@ TEST_CASE_TEMPLATE("Ledger conformance: a budget's member groups are kept with i
   for (const BudgetRule& rule : t.ledger->budget_rules()) {
     CHECK(rule.member_groups.empty());
   }
+}
+
+// Issue 21: a run's pricing is written at admission and read back everywhere a run is read (its
+// view, the report stream, the store's own row), and a copied ledger keeps it. A run admitted
+// without one (as every run before schema v11) reads back as unknown, never as on-demand.
+TEST_CASE_TEMPLATE("Ledger conformance: a run's pricing round-trips, and unknown stays unknown",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  const std::map<std::string, std::optional<Pricing>> pricings = {
+      {"p-on-demand", Pricing::on_demand},
+      {"p-spot", Pricing::spot},
+      {"p-reserved", Pricing::reserved},
+      {"p-unknown", std::nullopt}};
+  for (const auto& [id, pricing] : pricings) {
+    RunStart run = run_start(id, "vision", usd(1));
+    run.pricing = pricing;
+    REQUIRE(t.ledger->begin_run(run).admitted);
+    t.clock.advance(1);
+  }
+  for (const auto& [id, pricing] : pricings) {
+    std::optional<RunView> view = t.ledger->find_run(id);
+    REQUIRE(view);
+    CHECK_MESSAGE(view->pricing == pricing, id);
+  }
+  t.ledger->finish_run(run_final("p-spot", usd(0.5)));  // the final row leaves it as it was
+  t.ledger->finish_run(run_final("p-unknown", usd(0.5)));
+  CHECK(t.ledger->find_run("p-spot")->pricing == Pricing::spot);
+  CHECK_FALSE(t.ledger->find_run("p-unknown")->pricing.has_value());
+
+  std::map<std::string, std::optional<Pricing>> reported;
+  t.ledger->for_each_run_started(0, 1e18,
+                                 [&](const RunRecord& run) { reported[run.id] = run.pricing; });
+  CHECK(reported == pricings);
+
+  // `ledger copy` carries it (every run final first, as copy requires).
+  for (const char* id : {"p-on-demand", "p-reserved"})
+    t.ledger->finish_run(run_final(id, usd(0.1)));
+  LedgerBackend target = Backend::make();
+  auto from = t.backend.open_store([&] { return t.clock.now(); });
+  auto to = target.open_store([&] { return t.clock.now(); });
+  CHECK(copy_ledger(*from, *to).runs == 4);
+  std::map<std::string, std::optional<Pricing>> copied;
+  to->transact(Access::read, [&](StoreTxn& txn) {
+    copied.clear();
+    for (const RunRecord& run : txn.all_runs()) copied[run.id] = run.pricing;
+  });
+  CHECK(copied == pricings);
+  CHECK(t.inconsistencies().empty());
 }
 
 }  // namespace spendcap::testing

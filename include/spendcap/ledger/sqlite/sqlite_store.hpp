@@ -70,6 +70,7 @@ class SqliteStore final : public LedgerStore {
   // ---- for tests, benchmarks and repair ----
   const std::string& path() const;
   int schema_version();
+  static int latest_schema_version();  // what a ledger opened by this spendcap is migrated to
   // Compares the usage rows with a recomputation from the runs table; one line per difference
   // ("team:vision day 19700: held 300000 != 200000"), empty when they agree.
   std::vector<std::string> verify_aggregates();
