@@ -234,13 +234,15 @@ TEST_CASE("SqliteLedger: a private file in new directories, a group file in a sh
 TEST_CASE("SqliteLedger: the schema is versioned and migrated once") {
   TempDir dir;
   std::string path = dir.file("ledger.db");
+  int latest = 0;
   {
     SqliteLedger ledger(path, {});
-    CHECK(ledger.schema_version() == 9);
+    latest = ledger.schema_version();
+    CHECK(latest >= 10);  // v12 (issue 19) is at least the 10th entry; other branches add more
   }
   {
     SqliteLedger reopened(path, {});
-    CHECK(reopened.schema_version() == 9);
+    CHECK(reopened.schema_version() == latest);
   }
   RawDb(path).exec("INSERT INTO schema_version (version) VALUES (99)");
   CHECK_THROWS_WITH_AS(SqliteLedger(path, {}), doctest::Contains("is newer than this spendcap's"),
