@@ -9,7 +9,6 @@
 
 namespace spendcap {
 
-
 std::vector<std::string> missing_membership(Ledger& ledger, const Scope& scope) {
   std::vector<BudgetRule> rules = ledger.budget_rules();
   auto rule = std::find_if(rules.begin(), rules.end(),

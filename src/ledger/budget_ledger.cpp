@@ -289,8 +289,7 @@ BudgetLedger::BudgetLedger(std::unique_ptr<LedgerStore> store, const LedgerOptio
       budget_caps_(options.budget_caps),
       caller_(options.caller ? *options.caller : current_caller()) {}
 
-std::function<std::optional<BudgetRule>(const Scope&)> BudgetLedger::rules_in(
-    StoreTxn& txn) const {
+std::function<std::optional<BudgetRule>(const Scope&)> BudgetLedger::rules_in(StoreTxn& txn) const {
   return [&txn, this](const Scope& scope) {
     return rule_in_force(txn.budget_rule(scope), scope, budget_caps_);
   };

@@ -125,7 +125,7 @@ AcceptedResult BudgetLedger::accept_run(const std::string& run_id, const std::st
     if (run->status == RunStatus::refused) {
       throw Error("spendcap accept " + run_id, "the run was refused and has no result");
     }
-    if (std::string why = why_not_act_on_run(who, *run, rules_in(txn)); !why.empty()) {
+    if (std::string why = why_not_accept_run(who, *run, rules_in(txn)); !why.empty()) {
       throw Error("spendcap accept " + run_id,
                   "the run " + run_label(*run) + " is not " + who.caller.user + "'s: " + why,
                   "only the run's user, the members of its team and the ledger's owner may "

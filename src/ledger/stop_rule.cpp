@@ -96,6 +96,15 @@ std::string why_not_act_on_run(const Asker& asker, const RunRecord& run, const R
   return "";
 }
 
+std::string why_not_accept_run(const Asker& asker, const RunRecord& run, const RuleOf& rule_of) {
+  if (asker.owner || run.user == asker.caller.user) return "";
+  if (!run.team.empty() && !names_members(rule_of({ScopeKind::team, run.team}))) {
+    return "team:" + run.team + " names no members, so only " + run.user +
+           " and the ledger's owner may accept it";
+  }
+  return why_not_act_on_run(asker, run, rule_of);
+}
+
 std::string why_not_order_scope(const Asker& asker, const Scope& scope, const RuleOf& rule_of,
                                 const std::optional<RunRecord>& run,
                                 const std::vector<RunRecord>& job_runs) {
@@ -110,7 +119,8 @@ std::string why_not_order_scope(const Asker& asker, const Scope& scope, const Ru
       std::optional<BudgetRule> rule = rule_of(scope);
       if (!names_members(rule)) return "";  // an open team: everyone is its member
       std::string why = why_not_member(asker.caller, rule);
-      return why.empty() ? "" : why + ": only its members (and the ledger's owner) may stop its runs";
+      return why.empty() ? ""
+                         : why + ": only its members (and the ledger's owner) may stop its runs";
     }
     case ScopeKind::experiment:
     case ScopeKind::project: {
@@ -120,7 +130,8 @@ std::string why_not_order_scope(const Asker& asker, const Scope& scope, const Ru
                "in it: only the ledger's owner may place it";
       }
       std::string why = why_not_member(asker.caller, rule);
-      return why.empty() ? "" : why + ": only its members (and the ledger's owner) may stop its runs";
+      return why.empty() ? ""
+                         : why + ": only its members (and the ledger's owner) may stop its runs";
     }
     case ScopeKind::run:
       if (!run) return "no such run";

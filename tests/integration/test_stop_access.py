@@ -173,8 +173,10 @@ class PostgresAccessTest(pg.PostgresLedgerTest):
         self.assertEqual(applied.returncode, 0, applied.stderr)
 
     def as_role(self, role, args, **kwargs):
-        return self.run_spendcap(list(args) + ["--ledger", pg.ledger_url(self.schema, role)],
-                                 **kwargs)
+        args = list(args)
+        at = args.index("--") if "--" in args else len(args)  # before the command, if any
+        args[at:at] = ["--ledger", pg.ledger_url(self.schema, role)]
+        return self.run_spendcap(args, **kwargs)
 
     def refused(self, role, sql):
         done = pg.psql(sql, user=role, check=False)
@@ -191,7 +193,8 @@ class PostgresAccessTest(pg.PostgresLedgerTest):
         s = self.schema
         # alice's runs have no team: only alice's role and the owner's may stop or accept them.
         done = self.as_role(self.alice, ["run", "--experiment", "e1", "--rate", "36",
-                                         "--budget", "0.5", "--", "true"])
+                                         "--budget", "0.5", "--grace", "0s", "--kill-after", "1s", "--",
+                                         "true"])
         self.assertEqual(done.returncode, 0, done.stderr)
         finished = [r for r in self.pg_runs().values() if r["status"] == "succeeded"][0]["id"]
         release = self.path("release")
@@ -247,7 +250,8 @@ class PostgresAccessTest(pg.PostgresLedgerTest):
         self.assertEqual(stop.returncode, 0, stop.stderr)
         self.assertEqual(process.wait(timeout=60), 123, "her own order stopped her run")
         again = self.as_role(self.alice, ["run", "--experiment", "e1", "--rate", "36",
-                                          "--budget", "0.5", "--", "true"])
+                                          "--budget", "0.5", "--grace", "0s", "--kill-after", "1s", "--",
+                                         "true"])
         self.assertEqual(again.returncode, 0, again.stderr)
         accept = self.as_role(self.alice, ["accept", finished])
         self.assertEqual(accept.returncode, 0, accept.stderr)

@@ -2,7 +2,8 @@
 // every rule a backend would otherwise copy: admission and its refusal messages, the grant rule
 // applied to a run's scopes (decide_grant, grant_rule.hpp), heartbeat and final deltas of the
 // usage rows, reconciliation of lost runs, warn mode's would-stop, stop orders, budgets and who
-// may change them, and who may stop and accept whose runs (stop_rule.hpp). Each Ledger call is one store transaction that reconciles due lost runs first.
+// may change them, and who may stop and accept whose runs (stop_rule.hpp). Each Ledger call is one
+// store transaction that reconciles due lost runs first.
 //
 // Used by one thread at a time, like its store.
 #pragma once
@@ -11,6 +12,7 @@
 
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/ledger/ledger_store.hpp"
+#include "spendcap/ledger/stop_rule.hpp"
 
 namespace spendcap {
 
@@ -68,7 +70,7 @@ class BudgetLedger : public Ledger {
   // The budgets in force in `txn` (rows capped by budget_caps_), for ledger/stop_rule.hpp.
   std::function<std::optional<BudgetRule>(const Scope&)> rules_in(StoreTxn& txn) const;
   // The caller, and whether it owns the ledger (asked of the store outside any transaction).
-  struct Asker asker();
+  Asker asker();
 
   std::unique_ptr<LedgerStore> store_;
   bool ignore_other_runs_ = false;

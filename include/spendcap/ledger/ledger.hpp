@@ -302,7 +302,8 @@ class Ledger {
   virtual std::vector<LostRun> untold_lost_runs() = 0;
   // Marks the run's `lost` event told and stores `entries` in the outbox, in one transaction and
   // once: false (nothing stored) when another reconciler told it first or it is no longer lost.
-  virtual bool tell_lost_run(const std::string& run_id, const std::vector<OutboxEntry>& entries) = 0;
+  virtual bool tell_lost_run(const std::string& run_id,
+                             const std::vector<OutboxEntry>& entries) = 0;
 
   // --- stop orders (who may: ledger/stop_rule.hpp; refused with Error, 125) ---
   virtual StopOrder place_stop_order(const Scope& scope, const std::string& reason,
@@ -343,9 +344,7 @@ class Ledger {
 // Whether it owns the ledger is the store's to say.
 struct Caller {
   std::string user;
-  std::function<bool(const std::string& group)> in_group = [](const std::string&) {
-    return false;
-  };
+  std::function<bool(const std::string& group)> in_group = [](const std::string&) { return false; };
 };
 
 struct LedgerOptions {

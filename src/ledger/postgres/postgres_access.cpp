@@ -162,7 +162,8 @@ BEGIN
   RETURN cleared;
 END $$;
 
--- Marks a finished run's result as the one kept, or replaces the note: whoever may act on it.
+-- Marks a finished run's result as the one kept, or replaces the note: the run's role, the owner,
+-- or a member its team's budget names.
 CREATE OR REPLACE FUNCTION spendcap_accept_result(accepted_run text, accepted_note text,
                                                   accepted_by_whom text,
                                                   accepted_when double precision) RETURNS void
@@ -180,6 +181,13 @@ BEGIN
       USING ERRCODE = 'insufficient_privilege';
   END IF;
   refusal := spendcap_why_not_act_on_run(o);
+  -- Accepting takes a member the team's budget names: an open team's runs are their role's.
+  IF refusal = '' AND NOT spendcap_caller_is_owner() AND o.db_role <> session_user
+     AND NOT EXISTS (SELECT 1 FROM budgets WHERE scope_kind = 'team' AND scope_name = o.team
+                     AND COALESCE(member_groups, '[]') <> '[]') THEN
+    refusal := format('run %s was admitted by %s, and team:%s names no members', left(o.id, 8),
+                      o.db_role, o.team);
+  END IF;
   IF refusal <> '' THEN
     RAISE EXCEPTION 'accepting: %', refusal USING ERRCODE = 'insufficient_privilege';
   END IF;

@@ -1038,8 +1038,8 @@ std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> SqliteStore::Impl::un
   for (RunRecord& run : read_runs(q)) {
     auto hooks = query("SELECT webhooks FROM run_webhooks WHERE run_id = ?");
     hooks.bind(run.id);
-    std::vector<RunWebhook> named = hooks.step() ? webhooks_of_json(hooks.text(0))
-                                                 : std::vector<RunWebhook>{};
+    std::vector<RunWebhook> named =
+        hooks.step() ? webhooks_of_json(hooks.text(0)) : std::vector<RunWebhook>{};
     lost.emplace_back(std::move(run), std::move(named));
   }
   return lost;

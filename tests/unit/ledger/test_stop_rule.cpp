@@ -52,12 +52,15 @@ TEST_CASE("stop rule: a run is its user's, its team members', and the owner's") 
   CHECK(why_not_act_on_run(Asker{caller("alice"), false}, vision, rules()).empty());
   CHECK(why_not_act_on_run(member, vision, rules()).empty());
   CHECK(why_not_act_on_run(Asker{caller("bob"), true}, vision, rules()).empty());
-  CHECK(why_not_act_on_run(bob, vision, rules()) ==
-        "bob is not in the group vis of team:vision");
+  CHECK(why_not_act_on_run(bob, vision, rules()) == "bob is not in the group vis of team:vision");
   // An open team takes anyone; a run without a team is its user's alone.
   CHECK(why_not_act_on_run(bob, run_of("r2", "alice", "open"), rules()).empty());
   CHECK(why_not_act_on_run(bob, run_of("r3", "alice", ""), rules()) ==
         "it is alice's and has no team");
+  // Accepting takes a named member: not everyone an open team takes.
+  CHECK(!why_not_accept_run(bob, run_of("r2", "alice", "open"), rules()).empty());
+  CHECK(why_not_accept_run(member, vision, rules()).empty());
+  CHECK(!why_not_accept_run(bob, vision, rules()).empty());
 }
 
 TEST_CASE("stop rule: an order's later runs need someone who speaks for the scope") {
@@ -94,9 +97,8 @@ TEST_CASE("BudgetLedger: a caller who is not the owner reaches only the runs it 
         std::make_unique<FakeLedgerStore>(state, [&clock] { return clock.now(); }), options);
   };
   auto owner = open(caller("root"));
-  owner->apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, std::nullopt,
-                         {"vis"}}},
-                       false);
+  owner->apply_budgets(
+      {{{ScopeKind::team, "vision"}, usd(10), Period::month, std::nullopt, {"vis"}}}, false);
   RunStart start = run_start("r1", "vision", usd(1));
   start.user = "alice";
   start.experiment = "e1";
@@ -106,8 +108,7 @@ TEST_CASE("BudgetLedger: a caller who is not the owner reaches only the runs it 
   for (Scope scope : {Scope{ScopeKind::team, "vision"}, Scope{ScopeKind::experiment, "e1"},
                       Scope{ScopeKind::user, "alice"}, Scope{ScopeKind::run, "r1"}}) {
     CAPTURE(to_string(scope));
-    CHECK_THROWS_WITH_AS(bob->place_stop_order(scope, "", "bob@h"), doctest::Contains("r1"),
-                         Error);
+    CHECK_THROWS_WITH_AS(bob->place_stop_order(scope, "", "bob@h"), doctest::Contains("r1"), Error);
   }
   CHECK(bob->active_stop_orders().empty());
   bob->place_stop_order({ScopeKind::user, "bob"}, "", "bob@h");
