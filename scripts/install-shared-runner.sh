@@ -4,6 +4,7 @@
 #
 #   scripts/install-shared-runner.sh [--binary BUILT] [--bin PATH] [--ledger-dir DIR]
 #                                    [--policy-file LOCKED] [--group NAME] [POLICY]
+#                                    [--metrics-dir MDIR [--metrics-reader USER]]
 #
 # It creates the group (default spendcap; users are NOT added to it), installs BUILT (default
 # build/spendcap) as PATH (default /usr/local/bin/spendcap) root:GROUP mode 2755, creates DIR
@@ -11,6 +12,11 @@
 # writes POLICY (default policies/shared-runner.json) as the locked LOCKED (default
 # /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file; then applies the locked
 # budgets to the ledger. spendcap holds the group only while it opens the ledger.
+# With --metrics-dir, MDIR (node_exporter's textfile directory) is made root:GROUP 2770 and the
+# locked policy's "metrics_dir" names it: only spendcap's metrics writer (which keeps the group)
+# writes there, files 0660. --metrics-reader USER (node_exporter's user) gets read access through
+# an ACL (u:USER:rx on MDIR, default u:USER:r on its files), not through the group (the group
+# writes the ledger). Needs setfacl (Debian's acl).
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +26,8 @@ ledger_dir=/var/lib/spendcap
 policy_file=/etc/spendcap/policy.json
 group=spendcap
 policy="$here/policies/shared-runner.json"
+metrics_dir=""
+metrics_reader=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,7 +36,9 @@ while [ $# -gt 0 ]; do
     --ledger-dir) ledger_dir=$2; shift 2 ;;
     --policy-file) policy_file=$2; shift 2 ;;
     --group) group=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --metrics-dir) metrics_dir=$2; shift 2 ;;
+    --metrics-reader) metrics_reader=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "install-shared-runner: unknown option $1" >&2; exit 2 ;;
     *) policy=$1; shift ;;
   esac
@@ -59,15 +69,35 @@ for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
   [ -e "$file" ] && chown root:"$group" "$file" && chmod 0660 "$file"
 done
 
+# Metrics (issue 19): a directory only the group writes; its reader by an ACL, not the group.
+if [ -n "$metrics_reader" ] && [ -z "$metrics_dir" ]; then
+  echo "install-shared-runner: --metrics-reader needs --metrics-dir" >&2; exit 2
+fi
+if [ -n "$metrics_dir" ]; then
+  install -d -o root -g "$group" -m 2770 "$metrics_dir"
+  chown root:"$group" "$metrics_dir"
+  chmod 2770 "$metrics_dir"
+  if [ -n "$metrics_reader" ]; then
+    command -v setfacl >/dev/null || { echo "install-shared-runner: --metrics-reader needs setfacl (apt-get install acl)" >&2; exit 1; }
+    id -u "$metrics_reader" >/dev/null 2>&1 || { echo "install-shared-runner: no user $metrics_reader" >&2; exit 1; }
+    setfacl -m "u:$metrics_reader:rx" "$metrics_dir"
+    setfacl -d -m "u:$metrics_reader:r" "$metrics_dir"
+    # Files already there (an earlier install) get it too.
+    find "$metrics_dir" -maxdepth 1 -type f -exec setfacl -m "u:$metrics_reader:r" {} +
+  fi
+fi
+
 # The locked policy, naming that ledger; root-owned 0644 in a directory only root writes.
 install -d -o root -g root -m 0755 "$(dirname "$policy_file")"
-python3 - "$policy" "$ledger" "$policy_file.new" <<'PY'
+python3 - "$policy" "$ledger" "$policy_file.new" "$metrics_dir" <<'PY'
 import json, sys
-source, ledger, out = sys.argv[1:]
+source, ledger, out, metrics_dir = sys.argv[1:]
 with open(source) as f:
     policy = json.load(f)
 policy["locked"] = True
 policy["ledger"] = "sqlite:" + ledger
+if metrics_dir:
+    policy["metrics_dir"] = metrics_dir
 with open(out, "w") as f:
     json.dump(policy, f, indent=2)
     f.write("\n")

@@ -5,16 +5,20 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/exit_code.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/command_line.hpp"
 #include "spendcap/cli/ledger_cli.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/report_commands.hpp"
 #include "spendcap/cli/run.hpp"
+#include "spendcap/cli/runs.hpp"
 #include "spendcap/cli/webhooks.hpp"
 #include "spendcap/process/launcher.hpp"
 
@@ -60,6 +64,9 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
                "stop the run (123) when its projected total exceeds its budget");
   run.add_flag("--retry-backoff", request.retry_backoff,
                "after recent failures of the same command, wait 10s doubling (max 5m) first");
+  run.add_flag("--clear-crash-loop", request.clear_crash_loop,
+               "the command is fixed: start it although the crash-loop guard would refuse it "
+               "(its failures' user, a team member or the ledger's owner; kept in the ledger)");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--metrics-dir", request.metrics_dir,
                  "write the run's spend as a Prometheus textfile here (node_exporter)");
@@ -94,6 +101,45 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   // Not required here: run says what to do when it is missing (give the command after --).
   run.add_option("command", request.command, "the command and its arguments, after --");
   run.positionals_at_end();
+}
+
+// "50k" -> "50000", "1.5M" -> "1500000", "7B" -> "7000000000": counts as people write them.
+// Anything else is passed on unchanged, for the command's own check to judge.
+std::string expand_count_suffix(std::string text) {
+  if (text.size() < 2) return text;
+  double factor = 0;
+  switch (text.back()) {
+    case 'k':
+    case 'K':
+      factor = 1e3;
+      break;
+    case 'M':
+      factor = 1e6;
+      break;
+    case 'B':
+    case 'G':
+      factor = 1e9;
+      break;
+    default:
+      return text;
+  }
+  std::string number = text.substr(0, text.size() - 1);
+  char* end = nullptr;
+  double value = std::strtod(number.c_str(), &end);
+  if (end == number.c_str() || *end != '\0' || !(value >= 0) || value > 1e15 ||
+      number.find_first_of("eExXpP") != std::string::npos) {
+    return text;
+  }
+  char expanded[48];
+  std::snprintf(expanded, sizeof expanded, "%.0f", value * factor);
+  return expanded;
+}
+
+void accept_count_suffixes(CLI::App& command, const char* name) {
+  if (CLI::Option* option = command.get_option_no_throw(name)) {
+    option->transform([](std::string text) { return expand_count_suffix(std::move(text)); }, "",
+                      "k/M/B");
+  }
 }
 
 // Typed hints in --help ("--rate USD_PER_HOUR", not "TEXT"), set by name so that a flag added
@@ -160,6 +206,8 @@ void name_option_types(CLI::App& command) {
       {"--until", "DATE"},
       {"--by", "team|experiment|project|user|host|day|tag:KEY"},
       {"--format", "FORMAT"},
+      {"--status", "STATUS"},
+      {"--limit", "COUNT"},
       {"--baseline", "VALUE"},
       {"--metric", "NAME"},
       {"--metric-goal", "min|max"},
@@ -186,6 +234,28 @@ void keep_exit_table_on(CLI::App& app, const CLI::App* run) {
     if (sub != run) sub->footer("");
     keep_exit_table_on(*sub, run);
   }
+}
+
+// The CLI11 tree as cli/command_line.hpp reads it, for the typo and stray-word checks.
+spendcap::CommandSpec describe(const CLI::App& command) {
+  spendcap::CommandSpec spec;
+  spec.name = command.get_name();
+  spec.fallthrough = command.get_fallthrough();
+  for (const CLI::Option* option : command.get_options()) {
+    if (!option->nonpositional()) {
+      spec.has_positionals = true;
+      continue;
+    }
+    spendcap::OptionSpec described;
+    for (const std::string& name : option->get_lnames()) described.names.push_back("--" + name);
+    for (const std::string& name : option->get_snames()) described.names.push_back("-" + name);
+    described.takes_value = option->get_items_expected_min() > 0;
+    spec.options.push_back(std::move(described));
+  }
+  for (const CLI::App* sub : command.get_subcommands([](const CLI::App*) { return true; })) {
+    spec.subcommands.push_back(describe(*sub));
+  }
+  return spec;
 }
 
 void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
@@ -290,7 +360,26 @@ int main(int argc, char** argv) {
   std::string show_run;
   CLI::App* show = app.add_subcommand("show", "one run: spend, GPU time, energy, timeline");
   add_ledger_options(*show, choice);
-  show->add_option("run", show_run, "the run's id")->required();
+  show->add_option("run", show_run, "the run's id, or any unique prefix (runs and ps show 8)")
+      ->required();
+  spendcap::RunsRequest runs_request;
+  CLI::App* runs = app.add_subcommand(
+      "runs", "run history, newest first, as sacct: finished and running runs, one row each");
+  {
+    auto& r = runs_request;
+    add_ledger_options(*runs, r.choice);
+    runs->add_option("--since", r.since, "runs started from (2026-12-01, ...T10:00:00Z, 30d)");
+    runs->add_option("--until", r.until, "runs started before (a date: through that day)");
+    runs->add_option("--team", r.team, "only the team's runs");
+    runs->add_option("--experiment", r.experiment, "only the experiment's runs");
+    runs->add_option("--user", r.user, "only the user's runs");
+    runs->add_option("--status", r.status,
+                     "only runs with this status (running, succeeded, failed, killed, refused, "
+                     "lost, preempted)");
+    runs->add_option("--limit", r.limit, "at most this many, the newest (default 50)");
+    runs->add_flag("--json", r.json, "print JSON");
+    runs->add_option("--format", r.format, "table (default), csv or json");
+  }
   // ---- report, estimate, accept (cli/report_commands.hpp) ----
   spendcap::EstimateRequest estimate_request;
   CLI::App* estimate = app.add_subcommand("estimate", "what a run will cost, before it starts");
@@ -348,21 +437,57 @@ int main(int argc, char** argv) {
   std::string accept_run_id, accept_note;
   CLI::App* accept = app.add_subcommand("accept", "mark a run's result as the one kept");
   add_ledger_options(*accept, choice);
-  accept->add_option("run_id", accept_run_id, "the run")->required();
+  accept->add_option("run_id", accept_run_id, "the run (its id, or any unique prefix)")->required();
   accept->add_option("--note", accept_note, "why it is kept");
 
+  accept_count_suffixes(*estimate, "--steps");
+  accept_count_suffixes(*estimate, "--params");
+  accept_count_suffixes(*estimate, "--tokens");
+  accept_count_suffixes(*estimate, "--predictions-per-day");
+  accept_count_suffixes(*run, "--estimate-steps");
   name_option_types(app);  // after every subcommand is added
   keep_exit_table_on(app, run);
 
+  // A typo or a stray word is named with what to do, before or instead of CLI11's message.
+  auto refuse_command_line = [&](const std::optional<spendcap::CommandLineProblem>& problem) {
+    std::string what =
+        problem->where == "spendcap" ? problem->word : problem->where + " " + problem->word;
+    spendcap::Error error(what, problem->message, problem->hint);
+    std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
+              << "\n";
+    if (*run && run_request.status_file) {
+      spendcap::write_error_status(*run_request.status_file, error);
+    }
+    return spendcap::to_int(ExitCode::internal);
+  };
+  std::vector<std::string> args(argv + 1, argv + argc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
+    bool asked = dynamic_cast<const CLI::CallForHelp*>(&error) ||
+                 dynamic_cast<const CLI::CallForAllHelp*>(&error) ||
+                 dynamic_cast<const CLI::CallForVersion*>(&error);
+    if (!asked) {
+      if (auto problem = spendcap::find_command_line_problem(describe(app), args)) {
+        return refuse_command_line(problem);
+      }
+    }
     int status = app.exit(error);
     if (status != 0 && *run && run_request.status_file) {
       spendcap::write_error_status(*run_request.status_file,
                                    spendcap::Error("run", error.what(), "see spendcap run --help"));
     }
     return status == 0 ? 0 : spendcap::to_int(ExitCode::internal);
+  }
+  if (auto problem = spendcap::find_command_line_problem(describe(app), args)) {
+    return refuse_command_line(problem);
+  }
+  if (*run && run_request.title && run_request.quiet) {
+    // --quiet prints errors only, the title included: together they would accept --title and
+    // show nothing.
+    return refuse_command_line(spendcap::CommandLineProblem{
+        "run", "--title", "does nothing with --quiet (which prints errors only, no title)",
+        "drop one of them"});
   }
 
   try {
@@ -378,6 +503,7 @@ int main(int argc, char** argv) {
     if (*notify_test) return spendcap::notify_test_command(notify_request);
     if (*copy) return spendcap::ledger_copy_command(copy_from, copy_to);
     if (*show) return spendcap::show_command(choice, show_run);
+    if (*runs) return spendcap::runs_command(runs_request);
     if (*estimate) return spendcap::estimate_command(estimate_request);
     if (*report) return spendcap::report_command(report_request);
     if (*accept) return spendcap::accept_command(choice, accept_run_id, accept_note);

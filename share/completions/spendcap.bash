@@ -38,18 +38,19 @@ _spendcap() {
     --forward) mapfile -t COMPREPLY < <(compgen -W "SIGUSR1 SIGUSR2 SIGHUP SIGINT SIGCONT SIGWINCH" -- "$cur"); return 0 ;;
     --webhook-env) mapfile -t COMPREPLY < <(compgen -v -- "$cur"); return 0 ;;
     --format) mapfile -t COMPREPLY < <(compgen -W "table csv json focus html" -- "$cur"); return 0 ;;
+    --status) mapfile -t COMPREPLY < <(compgen -W "running succeeded failed killed refused lost preempted" -- "$cur"); return 0 ;;
     --by) mapfile -t COMPREPLY < <(compgen -W "team experiment project user host day tag:" -- "$cur"); return 0 ;;
     --metric-goal) mapfile -t COMPREPLY < <(compgen -W "max min" -- "$cur"); return 0 ;;
   esac
 
   local options ledger="--policy --ledger --help"
   case $subcommand in
-    "") options="run policy budgets ps stop outbox notify ledger show estimate report accept
+    "") options="run policy budgets ps stop outbox notify ledger show runs estimate report accept
                  --help --version" ;;
     run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus
                   --instance --instances --pricing --mode --checkpoint-signal --grace --kill-after
                   --interval --sync --claim-horizon --isolation --stall-after --require-fit
-                  --retry-backoff --status-file --policy --ledger --webhook-env --webhook
+                  --retry-backoff --clear-crash-loop --status-file --policy --ledger --webhook-env --webhook
                   --quiet --title --spot-notice --spot-notice-url --log --exit-window --forward
                   --estimate-steps --step-time --metrics-dir --billing --checkpoint-dir
                   --checkpoint-max-gb --help --" ;;
@@ -79,6 +80,8 @@ _spendcap() {
               *) options="copy --help" ;;
             esac ;;
     show) options="$ledger" ;;
+    runs) options="--since --until --team --experiment --user --status --limit --json --format
+                   $ledger" ;;
     accept) options="--note $ledger" ;;
     report) options="--by --since --until --team --experiment --format --baseline --metric
                      --metric-goal $ledger" ;;

@@ -58,18 +58,43 @@ std::optional<Money> money_from_number(double value) {
   return Money{static_cast<std::int64_t>(std::llround(value * 1e6))};
 }
 
-std::string format_money(Money amount, std::string_view currency) {
+namespace {
+// `units` printed with `decimals` decimals, trailing zeros beyond `keep` decimals trimmed.
+std::string fixed_decimals(double units, int decimals, int keep) {
   char buffer[64];
-  double units = amount.units();
-  int decimals = std::fabs(units) < 1.0 ? 4 : 2;
-  if (currency == "USD") {
-    std::snprintf(buffer, sizeof buffer, "%s$%.*f", units < 0 ? "-" : "", decimals,
-                  std::fabs(units));
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%.*f %.*s", decimals, units,
-                  static_cast<int>(currency.size()), currency.data());
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, units);
+  std::string text = buffer;
+  size_t dot = text.find('.');
+  if (dot == std::string::npos) return text;
+  while (text.size() > dot + 1 + static_cast<size_t>(keep) && text.back() == '0') text.pop_back();
+  if (text.back() == '.') text.pop_back();
+  return text;
+}
+
+std::string with_currency(const std::string& number, bool negative, std::string_view currency) {
+  if (currency == "USD") return std::string(negative ? "-" : "") + "$" + number;
+  return std::string(negative ? "-" : "") + number + " " + std::string(currency);
+}
+}  // namespace
+
+std::string format_money(Money amount, std::string_view currency) {
+  double units = std::fabs(amount.units());
+  // Below $0.0001 four decimals would say $0.0000 for money that was spent: show the micro-units.
+  int decimals = units >= 1.0 ? 2 : (units > 0 && units < 0.0001 ? 6 : 4);
+  return with_currency(fixed_decimals(units, decimals, decimals == 6 ? 4 : decimals),
+                       amount.micros < 0, currency);
+}
+
+std::string format_unit_price(double amount, std::string_view currency) {
+  if (!std::isfinite(amount)) return with_currency("?", false, currency);
+  double units = std::fabs(amount);
+  int decimals = 2;
+  if (units > 0 && units < 1.0) {
+    // 4 significant digits: 0.004617 -> 6 decimals, 0.00004617 -> 8; at most 12 (a trillionth).
+    int leading_zeros = static_cast<int>(std::floor(-std::log10(units)));
+    decimals = std::clamp(leading_zeros + 4, 4, 12);
   }
-  return buffer;
+  return with_currency(fixed_decimals(units, decimals, units >= 1.0 ? 2 : 4), amount < 0, currency);
 }
 
 double money_to_json(Money amount) {

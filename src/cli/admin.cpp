@@ -7,15 +7,19 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/lost_runs.hpp"
 #include "spendcap/cli/membership.hpp"
+#include "spendcap/cli/runs.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/supervise/run_env.hpp"
@@ -60,6 +64,7 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
     if (currency) *currency = loaded.policy.currency;
     lost_currency = loaded.policy.currency;
     if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
+    options.postgres_password = ledger_password(loaded.policy, loaded.locked_policy);
     keep_rules(loaded);
   }
   std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);
@@ -105,26 +110,6 @@ std::string age(double seconds) {
   return format_duration(std::chrono::seconds(static_cast<std::int64_t>(seconds)));
 }
 
-// Prints rows as left-aligned columns, each cell escaped: names come from other users' rows.
-void print_table(std::vector<std::vector<std::string>> rows) {
-  for (auto& row : rows) {
-    for (std::string& cell : row) cell = escape_for_terminal(cell);
-  }
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << "\n";
-  }
-}
-
 // What a budget has spent: finished runs, and running runs so far (their last heartbeats).
 Money used(const BudgetView& view) {
   return view.spent + view.live;
@@ -166,6 +151,37 @@ std::string lost_status(const RunView& run, double now, const std::string& curre
   }
   return "lost (silent " + age(now - run.heartbeat_at) + "; holds its ceiling " +
          format_money(run.ceiling, currency) + ")";
+}
+
+// squeue's view of the budget a run is in: of its budgeted scopes, the one with the least left
+// (the one that binds), as spent + held of its amount ("team:vision 45% of $10.00"); a run with
+// only its own --budget, its ceiling of that. "-" when the run has neither.
+std::string budget_share(const RunView& run, const std::vector<BudgetView>& views,
+                         const std::string& currency) {
+  const BudgetView* binding = nullptr;
+  for (const Scope& scope : named_scopes(run)) {
+    for (const BudgetView& view : views) {
+      if (view.rule.scope == scope && (!binding || view.remaining() < binding->remaining())) {
+        binding = &view;
+      }
+    }
+  }
+  auto percent = [](Money part, Money whole) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%.0f%%",
+                  100.0 * static_cast<double>(part.micros) / static_cast<double>(whole.micros));
+    return std::string(text);
+  };
+  if (binding && binding->rule.amount > Money{}) {
+    return to_string(binding->rule.scope) + " " +
+           percent(binding->spent + binding->held, binding->rule.amount) + " of " +
+           format_money(binding->rule.amount, currency);
+  }
+  if (run.budget && *run.budget > Money{}) {
+    return "run " + percent(run.ceiling, *run.budget) + " of " +
+           format_money(*run.budget, currency);
+  }
+  return "-";
 }
 
 std::optional<Scope> requested_scope(const StopRequest& request) {
@@ -223,6 +239,16 @@ int policy_keys_command() {
   return 0;
 }
 
+namespace {
+bool same_rule(const BudgetRule& a, const BudgetRule& b) {
+  return a.scope == b.scope && a.period == b.period && a.amount == b.amount &&
+         a.max_run == b.max_run && a.member_groups == b.member_groups;
+}
+bool changed_rules(const std::vector<BudgetRule>& before, const std::vector<BudgetRule>& after) {
+  return !std::is_permutation(before.begin(), before.end(), after.begin(), after.end(), same_rule);
+}
+}  // namespace
+
 // Spend above ceilings is never hidden: it is in `spent`, and named.
 static std::string used_text(const BudgetView& view, const std::string& currency) {
   std::string text = format_money(used(view), currency);
@@ -238,7 +264,17 @@ int budgets_command(const LedgerChoice& choice, bool json) {
   // `budgets --policy FILE` shows what that file applies. A shared ledger's budgets change only
   // by `budgets apply`; those of the policy it lacks are named below the table.
   bool personal = !policy_rules.empty() && ledger->is_personal();
-  if (personal) ledger->apply_budgets(policy_rules, false);
+  if (personal) {
+    std::vector<BudgetRule> before = ledger->budget_rules();
+    ledger->apply_budgets(policy_rules, false);
+    // Never silent: a command that shows also wrote. Said on stderr, so that --json stays JSON.
+    if (changed_rules(before, ledger->budget_rules())) {
+      std::cerr << "spendcap: applied the policy's " << policy_rules.size() << " budget"
+                << (policy_rules.size() == 1 ? "" : "s") << " to your own ledger " << ledger->url()
+                << " (as `spendcap run` would; `spendcap budgets apply POLICY` also removes "
+                   "budgets the policy lacks)\n";
+    }
+  }
   std::vector<BudgetView> views = ledger->budgets();
   std::vector<std::string> not_applied;
   for (const BudgetRule& rule : personal ? std::vector<BudgetRule>{} : policy_rules) {
@@ -266,7 +302,7 @@ int budgets_command(const LedgerChoice& choice, bool json) {
            {"remaining", money_to_json(view.remaining())},
            {"members", view.rule.member_groups}});
     }
-    std::cout << dump_json(out, 2) << "\n";
+    std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
   auto say_not_applied = [&] {
@@ -333,6 +369,9 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"project", run.project},
                      {"user", run.user},
                      {"job_key", run.job_key},
+                     {"node", run.tags.count("node") && !run.job_key.empty()
+                                  ? nlohmann::json(run.tags.at("node"))
+                                  : nlohmann::json()},
                      {"status", to_string(run.status)},
                      {"reconciled", run.reconciled},
                      {"overrun", run.overrun},
@@ -345,24 +384,72 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"heartbeat_at", run.heartbeat_at},
                      {"age_seconds", now - run.started_at}});
     }
-    std::cout << dump_json(out, 2) << "\n";
+    std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
   if (runs.empty() && overruns.empty() && charged.empty()) {
     std::cout << "no running or lost runs in " << ledger->url() << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"RUN", "HOST", "PID", "TEAM", "EXPERIMENT", "STATUS", "SPEND", "CEILING", "BURN/H", "AGE"}};
+  std::vector<BudgetView> budget_views = ledger->budgets();
+  std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "HOST", "PID", "TEAM", "EXPERIMENT",
+                                                 "STATUS", "SPEND", "CEILING", "BURN/H", "AGE",
+                                                 "BUDGET USED"}};
   auto add_row = [&](const RunView& run, const std::string& status) {
-    rows.push_back({run.id.substr(0, 8), run.host, std::to_string(run.pid), run.team,
-                    run.experiment, status, format_money(live_spend(run, now), currency),
+    rows.push_back({run.id.substr(0, 8), run.user.empty() ? "-" : run.user, run.host,
+                    std::to_string(run.pid), run.team, run.experiment, status,
+                    format_money(live_spend(run, now), currency),
                     format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
-                    age(now - run.started_at)});
+                    age(now - run.started_at), budget_share(run, budget_views, currency)});
   };
   for (const RunView& run : runs) {
     add_row(run, run.status == RunStatus::lost ? lost_status(run, now, currency)
                                                : to_string(run.status));
+  auto status_of = [&](const RunView& run) {
+    std::string status = to_string(run.status);
+    if (run.status == RunStatus::lost) status += " (silent " + age(now - run.heartbeat_at) + ")";
+    return status;
+  };
+  // A multi-node run (--run-id: its id is its nodes' job key, each row tagged with its node) is
+  // one row, its nodes under it (issue 23).
+  auto node_of = [](const RunView& run) -> const std::string* {
+    auto node = run.tags.find("node");
+    return node == run.tags.end() || run.job_key.empty() ? nullptr : &node->second;
+  };
+  std::map<std::string, std::vector<const RunView*>> nodes_of;
+  for (const RunView& run : runs) {
+    if (node_of(run)) nodes_of[run.job_key].push_back(&run);
+  }
+  for (const RunView& run : runs) {
+    if (!node_of(run)) {
+      add_row(run, status_of(run));
+      continue;
+    }
+    auto group = nodes_of.find(run.job_key);
+    if (group == nodes_of.end()) continue;  // shown already, with its first node
+    Money spend, ceiling, burn;
+    double started = now;
+    int lost = 0;
+    for (const RunView* node : group->second) {
+      spend += live_spend(*node, now);
+      ceiling += node->ceiling;
+      burn += node->rate_per_hour;
+      started = std::min(started, node->started_at);
+      lost += node->status == RunStatus::lost;
+    }
+    std::size_t count = group->second.size();
+    rows.push_back({run.job_key, std::to_string(count) + (count == 1 ? " node" : " nodes"), "",
+                    run.team, run.experiment,
+                    lost ? "running (" + std::to_string(lost) + " lost)" : "running",
+                    format_money(spend, currency), format_money(ceiling, currency),
+                    format_money(burn, currency), age(now - started)});
+    for (const RunView* node : group->second) {
+      rows.push_back({"  " + *node_of(*node), node->host, std::to_string(node->pid), "", "",
+                      status_of(*node), format_money(live_spend(*node, now), currency),
+                      format_money(node->ceiling, currency),
+                      format_money(node->rate_per_hour, currency), age(now - node->started_at)});
+    }
+    nodes_of.erase(group);
   }
   for (const RunView& run : charged) add_row(run, lost_status(run, now, currency));
   for (const RunView& run : overruns) add_row(run, to_string(run.status) + " (OVERRUN)");
@@ -412,6 +499,13 @@ std::string resolve_run_prefix(Ledger& ledger, const std::string& prefix, bool c
 
 int list_stop_orders(Ledger& ledger) {
   std::vector<StopOrder> orders = ledger.active_stop_orders();
+  // An order on one run is done once that run has finished: it can stop nothing more, so it is
+  // not listed (it still refuses a new run given that id, which a fresh UUID never is).
+  std::erase_if(orders, [&](const StopOrder& order) {
+    if (order.scope.kind != ScopeKind::run) return false;
+    std::optional<RunView> run = ledger.find_run(order.scope.name);
+    return run && run->status != RunStatus::running && run->status != RunStatus::lost;
+  });
   if (orders.empty()) {
     std::cout << "no active stop orders in " << ledger.url() << "\n";
     return 0;
@@ -507,12 +601,9 @@ std::string fixed_text(double value, int digits) {
 int show_command(const LedgerChoice& choice, const std::string& run_id) {
   std::string currency = "USD";
   auto ledger = open_chosen_ledger(choice, &currency);
-  auto run = ledger->find_run(run_id);
-  if (!run) {
-    throw Error("run " + run_id, "is not in the ledger " + ledger->url(),
-                "give the run's full id, as `spendcap ps --json` and --status-file show it",
-                ExitCode::internal);
-  }
+  // Any unique prefix: the 8 characters `ps`, `runs` and the end line print.
+  auto run = ledger->find_run(resolve_run_id(*ledger, run_id, "show " + run_id));
+  if (!run) throw Error("show " + run_id, "is not in the ledger " + ledger->url());
   std::cout << "run " << run->id << ": " << to_string(run->status)
             << (run->reason.empty() ? "" : " (" + run->reason + ")") << "\n";
   std::cout << "  spent " << format_money(run->spend, currency) << " at "

@@ -1,4 +1,5 @@
 #include "spendcap/cli/report_commands.hpp"
+#include "spendcap/cli/runs.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -686,8 +687,10 @@ int report_command(const ReportRequest& request) {
 int accept_command(const LedgerChoice& choice, const std::string& run_id, const std::string& note) {
   require_printable_name(run_id, "accept");
   std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
-  AcceptedResult accepted = ledger->accept_run(run_id, note, user_name() + "@" + host_name());
-  std::cout << "accepted " << escape_for_terminal(run_id)
+  // Any unique prefix, as `runs` prints it (cli/runs.hpp).
+  std::string full_id = resolve_run_id(*ledger, run_id, "accept " + run_id);
+  AcceptedResult accepted = ledger->accept_run(full_id, note, user_name() + "@" + host_name());
+  std::cout << "accepted " << escape_for_terminal(full_id)
             << (note.empty() ? std::string() : ": " + escape_for_terminal(note)) << "\n";
   return 0;
 }
@@ -719,6 +722,10 @@ void require_estimate_fits(const RunRequest& request, const RunSettings& setting
                   "shorten the run or ask for more budget", ExitCode::refused);
     }
   }
+}
+
+double parse_report_time(const std::string& text, const std::string& flag, bool end_of_day) {
+  return parse_when(text, flag, end_of_day);
 }
 
 }  // namespace spendcap

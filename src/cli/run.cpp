@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "spendcap/base/files.hpp"
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
@@ -30,10 +31,13 @@
 #include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/meter.hpp"
+#include "spendcap/supervise/metrics_part.hpp"
+#include "spendcap/supervise/metrics_part_writer.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/signal_forward.hpp"
@@ -149,12 +153,29 @@ LoadedPolicy load_policy_naming_flags(const PolicySearch& search, nlohmann::json
     // A merged document that is invalid because of a flag (an unknown --gpu type): name the flag.
     if (error.subject().find("command line") == std::string::npos) throw;
     std::vector<std::string> errors;
+    std::optional<Error> flag_error;  // the first error that is a flag's
+    bool all_from_flags = true;
     for (const std::string& line : error.errors()) {
       std::string path = line.substr(0, line.find(':'));
       bool from_flag =
           path.size() > 1 && path[0] == '/' && flags.contains(nlohmann::json::json_pointer(path));
+      all_from_flags = all_from_flags && from_flag;
       errors.push_back(from_flag ? with_flag_names(line) : line);
+      if (from_flag && !flag_error) {
+        // "--gpu a100: unknown GPU type ..." : the file is fine (policy check says so); the flag
+        // is what it lacks.
+        std::string named = with_flag_names(line);
+        std::string flag = named.substr(0, named.find(':'));
+        const nlohmann::json& value = flags.at(nlohmann::json::json_pointer(path));
+        std::string shown = value.is_string() ? value.get<std::string>() : value.dump();
+        std::string why = line.size() > path.size() + 2 ? line.substr(path.size() + 2) : line;
+        flag_error = Error(flag + " " + shown, why,
+                           "give one the policy knows (" +
+                               error.subject().substr(0, error.subject().find(" + command line")) +
+                               "), or add it there");
+      }
     }
+    if (all_from_flags && flag_error && errors.size() == 1) throw *flag_error;
     throw PolicyError(error.subject(), errors);
   } catch (const Error& error) {
     if (error.subject() != "command line") throw;
@@ -414,6 +435,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
     // One run over many wrappers: its id is their job key, and each row says its node.
     settings.job_key = joined->id;
     settings.tags["node"] = joined->node;
+    settings.node = joined->node;
   }
   settings.webhook_urls = request.webhook_urls;
   require_a_locked_budget(settings);
@@ -432,6 +454,8 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
   if (settings.loaded.locked_policy) {
     options.budget_caps = budget_rules_of(*settings.loaded.locked_policy);
   }
+  options.postgres_password =
+      ledger_password(settings.loaded.policy, settings.loaded.locked_policy);
   std::shared_ptr<Ledger> ledger = open_ledger_as_installed(settings.ledger_url, options);
   // The switches weaken what spendcap enforces: only on a ledger that is the caller's alone.
   if (switches.any() && !ledger->is_personal()) {
@@ -536,7 +560,7 @@ class AdmittedRun {
 std::vector<std::string> secret_variables(const Policy& policy) {
   std::vector<std::string> names;
   for (const Webhook& hook : policy.webhooks) {
-    names.push_back(hook.url_env);  // a Slack webhook URL is itself a secret
+    if (!hook.url_env.empty()) names.push_back(hook.url_env);  // a Slack URL is itself a secret
     if (hook.secret_env) names.push_back(*hook.secret_env);
   }
   return names;
@@ -565,7 +589,8 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
   std::vector<const char*> pointers;
   for (const std::string& entry : entries) pointers.push_back(entry.c_str());
   pointers.push_back(nullptr);
-  gpu.allocated = allocated_gpus_from_environment(pointers.data());
+  gpu.allocation = gpu_allocation_from_environment(pointers.data());
+  gpu.allocated = gpu.allocation.entries;
   gpu.pue = policy.energy.pue;
   gpu.kg_co2_per_kwh = policy.energy.kg_co2_per_kwh;
   gpu.usd_per_kwh = policy.energy.usd_per_kwh;
@@ -576,10 +601,14 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
 }
 
 std::string summary_line(const RunOutcome& outcome) {
-  std::string status =
-      outcome.reason == "interrupted" ? std::string("interrupted") : to_string(outcome.status);
-  std::string line = "run " + outcome.run_id.substr(0, 8) + " " + status;
-  if (outcome.stopped_by_spendcap) line += " (" + outcome.reason + ")";
+  // The ledger's status and reason, as the status file and `spendcap runs` give them: Ctrl-C is
+  // "killed (interrupted)" everywhere.
+  std::string line = "run " + outcome.run_id.substr(0, 8) + " " + to_string(outcome.status);
+  if (outcome.stopped_by_spendcap || outcome.reason == "interrupted") {
+    line += " (" + outcome.reason + ")";
+  }
+  // A multi-node run: the node whose trip stopped them all (issue 23).
+  if (!outcome.first_trip.empty()) line += " (first trip: " + outcome.first_trip + ")";
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.2fs", outcome.elapsed_seconds);
   line +=
@@ -697,6 +726,10 @@ SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
   plan.interval = settings.interval;
   plan.checkpoint_done_path = run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
+  if (!settings.node.empty()) {
+    plan.multi_node_run_id = settings.job_key;
+    plan.node = settings.node;
+  }
   if (settings.spot_notice) {
     plan.preemption_part = spot_notice_part(*settings.spot_notice);
     plan.on_preemption = settings.on_preemption;
@@ -813,7 +846,7 @@ RunFacts run_facts(const RunSettings& settings, const std::vector<std::string>& 
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
-int check_crash_loop(const RunRequest& request, const RunSettings& settings, const RunStart& start,
+int check_crash_loop(const RunRequest& request, const RunSettings& settings, RunStart& start,
                      Ledger& ledger, std::vector<WebhookTarget>& webhooks, const Environment& env,
                      const Reporter& reporter) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
@@ -840,10 +873,36 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, con
     }
     p.crash_loop_refusal =
         run.status == RunStatus::refused && run.reason.find(kCrashLoopReason) != std::string::npos;
+    p.cleared = run.tags.count(kCrashLoopClearedTag) > 0;
     past.push_back(p);
   }
   CrashLoopVerdict verdict =
       decide_crash_loop(past, history.now, guard.max_failures, guard.window, request.retry_backoff);
+  if (request.clear_crash_loop) {
+    if (verdict.failures == 0) {
+      reporter.line("--clear-crash-loop: no failures of this command to clear; starting as usual");
+      return 0;
+    }
+    // The failures' own user, a member of the team's budget, or the ledger's owner: not anyone
+    // who happens to run the same command line.
+    bool own = std::any_of(history.runs.begin(), history.runs.end(), [](const RunView& run) {
+      return run.status == RunStatus::failed && run.user == user_name();
+    });
+    if (!own && !ledger.caller_is_owner()) {
+      if (settings.team.empty()) {
+        throw Error("--clear-crash-loop", "the failures are another user's and the run has no team",
+                    "ask their user or the ledger's owner to clear it");
+      }
+      require_membership(ledger, {Scope{ScopeKind::team, settings.team}},
+                         "clear the crash loop of its runs");
+    }
+    std::string by = user_name() + "@" + host_name();
+    start.tags[kCrashLoopClearedTag] = by;
+    reporter.line("crash-loop guard cleared by " + by + " (" + std::to_string(verdict.failures) +
+                  " failures; the ledger keeps it as this run's tag " + kCrashLoopClearedTag +
+                  "): starting");
+    return 0;
+  }
   if (verdict.refuse) {
     ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
     // The `refused` event goes out once per window (verdict.send_refused_event): a job knocking
@@ -992,7 +1051,8 @@ void check_metrics_dir(const std::string& dir) {
     throw Error(flag, errno_text(errno), "create the directory, or give another one");
   }
   if (!S_ISDIR(status.st_mode)) throw Error(flag, "is not a directory", "give a directory");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+  // On the setgid install the runner's metrics writer checks it with the group (below).
+  if (!installed_setgid() && ::access(dir.c_str(), W_OK | X_OK) != 0) {
     throw Error(flag, "cannot write in it: " + errno_text(errno), "give a directory you can write");
   }
 }
@@ -1012,7 +1072,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   RunSettings settings =
       resolve_run_settings(request, env, PolicySearch::from_environment(request.policy));
   require_locked_policy_when_setgid(settings.loaded.locked, settings.ledger_url);
-  if (settings.loaded.policy.metrics_dir) check_metrics_dir(*settings.loaded.policy.metrics_dir);
+  if (settings.loaded.policy.metrics_dir) {
+    check_metrics_dir(*settings.loaded.policy.metrics_dir);
+    check_shared_metrics_dir(*settings.loaded.policy.metrics_dir, settings.loaded.locked);
+  }
   StoragePlan storage = checkpoint_storage(request, settings);
   if (switches.storage_every_second) storage.interval = std::chrono::seconds(1);
   if (switches.any()) {
@@ -1030,8 +1093,14 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   std::string run_id = new_run_id();
   RunDir run_dir(env, run_id);
   // Webhook variables and URLs are checked before anything is written to the ledger.
-  std::vector<WebhookTarget> webhooks =
-      run_webhook_targets(settings.loaded.policy, settings.webhook_urls, env);
+  std::vector<WebhookTarget> webhooks = run_webhook_targets(
+      settings.loaded.policy, settings.webhook_urls, env, settings.loaded.locked_policy);
+
+  // Metrics on the setgid install: the writer keeps the group the ledger's open drops for good.
+  std::shared_ptr<MetricsSink> metrics_sink;
+  if (settings.loaded.policy.metrics_dir && installed_setgid()) {
+    metrics_sink = start_runner_metrics_writer(*settings.loaded.policy.metrics_dir);
+  }
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
   require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
@@ -1096,6 +1165,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
                    "); the job runs without isolation");
   }
   admitted.launched();  // from here the supervisor's outcome is the run's final row
+  // On a pipe a line needs no newline first while the job has written nothing since the last.
+  reporter.set_job_write_count([pid = guard.pid] { return write_count_of_tree(pid); });
   reporter.write_in_background();
   if (notifier) notifier->start();  // its thread only once the guard is forked
 
@@ -1114,9 +1185,13 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   };
   plan.notifier = notifier.get();
   plan.gpu = make_gpu_plan(settings.loaded.policy, env);
+  // --gpus N (with --gpu): how many GPUs the run holds, even where no variable names them.
+  if (auto gpus = settings.tags.find("gpus"); gpus != settings.tags.end()) {
+    plan.gpu.allocation.count = std::stoi(gpus->second);
+  }
   if (settings.loaded.policy.metrics_dir) {
-    plan.metrics =
-        MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team, settings.experiment};
+    plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team,
+                               settings.experiment, metrics_sink};
   }
   plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
   plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
@@ -1149,7 +1224,15 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
                               : std::string());
   }
   reporter.line(summary);
-  if (outcome.gpu) reporter.line(gpu_report_line(*outcome.gpu, outcome.currency));
+  if (outcome.gpu) {
+    // One reporter line per line: the reporter escapes a newline inside a line.
+    std::string text = gpu_report_line(*outcome.gpu, outcome.currency);
+    for (std::size_t at = 0; at <= text.size();) {
+      std::size_t end = std::min(text.find('\n', at), text.size());
+      if (end > at) reporter.line(text.substr(at, end - at));
+      at = end + 1;
+    }
+  }
   int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
   if (signal) {
     reporter.flush();
@@ -1181,7 +1264,8 @@ void write_error_status(const std::string& path, const Error& error) {
   json["rate_per_hour"] = nullptr;
   json["elapsed_seconds"] = nullptr;
   try {
-    write_file_atomically(path, dump_json(json, 2) + "\n", 0644, "--status-file " + path);
+    write_file_atomically(path, plain_json_numbers(dump_json(json, 2)) + "\n", 0644,
+                          "--status-file " + path);
   } catch (const Error& write_error) {
     std::cerr << "spendcap: " << escape_for_terminal(format_error(write_error)) << "\n";
   }

@@ -32,218 +32,375 @@ const char* env_value(const char* const* env, const char* name) {
   return nullptr;
 }
 
-std::string joined(bool a, const char* a_text, bool b, const char* b_text) {
-  if (a && b) return std::string(a_text) + " and " + b_text;
-  if (a) return a_text;
-  if (b) return b_text;
-  return "";
+std::string joined(const std::vector<std::pair<bool, const char*>>& parts) {
+  std::string text;
+  for (const auto& [on, name] : parts) {
+    if (on) text += (text.empty() ? "" : " and ") + std::string(name);
+  }
+  return text;
+}
+
+bool is_index(const std::string& text) {
+  return !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+}
+
+std::string gpu_label(const GpuDevice& d) {
+  return d.parent ? "GPU " + std::to_string(d.index) + " (MIG slice of GPU " +
+                        std::to_string(*d.parent) + ")"
+                  : "GPU " + std::to_string(d.index);
 }
 
 }  // namespace
 
-std::vector<std::string> allocated_gpus_from_environment(const char* const* env) {
+GpuAllocation gpu_allocation_from_environment(const char* const* env) {
+  GpuAllocation a;
+  const char* order = env_value(env, "CUDA_DEVICE_ORDER");
+  a.pci_order = order && std::strcmp(order, "PCI_BUS_ID") == 0;
   for (const char* name : {"CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
     const char* value = env_value(env, name);
     if (!value) continue;
+    a.source = name;
+    // Slurm numbers the node's GPUs as NVML does (by PCI bus, from the device files).
+    if (std::strcmp(name, "CUDA_VISIBLE_DEVICES") != 0) a.pci_order = true;
     std::string text = value;
-    if (text == "none" || text == "NoDevFiles") return {};
-    return split_list(text);
+    if (text == "none" || text == "NoDevFiles") return a;
+    a.entries = split_list(text);
+    return a;
   }
-  return {};
+  return a;
 }
 
-std::vector<unsigned> pids_in_every_namespace(pid_t pid) {
-  std::vector<unsigned> pids = {static_cast<unsigned>(pid)};
-  // One read(2) of /proc/PID/status (about 1.5 KB): every sample reads it for each tree process.
-  std::string path = "/proc/" + std::to_string(pid) + "/status";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return pids;
-  char buffer[4096];
-  ssize_t length = ::read(fd, buffer, sizeof buffer - 1);
-  ::close(fd);
-  if (length <= 0) return pids;
-  buffer[length] = '\0';
-  const char* line = std::strstr(buffer, "\nNSpid:");
-  if (!line) return pids;
-  const char* at = line + 7;
-  while (*at && *at != '\n') {
-    char* end = nullptr;
-    unsigned long value = std::strtoul(at, &end, 10);
-    if (end == at) break;
-    auto p = static_cast<unsigned>(value);
-    if (std::find(pids.begin(), pids.end(), p) == pids.end()) pids.push_back(p);
-    at = end;
-  }
-  return pids;
+std::vector<std::string> allocated_gpus_from_environment(const char* const* env) {
+  return gpu_allocation_from_environment(env).entries;
 }
 
-GpuAccount::GpuAccount(GpuProbe& probe, std::vector<std::string> allocated)
-    : probe_(probe), allocated_(std::move(allocated)) {
+std::set<unsigned> resolve_allocation(const GpuAllocation& allocation, GpuProbe& probe,
+                                      std::vector<std::string>& notes) {
+  std::set<unsigned> found;
+  const auto& devices = probe.devices();
+  std::vector<const GpuDevice*> whole;
+  for (const GpuDevice& d : devices) {
+    if (!d.parent) whole.push_back(&d);
+  }
+  bool identical = std::all_of(whole.begin(), whole.end(), [&](const GpuDevice* d) {
+    return !d->model.empty() && d->model == whole.front()->model;
+  });
+  for (const std::string& entry : allocation.entries) {
+    std::string what = allocation.source + "=" + entry;
+    if (is_index(entry)) {
+      unsigned index = static_cast<unsigned>(std::strtoul(entry.c_str(), nullptr, 10));
+      if (index >= whole.size()) {
+        notes.push_back(what + ": no such GPU (NVML lists " + std::to_string(whole.size()) + ")");
+      } else if (allocation.pci_order || whole.size() == 1 || identical) {
+        found.insert(whole[index]->index);
+      } else {
+        // CUDA's default order is fastest first, NVML's is by PCI bus: on unlike GPUs the same
+        // number can name another device.
+        notes.push_back(what +
+                        ": not resolved (CUDA numbers GPUs fastest first unless "
+                        "CUDA_DEVICE_ORDER=PCI_BUS_ID; give UUIDs)");
+      }
+      continue;
+    }
+    // The older MIG form: MIG-GPU-<parent UUID>/<GPU instance>/<compute instance>.
+    if (entry.rfind("MIG-GPU-", 0) == 0) {
+      std::string rest = entry.substr(4);
+      std::size_t a = rest.find('/'), b = a == std::string::npos ? a : rest.find('/', a + 1);
+      std::optional<unsigned> slice;
+      if (b != std::string::npos) {
+        std::string parent_uuid = rest.substr(0, a);
+        unsigned gi = static_cast<unsigned>(std::strtoul(rest.c_str() + a + 1, nullptr, 10));
+        unsigned ci = static_cast<unsigned>(std::strtoul(rest.c_str() + b + 1, nullptr, 10));
+        for (const GpuDevice& d : devices) {
+          if (!d.parent) continue;
+          auto p = std::find_if(devices.begin(), devices.end(),
+                                [&](const GpuDevice& x) { return x.index == *d.parent; });
+          if (p != devices.end() && p->uuid == parent_uuid && d.gpu_instance == gi &&
+              d.compute_instance == ci) {
+            slice = d.index;
+          }
+        }
+      }
+      if (slice) {
+        found.insert(*slice);
+      } else {
+        notes.push_back(what + ": no such MIG slice");
+      }
+      continue;
+    }
+    if (auto index = probe.find_uuid(entry)) {
+      found.insert(*index);
+    } else {
+      notes.push_back(what + ": no GPU or MIG slice has this UUID (or the prefix names several)");
+    }
+  }
+  if (allocation.count && static_cast<int>(found.size()) < *allocation.count) {
+    notes.push_back(
+        "--gpus " + std::to_string(*allocation.count) + ": " +
+        std::to_string(*allocation.count - static_cast<int>(found.size())) +
+        " of the run's GPUs are not identified (no " +
+        (allocation.source.empty() ? std::string("CUDA_VISIBLE_DEVICES") : allocation.source) +
+        " naming them): counted as allocated, not measured");
+  }
+  return found;
+}
+
+bool proc_is_ours() {
+  char link[64] = {};
+  ssize_t n = ::readlink("/proc/self", link, sizeof link - 1);
+  return n > 0 && std::strtol(link, nullptr, 10) == static_cast<long>(::getpid());
+}
+
+GpuAccount::GpuAccount(GpuProbe& probe, GpuAllocation allocation)
+    : probe_(probe), allocation_(std::move(allocation)) {
   for (const std::string& note : probe_.notes()) notes_.insert(note);
+  std::vector<std::string> notes;
+  allocated_ = resolve_allocation(allocation_, probe_, notes);
+  notes_.insert(notes.begin(), notes.end());
+  proc_ours_ = proc_is_ours();
+  if (!proc_ours_) {
+    notes_.insert(
+        "the run's pids cannot be matched to NVML's: /proc is not this process's PID namespace "
+        "(a container?); utilisation is device-level");
+  }
 }
 
 void GpuAccount::sample(double t, const std::vector<pid_t>& tree, unsigned long long wall_us) {
-  // The last sample comes when the tree is empty: its interval belongs to the processes that
-  // were there before.
-  // A process's NSpid line never changes: read once per process, forgotten when it leaves the
-  // tree.
+  // The last poll comes when the tree is empty: its interval belongs to the processes that were
+  // there before. Only the pids as our /proc shows them: the driver translates its pids into the
+  // caller's namespace, and the job's inner pids (1, 2, ...) would match unrelated processes.
   std::set<unsigned> ours;
-  std::map<pid_t, std::vector<unsigned>> known;
-  for (pid_t pid : tree) {
-    auto cached = nspids_.find(pid);
-    auto& pids = known[pid] =
-        cached != nspids_.end() ? std::move(cached->second) : pids_in_every_namespace(pid);
-    ours.insert(pids.begin(), pids.end());
-  }
-  nspids_ = std::move(known);
+  for (pid_t pid : tree) ours.insert(static_cast<unsigned>(pid));
   if (ours.empty()) ours = last_ours_;
+  bool grew = !std::includes(last_ours_.begin(), last_ours_.end(), ours.begin(), ours.end());
   last_ours_ = ours;
-  double dt = last_t_ ? std::max(0.0, t - *last_t_) : 0.0;
-  unsigned long long since_us = last_wall_us_;
-  double total_busy = 0, total_joules = 0, gpus = 0;
-  bool busy_measured = false, energy_measured = false;
-  std::optional<double> busiest;
+  if (!last_t_) {
+    launch_wall_us_ = wall_us - static_cast<unsigned long long>(std::max(0.0, t) * 1e6);
+    first_t_ = t;
+  }
+  double dt = last_t_ ? std::max(0.0, t - *last_t_) : std::max(0.0, t);
+  bool refresh = grew || polls_ % kProcessListEvery == 0;
+  ++polls_;
+  Interval interval;
 
   for (const GpuDevice& device : probe_.devices()) {
-    bool allocated =
-        std::find_if(allocated_.begin(), allocated_.end(), [&](const auto& a) {
-          return a == std::to_string(device.index) || (!device.uuid.empty() && a == device.uuid);
-        }) != allocated_.end();
-    auto pids = probe_.processes(device.index);
-    bool used = false, others = false;
-    if (pids) {
-      for (unsigned pid : *pids) (ours.count(pid) ? used : others) = true;
-    }
     auto found = state_.find(device.index);
+    bool allocated = allocated_.count(device.index) > 0;
     if (found == state_.end()) {
+      // A GPU in MIG mode runs the work on its slices, which are listed as devices of their own.
+      if (device.mig_parent && !allocated) continue;
+      bool used = false;
+      if (refresh || !last_t_) {
+        auto pids = probe_.processes(device.index);
+        if (pids.ok()) {
+          for (unsigned pid : pids.value) used = used || ours.count(pid);
+        }
+        auto mps = probe_.mps_processes(device.index);
+        if (mps.ok()) {
+          for (unsigned pid : mps.value) used = used || ours.count(pid);
+        }
+      }
       if (!allocated && !used) continue;
       Device fresh;
-      fresh.name =
-          std::to_string(device.index) + (device.uuid.empty() ? "" : " (" + device.uuid + ")");
+      fresh.info = device;
       fresh.allocated = allocated;
-      fresh.since = t;
+      // A device found in use later became the run's at this poll; an allocated one at launch.
+      fresh.since = allocated || !last_t_ ? 0 : t;
+      fresh.last_seen_us = allocated || !last_t_ ? launch_wall_us_ : wall_us;
       found = state_.emplace(device.index, fresh).first;
+      poll(found->second, ours, wall_us, dt, true, true, interval);
+      continue;
     }
-    Device& d = found->second;
-    bool first = d.since == t || !last_t_;
+    poll(found->second, ours, wall_us, dt, false, refresh, interval);
+  }
+  if (interval.gpus > 0) add_timeline(t, dt, interval);
+  last_t_ = t;
+}
 
-    // Utilisation over the interval since the last sample.
-    std::optional<double> utilisation, share;
-    if (auto samples = probe_.process_utilisation(device.index, since_us)) {
-      // Per timestamp: the run's processes' SM percent, and everyone's.
-      std::map<unsigned long long, std::pair<double, double>> by_time;
-      for (const GpuProcessSample& s : *samples) {
-        auto& [run, all] = by_time[s.timestamp_us];
-        if (ours.count(s.pid)) run += s.sm_percent;
-        all += s.sm_percent;
-        if (!ours.count(s.pid)) others = true;
+void GpuAccount::poll(Device& d, const std::set<unsigned>& ours, unsigned long long /*wall_us*/,
+                      double dt, bool first, bool refresh, Interval& out) {
+  const std::string label = gpu_label(d.info);
+  if (refresh || !d.pids_read) {
+    auto pids = probe_.processes(d.info.index);
+    if (pids.ok()) {
+      d.pids = pids.value;
+      d.pids_read = true;
+    } else if (pids.status == GpuStatus::no_permission) {
+      notes_.insert(label + ": the process list needs more permission (NO_PERMISSION)");
+    }
+    auto mps = probe_.mps_processes(d.info.index);
+    d.mps = mps.ok() ? mps.value : std::vector<unsigned>{};
+  }
+  bool others = false, ours_listed = false, mps_client = false;
+  for (unsigned pid : d.pids) (ours.count(pid) ? ours_listed : others) = true;
+  for (unsigned pid : d.mps) {
+    if (ours.count(pid)) mps_client = true;
+  }
+
+  // Utilisation over the time since the last poll.
+  std::optional<BusyWindow> window;
+  double run_share = 1;  // of the device's energy
+  if (d.info.parent) {
+    auto u = probe_.slice_utilisation(d.info.index);
+    if (u.ok()) {
+      window = BusyWindow{};
+      window->measured_seconds = dt;
+      window->busy_seconds = std::min(100.0, u.value) / 100.0 * dt;
+      d.gpm = true;
+      if (others) notes_.insert(label + ": GPM utilisation is the slice's, shared with others");
+    } else if (u.status != GpuStatus::not_found) {
+      notes_.insert(label +
+                    ": no per-process utilisation on MIG and no GPM (Hopper and later): "
+                    "utilisation not measured");
+    }
+  } else {
+    auto device = probe_.device_samples(d.info.index, d.last_seen_us);
+    std::vector<unsigned long long> times;
+    if (device.ok()) {
+      for (const GpuDeviceSample& s : device.value) times.push_back(s.timestamp_us);
+    }
+    auto process = proc_ours_ ? probe_.process_utilisation(d.info.index, d.last_seen_us)
+                              : GpuReading<std::vector<GpuProcessSample>>{};
+    if (process.status == GpuStatus::ok || process.status == GpuStatus::not_found) {
+      BusyWindow w = process_busy(process.value, times, ours, d.last_seen_us);
+      std::set<unsigned> everyone;
+      bool own_sample = false;
+      for (const GpuProcessSample& s : process.value) {
+        everyone.insert(s.pid);
+        own_sample = own_sample || ours.count(s.pid);
       }
-      double run_sum = 0, all_sum = 0;
-      for (const auto& [stamp, pair] : by_time) {
-        run_sum += std::min(100.0, pair.first);
-        all_sum += std::min(100.0, pair.second);
+      for (unsigned pid : ours) everyone.insert(pid);
+      if (w.others) others = true;
+      if (mps_client && !own_sample && w.fresh) {
+        // Behind MPS the samples can carry the MPS server's pid, not the clients': the run's
+        // share cannot be told apart from the server's other clients.
+        notes_.insert(label +
+                      ": the run's processes are MPS clients and the driver's samples "
+                      "carry no pid of the run: utilisation not measured");
+        d.last_seen_us = w.last_seen_us;
+      } else {
+        BusyWindow all = process_busy(process.value, times, everyone, d.last_seen_us);
+        if (w.fresh) {
+          window = w;
+          d.per_process = d.per_process || w.measured_seconds > 0;
+          if (all.busy_seconds > 0) run_share = w.busy_seconds / all.busy_seconds;
+        }
+        // A busy device with no process sample we can see: processes we cannot see (another PID
+        // namespace, a container) use it.
+        if (device.ok() && process.status == GpuStatus::not_found) {
+          BusyWindow dev = device_busy(device.value, d.last_seen_us);
+          if (dev.busy_seconds > 0.05 * std::max(dev.measured_seconds, 1e-9)) {
+            others = true;
+            notes_.insert(label +
+                          ": busy with no process this run can see (processes in another "
+                          "PID namespace or container share it)");
+            run_share = 0;
+          }
+        }
+        d.last_seen_us = std::max(w.last_seen_us, d.last_seen_us);
       }
-      utilisation = by_time.empty() ? 0.0 : run_sum / 100.0 / static_cast<double>(by_time.size());
-      if (all_sum > 0) share = run_sum / all_sum;
-      d.per_process = d.per_process || !first;
-    } else if (auto u = probe_.device_utilisation(device.index)) {
-      utilisation = *u / 100.0;
-      d.device_level = d.device_level || !first;
-      notes_.insert("GPU " + std::to_string(device.index) +
-                    ": utilisation is device-level (no per-process utilisation)");
+    } else if (device.ok() || device.status == GpuStatus::not_found) {
+      BusyWindow w = device_busy(device.value, d.last_seen_us);
+      if (w.fresh) {
+        window = w;
+        d.device_level = true;
+      }
+      d.last_seen_us = std::max(w.last_seen_us, d.last_seen_us);
+      if (proc_ours_) {
+        notes_.insert(label + ": utilisation is device-level (per-process utilisation: " +
+                      gpu_status_text(process.status) + ")");
+      }
       if (others)
-        notes_.insert("GPU " + std::to_string(device.index) +
-                      ": device-level utilisation includes processes outside the run");
+        notes_.insert(label +
+                      ": device-level utilisation includes processes outside "
+                      "the run");
+      if (others && !d.pids.empty()) {
+        double mine = 0;
+        for (unsigned pid : d.pids) mine += ours.count(pid) ? 1 : 0;
+        run_share = mine / static_cast<double>(d.pids.size());
+      }
+    } else if (device.status == GpuStatus::gpu_lost || process.status == GpuStatus::gpu_lost) {
+      notes_.insert(label + " was lost (GPU_IS_LOST): not measured from then on");
+    } else {
+      notes_.insert(label + ": utilisation not measured (" + gpu_status_text(process.status) + ")");
     }
-    if (others) shared_ = true;
-    if (!share && others && pids && !pids->empty()) {
-      double mine = 0;
-      for (unsigned pid : *pids) mine += ours.count(pid) ? 1 : 0;
-      share = mine / static_cast<double>(pids->size());
-    }
+  }
+  if (others) shared_ = true;
+  (void)ours_listed;
 
-    // Energy: the counter's delta, else the power readings integrated (trapezoids).
-    std::optional<double> joules;
-    auto energy = probe_.energy_mj(device.index);
-    auto power = probe_.power_mw(device.index);
+  // Energy: the counter's delta, else the power readings integrated (trapezoids); the power is
+  // not read where the counter works. A MIG slice's counter would be the whole GPU's.
+  std::optional<double> joules;
+  if (d.info.parent) {
+    notes_.insert(label + ": energy not measured (the energy counter is the whole GPU's)");
+  } else {
+    auto energy = probe_.energy_mj(d.info.index);
+    std::optional<unsigned> power;
+    if (!energy) power = probe_.power_mw(d.info.index);
     if (energy && d.last_energy_mj && *energy >= *d.last_energy_mj) {
       joules = static_cast<double>(*energy - *d.last_energy_mj) / 1000.0;
       d.counter = true;
-    } else if (!energy && power && d.last_power_mw) {
+    } else if (power && d.last_power_mw) {
       joules = (*power + *d.last_power_mw) / 2.0 / 1000.0 * dt;
       d.power = true;
     }
     d.last_energy_mj = energy;
     d.last_power_mw = power;
-    if (joules && others) joules = *joules * share.value_or(0.0);
-
-    if (first) continue;  // the first sample only sets where the counters start
-    d.allocated_seconds += dt;
-    gpus += 1;
-    if (utilisation) {
-      d.busy_seconds = d.busy_seconds.value_or(0) + *utilisation * dt;
-      total_busy += *utilisation * dt;
-      busy_measured = true;
-      busiest = std::max(busiest.value_or(0.0), *utilisation);
-    }
-    if (joules) {
-      d.joules = d.joules.value_or(0) + *joules;
-      total_joules += *joules;
-      energy_measured = true;
-    }
+    if (joules && others) joules = *joules * std::clamp(run_share, 0.0, 1.0);
   }
-  if (last_t_ && gpus > 0) {
-    last_utilisation_ = busiest;
-    add_timeline(t, dt, busy_measured ? std::optional(total_busy) : std::nullopt,
-                 energy_measured ? std::optional(total_joules) : std::nullopt, gpus);
+  if (first && !d.allocated && d.since > 0) return;  // found later: counters start here
+  d.allocated_seconds += dt;
+  out.gpus += 1;
+  if (window) {
+    d.measured_seconds += window->measured_seconds;
+    d.busy_seconds += window->busy_seconds;
+    d.any_measured = d.any_measured || window->measured_seconds > 0;
+    out.busy += window->busy_seconds;
+    out.measured += window->measured_seconds;
   }
-  last_t_ = t;
-  last_wall_us_ = wall_us;
+  if (joules) {
+    d.joules = d.joules.value_or(0) + *joules;
+    out.joules += *joules;
+    out.energy_measured = true;
+    if (!first_watts_ && dt > 0) first_watts_ = *joules / dt;
+  }
 }
 
-void GpuAccount::add_timeline(double t, double dt, std::optional<double> busy,
-                              std::optional<double> joules, double gpus) {
+void GpuAccount::add_timeline(double t, double dt, const Interval& interval) {
   int minute = static_cast<int>(t / 60.0);
   auto flush = [&] {
     if (minute_seconds_ <= 0) return;
     GpuTimelinePoint point;
     point.minute = minute_;
-    if (minute_busy_measured_ && minute_gpu_seconds_ > 0) {
-      point.utilisation = minute_busy_ / minute_gpu_seconds_;
-    }
+    if (minute_measured_ > 0) point.utilisation = minute_busy_ / minute_measured_;
     if (minute_energy_measured_) point.watts = minute_joules_ / minute_seconds_;
     if (timeline_.size() < kMaxTimelinePoints) timeline_.push_back(point);
-    minute_gpu_seconds_ = minute_busy_ = minute_joules_ = minute_seconds_ = 0;
-    minute_busy_measured_ = minute_energy_measured_ = false;
+    minute_measured_ = minute_busy_ = minute_joules_ = minute_seconds_ = 0;
+    minute_energy_measured_ = false;
   };
   if (minute != minute_) {
     flush();
     minute_ = minute;
   }
   minute_seconds_ += dt;
-  minute_gpu_seconds_ += dt * gpus;
-  if (busy) {
-    minute_busy_ += *busy;
-    minute_busy_measured_ = true;
-  }
-  if (joules) {
-    minute_joules_ += *joules;
+  minute_measured_ += interval.measured;
+  minute_busy_ += interval.busy;
+  if (interval.energy_measured) {
+    minute_joules_ += interval.joules;
     minute_energy_measured_ = true;
   }
 }
 
 GpuSummary GpuAccount::summary() const {
   GpuSummary s;
-  bool per_process = false, device_level = false, counter = false, power = false;
-  bool busy_unmeasured = false, energy_unmeasured = false;
+  bool per_process = false, device_level = false, gpm = false, counter = false, power = false;
+  bool energy_unmeasured = false, any_measured = false;
   for (const auto& [index, d] : state_) {
-    s.devices.push_back(d.name);
+    s.devices.push_back(d.info.name());
     s.allocated_seconds += d.allocated_seconds;
-    if (d.busy_seconds) {
-      s.busy_seconds = s.busy_seconds.value_or(0) + *d.busy_seconds;
-    } else if (d.allocated_seconds > 0) {
-      busy_unmeasured = true;
-    }
+    s.measured_seconds += d.measured_seconds;
+    any_measured = any_measured || d.any_measured;
+    s.busy_seconds = s.busy_seconds.value_or(0) + d.busy_seconds;
     if (d.joules) {
       s.energy_joules = s.energy_joules.value_or(0) + *d.joules;
     } else if (d.allocated_seconds > 0) {
@@ -251,24 +408,46 @@ GpuSummary GpuAccount::summary() const {
     }
     per_process |= d.per_process;
     device_level |= d.device_level;
+    gpm |= d.gpm;
     counter |= d.counter;
     power |= d.power;
+    s.per_device.push_back({index, d.measured_seconds, d.busy_seconds, last_t_.value_or(0)});
   }
+  if (!any_measured) s.busy_seconds.reset();
   // A figure for some of the devices only is not the run's figure.
-  if (busy_unmeasured) s.busy_seconds.reset();
   if (energy_unmeasured) s.energy_joules.reset();
-  s.utilisation_source = joined(per_process, "per-process", device_level, "device-level");
-  s.energy_source = joined(counter, "energy counter", power, "integrated power");
+  // The time from launch to the first answer of NVML (nvmlInit_v2 can take seconds without
+  // persistence mode) at the power of the first measured interval.
+  if (s.energy_joules && first_t_ && first_watts_ && *first_t_ > 0) {
+    s.energy_joules = *s.energy_joules + *first_watts_ * *first_t_;
+  }
+  if (allocation_.count) {
+    // --gpus N with fewer identified: the rest counts as allocated, never measured.
+    double known = 0;
+    for (const auto& [index, d] : state_) known += d.allocated ? 1 : 0;
+    if (known < *allocation_.count && last_t_) {
+      s.allocated_seconds += (*allocation_.count - known) * *last_t_;
+    }
+  }
+  double unmeasured = s.allocated_seconds - s.measured_seconds;
+  if (s.busy_seconds && s.allocated_seconds > 0 && unmeasured > 0.05 * s.allocated_seconds) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "%.1f of %.1f GPU-seconds had no fresh driver sample: counted neither busy "
+                  "nor idle",
+                  unmeasured, s.allocated_seconds);
+    s.notes.push_back(text);
+  }
+  s.utilisation_source = joined(
+      {{per_process, "per-process"}, {device_level, "device-level"}, {gpm, "GPM (MIG slice)"}});
+  s.energy_source = joined({{counter, "energy counter"}, {power, "integrated power"}});
   s.shared = shared_;
-  s.notes.assign(notes_.begin(), notes_.end());
+  s.notes.insert(s.notes.begin(), notes_.begin(), notes_.end());
   s.timeline = timeline_;
-  // The minute being filled.
   if (minute_seconds_ > 0 && timeline_.size() < kMaxTimelinePoints) {
     GpuTimelinePoint point;
     point.minute = minute_;
-    if (minute_busy_measured_ && minute_gpu_seconds_ > 0) {
-      point.utilisation = minute_busy_ / minute_gpu_seconds_;
-    }
+    if (minute_measured_ > 0) point.utilisation = minute_busy_ / minute_measured_;
     if (minute_energy_measured_) point.watts = minute_joules_ / minute_seconds_;
     s.timeline.push_back(point);
   }
@@ -277,13 +456,30 @@ GpuSummary GpuAccount::summary() const {
 
 bool idle_gpu_update(std::optional<double>& idle_since, double t, std::optional<double> utilisation,
                      double below, double for_seconds) {
-  if (!utilisation) return idle_since && t - *idle_since >= for_seconds;
+  // Unmeasured: the guard acts on measured periods only, so it neither trips nor resets.
+  if (!utilisation) return false;
   if (*utilisation >= below) {
     idle_since.reset();
     return false;
   }
   if (!idle_since) idle_since = t;
   return t - *idle_since >= for_seconds;
+}
+
+std::optional<double> utilisation_between(const GpuSummary& before, const GpuSummary& after) {
+  std::optional<double> busiest;
+  for (const GpuDeviceFigures& now : after.per_device) {
+    double measured = now.measured_seconds, busy = now.busy_seconds;
+    for (const GpuDeviceFigures& then : before.per_device) {
+      if (then.index == now.index) {
+        measured -= then.measured_seconds;
+        busy -= then.busy_seconds;
+      }
+    }
+    if (measured <= 1e-6) return std::nullopt;
+    busiest = std::max(busiest.value_or(0.0), busy / measured);
+  }
+  return busiest;
 }
 
 }  // namespace spendcap

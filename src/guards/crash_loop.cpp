@@ -1,6 +1,8 @@
 #include "spendcap/guards/crash_loop.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <ctime>
 
 namespace spendcap {
 
@@ -22,13 +24,16 @@ CrashLoopVerdict decide_crash_loop(const std::vector<PastRun>& history, double n
     if (run.ended == PastRun::Ended::succeeded) {
       since = std::max(since, run.finished_at.value_or(run.started_at));
     }
+    if (run.cleared) since = std::max(since, run.started_at);
   }
   std::optional<double> last_failure;
+  std::vector<double> failed_at;
   for (const PastRun& run : history) {
     if (run.ended != PastRun::Ended::failed) continue;
     double at = run.finished_at.value_or(run.started_at);
     if (at < since) continue;
     ++verdict.failures;
+    failed_at.push_back(at);
     last_failure = std::max(last_failure.value_or(at), at);
   }
   std::string count = std::to_string(verdict.failures) + " failures of this command in the last " +
@@ -39,9 +44,21 @@ CrashLoopVerdict decide_crash_loop(const std::vector<PastRun>& history, double n
       return run.crash_loop_refusal && run.started_at >= since;
     });
     verdict.send_refused_event = !refused_already;
+    // It lifts when fewer than max_failures are left in the window: once the failure that makes
+    // the count max_failures, counted from the newest, is older than the window.
+    std::sort(failed_at.begin(), failed_at.end());
+    verdict.refused_until =
+        failed_at[failed_at.size() - static_cast<size_t>(max_failures)] + to_seconds(window);
+    std::time_t until = static_cast<std::time_t>(std::ceil(*verdict.refused_until));
+    std::tm tm{};
+    ::gmtime_r(&until, &tm);
+    char clock[32];
+    std::strftime(clock, sizeof clock, "%Y-%m-%d %H:%M:%S UTC", &tm);
     verdict.message = std::string(kCrashLoopReason) + ": " + count +
                       " with no success since (limit " + std::to_string(max_failures) +
-                      "); fix the command, or wait for the window to pass";
+                      "); refused until " + clock +
+                      " (or a success); once the command is fixed, start it now with `spendcap "
+                      "run --clear-crash-loop ...` (the same flags and command)";
     return verdict;
   }
   if (retry_backoff_on && verdict.failures > 0) {

@@ -1,5 +1,6 @@
 #include "spendcap/guards/progress.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -89,7 +90,13 @@ void ProgressState::apply(const std::optional<ProgressLine>& line, TimePoint at,
     return;
   }
   ++good_lines;
-  if (line->step) step = line->step;
+  if (line->step) {
+    step = line->step;
+    if (!first_step || *line->step < *first_step) {
+      first_step = line->step;
+      spend_at_first_step = spend;
+    }
+  }
   if (line->total_steps) total_steps = line->total_steps;
   if (line->metric_name) {
     metric_name = line->metric_name;
@@ -100,6 +107,15 @@ void ProgressState::apply(const std::optional<ProgressLine>& line, TimePoint at,
   last_line_at = at;
   spend_at_last_line = spend;
 }
+
+namespace {
+// The spend per step between the first and the latest line; none until they differ in step.
+std::optional<double> pace_micros_per_step(const ProgressState& state) {
+  if (!state.step || !state.first_step || *state.step <= *state.first_step) return std::nullopt;
+  return static_cast<double>((state.spend_at_last_line - state.spend_at_first_step).micros) /
+         static_cast<double>(*state.step - *state.first_step);
+}
+}  // namespace
 
 std::optional<double> cost_per_step(const ProgressState& state) {
   if (!state.step || *state.step <= 0) return std::nullopt;
@@ -112,22 +128,17 @@ std::optional<double> cost_per_thousand_units(const ProgressState& state) {
 }
 
 std::optional<Money> projected_total(const ProgressState& state) {
-  if (!state.step || !state.total_steps || *state.step <= 0) return std::nullopt;
-  double micros = static_cast<double>(state.spend_at_last_line.micros) /
-                  static_cast<double>(*state.step) * static_cast<double>(*state.total_steps);
+  auto pace = pace_micros_per_step(state);
+  if (!pace || !state.total_steps) return std::nullopt;
+  double remaining =
+      static_cast<double>(std::max<std::int64_t>(*state.total_steps - *state.step, 0));
+  double micros = static_cast<double>(state.spend_at_last_line.micros) + *pace * remaining;
   if (!std::isfinite(micros) || micros > static_cast<double>(kMaxMoney.micros)) return kMaxMoney;
   return Money{static_cast<std::int64_t>(std::llround(micros))};
 }
 
 std::string format_unit_cost(double amount, std::string_view currency) {
-  char buffer[64];
-  if (currency == "USD") {
-    std::snprintf(buffer, sizeof buffer, "$%.4g", amount);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%.4g %.*s", amount, static_cast<int>(currency.size()),
-                  currency.data());
-  }
-  return buffer;
+  return format_unit_price(amount, currency);
 }
 
 std::string progress_summary(const ProgressState& state, std::string_view currency) {

@@ -20,6 +20,16 @@ std::vector<AcceptedResult> BudgetLedger::accepted_results() {
   return results;
 }
 
+std::vector<RunRecord> StoreTxn::list_runs(const RunQuery&) {
+  throw Error("runs", "this ledger backend cannot list runs yet", "use a sqlite: ledger");
+}
+std::vector<std::string> StoreTxn::run_ids_with_prefix(const std::string&, int) {
+  throw Error("runs", "this ledger backend cannot find runs by prefix yet", "use a sqlite: ledger");
+}
+std::pair<std::string, std::string> StoreTxn::neighbour_run_ids(const std::string&) {
+  throw Error("runs", "this ledger backend cannot list runs yet", "use a sqlite: ledger");
+}
+
 // A store without reports yet (the seam's defaults) refuses rather than reporting nothing.
 void StoreTxn::for_each_run_started(double, double, const std::function<void(const RunRecord&)>&) {
   throw Error("report", "this ledger backend has no reports yet", "use a sqlite: ledger");

@@ -1,8 +1,9 @@
 // The spool of final rows that the ledger did not take. Contract in spool.hpp.
 //
 // A file: <spool_dir>/<run id>.json = {"ledger": URL, "final": {"id", "status", "reason",
-// "exit_code", "spend_micros", "elapsed_seconds"}}. Money is kept in micro-units, so a replayed row
-// is exactly the row that was spooled.
+// "exit_code", "spend_micros", "elapsed_seconds", "gpu"?}}. Money is kept in micro-units, so a
+// replayed row is exactly the row that was spooled; "gpu" (absent in older files) keeps the run's
+// GPU figures.
 #include "spendcap/ledger/spool.hpp"
 
 #include <dirent.h>
@@ -22,6 +23,7 @@
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/files.hpp"
 #include "spendcap/base/money.hpp"
+#include "spendcap/ledger/run_gpu.hpp"
 
 namespace spendcap {
 
@@ -35,13 +37,57 @@ bool is_safe_file_name(const std::string& name) {
          });
 }
 
+template <class T>
+nlohmann::json or_null(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json();
+}
+std::optional<Money> money_or_none(const nlohmann::json& j) {
+  if (j.is_null()) return std::nullopt;
+  return Money{j.get<std::int64_t>()};
+}
+std::optional<double> double_or_none(const nlohmann::json& j) {
+  if (j.is_null()) return std::nullopt;
+  return j.get<double>();
+}
+
+nlohmann::json gpu_to_json(const RunGpu& g) {
+  return {{"not_measured", g.not_measured},
+          {"devices", g.devices},
+          {"allocated_seconds", g.allocated_seconds},
+          {"busy_seconds", or_null(g.busy_seconds)},
+          {"idle_spend_micros", g.idle_spend ? nlohmann::json(g.idle_spend->micros) : nullptr},
+          {"energy_kwh", or_null(g.energy_kwh)},
+          {"co2_kg", or_null(g.co2_kg)},
+          {"energy_cost_micros", g.energy_cost ? nlohmann::json(g.energy_cost->micros) : nullptr},
+          {"sources", g.sources},
+          {"timeline", timeline_to_text(g.timeline)}};
+}
+
+RunGpu gpu_from_json(const nlohmann::json& j) {
+  RunGpu g;
+  g.not_measured = j.at("not_measured").get<std::string>();
+  g.devices = j.at("devices").get<int>();
+  g.allocated_seconds = j.at("allocated_seconds").get<double>();
+  g.busy_seconds = double_or_none(j.at("busy_seconds"));
+  g.idle_spend = money_or_none(j.at("idle_spend_micros"));
+  g.energy_kwh = double_or_none(j.at("energy_kwh"));
+  g.co2_kg = double_or_none(j.at("co2_kg"));
+  g.energy_cost = money_or_none(j.at("energy_cost_micros"));
+  g.sources = j.at("sources").get<std::string>();
+  g.timeline = timeline_from_text(j.at("timeline").get<std::string>());
+  return g;
+}
+
 nlohmann::json final_to_json(const RunFinal& final) {
-  return {{"id", final.id},
-          {"status", to_string(final.status)},
-          {"reason", final.reason},
-          {"exit_code", final.exit_code ? nlohmann::json(*final.exit_code) : nlohmann::json()},
-          {"spend_micros", final.spend.micros},
-          {"elapsed_seconds", final.elapsed_seconds}};
+  nlohmann::json json = {
+      {"id", final.id},
+      {"status", to_string(final.status)},
+      {"reason", final.reason},
+      {"exit_code", final.exit_code ? nlohmann::json(*final.exit_code) : nlohmann::json()},
+      {"spend_micros", final.spend.micros},
+      {"elapsed_seconds", final.elapsed_seconds}};
+  if (final.gpu) json["gpu"] = gpu_to_json(*final.gpu);
+  return json;
 }
 
 // The spooled row, or an exception whose message says what is wrong with it.
@@ -64,6 +110,7 @@ SpooledRow parse_spooled(const std::string& text) {
   if (!final.at("exit_code").is_null()) row.final.exit_code = final.at("exit_code").get<int>();
   row.final.spend = Money{final.at("spend_micros").get<std::int64_t>()};
   row.final.elapsed_seconds = final.at("elapsed_seconds").get<double>();
+  if (final.contains("gpu")) row.final.gpu = gpu_from_json(final.at("gpu"));
   return row;
 }
 

@@ -5,7 +5,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/reporter.hpp"
@@ -34,6 +37,79 @@ Money scaled(Money money, double factor) {
   return Money{static_cast<std::int64_t>(std::llround(static_cast<double>(money.micros) * factor))};
 }
 
+// What the event loop and the NVML helper thread share. The helper never holds the lock across
+// an NVML call, so the loop never waits on the driver.
+struct GpuShared {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<pid_t> tree;  // the loop's latest view of the tree
+  bool opened = false;      // the helper got past nvmlInit_v2 (or gave up: why_not)
+  std::string why_not;
+  std::optional<GpuSummary> summary;    // after the helper's latest poll
+  std::optional<TimePoint> call_since;  // the helper is inside NVML since then
+  std::optional<double> final_t;        // the loop asks for a last poll at this time
+  bool final_done = false;
+  bool stop = false;
+};
+
+// The helper thread: opens NVML (nvmlInit_v2 can take seconds without persistence mode) and polls
+// every `poll`. Never joined: a call stuck in the driver cannot be cancelled, and must not hold up
+// a trip, a kill or spendcap's exit; the thread and its probe are left to the process's end.
+// Started from on_launched, after the guard fork (PDEATHSIG follows the forking thread).
+void nvml_helper(std::shared_ptr<GpuShared> shared, GpuAllocation allocation, TimePoint launched,
+                 Nanos poll) {
+  std::string why_not;
+  {
+    std::lock_guard lock(shared->mutex);
+    shared->call_since = now();
+  }
+  std::unique_ptr<GpuProbe> probe = open_nvml_probe(why_not);
+  std::unique_ptr<GpuAccount> account;
+  if (probe) account = std::make_unique<GpuAccount>(*probe, std::move(allocation));
+  std::vector<pid_t> tree;
+  {
+    std::lock_guard lock(shared->mutex);
+    shared->call_since.reset();
+    shared->opened = true;
+    shared->why_not = why_not;
+    tree = shared->tree;
+  }
+  shared->changed.notify_all();
+  if (!account) return;
+  while (true) {
+    std::optional<double> final_t;
+    {
+      std::unique_lock lock(shared->mutex);
+      if (shared->stop) return;
+      final_t = shared->final_t;
+      tree = shared->tree;
+      shared->call_since = now();
+    }
+    double t = final_t ? *final_t : to_seconds(now() - launched);
+    account->sample(t, tree, wall_us());
+    GpuSummary summary = account->summary();
+    {
+      std::unique_lock lock(shared->mutex);
+      shared->call_since.reset();
+      shared->summary = std::move(summary);
+      if (final_t) shared->final_done = true;
+    }
+    shared->changed.notify_all();
+    if (final_t) return;
+    std::unique_lock lock(shared->mutex);
+    shared->changed.wait_for(lock, poll, [&] { return shared->stop || shared->final_t; });
+  }
+}
+
+// The driver samples every 1/6 s to 1 s and keeps only each process's newest sample: polling at
+// about the driver's rate makes nearly every period measured (gpu/busy_window.hpp). Each poll is
+// a few NVML calls per device (about 3 us each through the fake NVML, see README).
+constexpr auto kPollPeriod = std::chrono::milliseconds(200);
+// A helper inside NVML for longer than this is stuck: the loop stops waiting for it.
+constexpr auto kStuckAfter = std::chrono::seconds(2);
+// How long the end waits for the last poll (one covering the run's last partial interval).
+constexpr auto kFinalWait = std::chrono::seconds(1);
+
 class GpuSampler final : public RunPart {
  public:
   GpuSampler(asio::io_context& io, const Reporter& reporter, const Meter& meter,
@@ -48,6 +124,16 @@ class GpuSampler final : public RunPart {
         trip_(std::move(trip)),
         report_(report) {}
 
+  ~GpuSampler() override {
+    if (shared_) {
+      {
+        std::lock_guard lock(shared_->mutex);
+        shared_->stop = true;
+      }
+      shared_->changed.notify_all();
+    }
+  }
+
   void on_launched(TimePoint at) override {
     launched_ = at;
     report_.emplace();
@@ -61,15 +147,13 @@ class GpuSampler final : public RunPart {
       report_->not_measured = "SPENDCAP_NVML_LIBRARY=none";
       return;
     }
-    // NVML is opened at launch, so that its first sample is the run's start.
-    std::string why_not;
-    probe_ = open_nvml_probe(why_not);
-    if (!probe_) {
-      report_->not_measured = why_not;
-      return;
-    }
-    account_ = std::make_unique<GpuAccount>(*probe_, plan_.allocated);
-    sample();
+    shared_ = std::make_shared<GpuShared>();
+    shared_->tree = tree_pids();
+    GpuAllocation allocation = plan_.allocation;
+    if (allocation.entries.empty()) allocation.entries = plan_.allocated;
+    std::thread(nvml_helper, shared_, std::move(allocation), launched_,
+                std::min<Nanos>(interval_, kPollPeriod))
+        .detach();
     arm();
   }
 
@@ -79,35 +163,98 @@ class GpuSampler final : public RunPart {
     timer_.cancel();
     if (finished_) return;
     finished_ = true;
-    if (!account_ || !report_) return;
-    sample();  // the last interval, up to the end
-    fill_report();
+    if (!shared_ || !report_) return;
+    double t = to_seconds(now() - launched_);
+    input_.sample(t, {});
+    std::unique_lock lock(shared_->mutex);
+    shared_->tree.clear();
+    shared_->final_t = t;
+    shared_->changed.notify_all();
+    // The last poll covers the run's last partial interval; a stuck helper is not waited for.
+    if (!stuck(now())) {
+      shared_->changed.wait_for(lock, kFinalWait, [&] {
+        return shared_->final_done ||
+               (shared_->opened && !shared_->summary && !shared_->why_not.empty()) || stuck(now());
+      });
+    }
+    bool done = shared_->final_done;
+    bool opened = shared_->opened;
+    std::string why_not = shared_->why_not;
+    std::optional<GpuSummary> summary = shared_->summary;
+    lock.unlock();
+    if (!opened) {
+      report_->not_measured =
+          "NVML did not answer (nvmlInit_v2 still running after " + fixed(t, 1) + " s)";
+      return;
+    }
+    if (!why_not.empty()) {
+      report_->not_measured = why_not;
+      return;
+    }
+    if (!summary) {
+      report_->not_measured = "NVML did not answer (a call stuck in the driver)";
+      return;
+    }
+    if (!done) {
+      summary->notes.push_back("an NVML call did not return: the run's last " +
+                               fixed(std::max(0.0, t - last_poll_t(*summary)), 1) +
+                               " s are not measured");
+    }
+    fill_report(std::move(*summary));
   }
 
  private:
+  std::vector<pid_t> tree_pids() {
+    std::vector<pid_t> pids;
+    for (const ProcStat& member : members_()) pids.push_back(member.pid);
+    return pids;
+  }
+
+  static double last_poll_t(const GpuSummary& s) {
+    double t = 0;
+    for (const GpuDeviceFigures& d : s.per_device) t = std::max(t, d.allocated_until);
+    return t;
+  }
+
+  // Called with the lock held.
+  bool stuck(TimePoint at) const {
+    return shared_->call_since && at - *shared_->call_since > kStuckAfter;
+  }
+
   void arm() {
     timer_.expires_after(interval_);
     timer_.async_wait([this](auto error) {
       if (error || finished_) return;
-      sample();
-      idle_guard();
+      tick();
       arm();
     });
   }
 
-  void sample() {
-    std::vector<pid_t> pids;
-    for (const ProcStat& member : members_()) pids.push_back(member.pid);
+  // Every interval, on the loop: hand the helper the tree, take its latest figures. Never waits
+  // on NVML.
+  void tick() {
+    std::vector<pid_t> pids = tree_pids();
     double t = to_seconds(now() - launched_);
-    account_->sample(t, pids, wall_us());
     input_.sample(t, pids);
-    report_->summary = account_->summary();  // current while the run goes on (--metrics-dir)
+    std::optional<GpuSummary> summary;
+    bool is_stuck = false;
+    {
+      std::lock_guard lock(shared_->mutex);
+      shared_->tree = pids;
+      summary = shared_->summary;
+      is_stuck = stuck(now());
+    }
+    if (!summary) return;
+    report_->summary = *summary;  // current while the run goes on (--metrics-dir)
+    std::optional<double> utilisation;
+    if (last_summary_ && !is_stuck) utilisation = utilisation_between(*last_summary_, *summary);
+    last_summary_ = std::move(summary);
+    idle_guard(t, utilisation);
   }
 
-  void idle_guard() {
-    if (stopping_ || !plan_.idle_below || !account_->has_devices()) return;
-    double t = to_seconds(now() - launched_);
-    if (!idle_gpu_update(idle_since_, t, account_->last_utilisation(), *plan_.idle_below,
+  void idle_guard(double t, std::optional<double> utilisation) {
+    if (stopping_ || !plan_.idle_below || last_summary_->per_device.empty()) return;
+    if (!idle_gpu_update(idle_since_, t, utilisation, *plan_.idle_below,
                          to_seconds(plan_.idle_for))) {
       return;
     }
@@ -116,21 +263,27 @@ class GpuSampler final : public RunPart {
     trip_(Trip{TripKind::runaway, "runaway:idle-gpu", 0});
   }
 
-  void fill_report() {
+  void fill_report(GpuSummary summary) {
     GpuReport& r = *report_;
-    r.summary = account_->summary();
+    r.summary = std::move(summary);
     if (r.summary.devices.empty()) {
       r.not_measured = "no GPU was used by the run or allocated to it";
+      for (const std::string& note : r.summary.notes) {
+        if (note.find("not resolved") != std::string::npos ||
+            note.find("no GPU or MIG slice") != std::string::npos) {
+          r.not_measured += "; " + note;
+        }
+      }
       return;
     }
-    if (auto mean = r.summary.mean_utilisation()) {
-      r.input_hint = input_hint(*mean, input_.activity());
-      // The GPU part of the rate buys the run's GPUs: the idle part of the GPU time is that part
-      // of the spend.
+    if (auto idle = r.summary.idle_fraction(); idle && r.summary.mean_utilisation()) {
+      r.input_hint = input_hint(*r.summary.mean_utilisation(), input_.activity());
+      // The GPU part of the rate buys the run's GPUs: the measured idle part of the GPU time is
+      // that part of the spend (an unmeasured period is counted neither way).
       Money spend = meter_.spend_at(*meter_.ended_at());
       Money gpu_spend =
           std::min(spend, cost_of(plan_.gpu_rate_per_hour, meter_.elapsed_at(*meter_.ended_at())));
-      r.idle_spend = scaled(gpu_spend, 1.0 - std::min(1.0, *mean));
+      r.idle_spend = scaled(gpu_spend, std::min(1.0, *idle));
       if (plan_.measured_billing) {
         // Measured: the GPU part by busy GPU time; never above what the allocated rate charged.
         r.billing = "measured";
@@ -159,8 +312,8 @@ class GpuSampler final : public RunPart {
   std::function<std::vector<ProcStat>()> members_;
   std::function<void(const Trip&)> trip_;
   std::optional<GpuReport>& report_;
-  std::unique_ptr<GpuProbe> probe_;
-  std::unique_ptr<GpuAccount> account_;
+  std::shared_ptr<GpuShared> shared_;
+  std::optional<GpuSummary> last_summary_;
   InputWatch input_;
   TimePoint launched_{};
   std::optional<double> idle_since_;
@@ -185,13 +338,20 @@ RunGpu to_run_gpu(const GpuReport& r) {
   const GpuSummary& s = r.summary;
   g.devices = static_cast<int>(s.devices.size());
   g.allocated_seconds = s.allocated_seconds;
-  g.busy_seconds = s.busy_seconds;
+  // The ledger keeps busy and allocated GPU-seconds (its mean is their ratio): the busy figure
+  // there is the measured mean over the allocated time, so that ratio is the measured mean.
+  if (auto mean = s.mean_utilisation()) g.busy_seconds = *mean * s.allocated_seconds;
   g.idle_spend = r.idle_spend;
   g.energy_kwh = r.energy_kwh;
   g.co2_kg = r.co2_kg;
   g.energy_cost = r.energy_cost;
   std::vector<std::string> sources;
   if (!s.utilisation_source.empty()) sources.push_back(s.utilisation_source);
+  if (s.busy_seconds && s.allocated_seconds > 0 &&
+      s.measured_seconds < 0.95 * s.allocated_seconds) {
+    sources.push_back("measured " + fixed(100 * s.measured_seconds / s.allocated_seconds, 0) +
+                      "% of the time");
+  }
   if (!s.energy_source.empty()) sources.push_back(s.energy_source);
   if (s.shared) sources.push_back("shared");
   if (r.billing == "measured") sources.push_back("measured billing");
@@ -210,9 +370,10 @@ std::string gpu_report_line(const GpuReport& r, const std::string& currency) {
   std::string line = "GPU: " + std::to_string(s.devices.size()) +
                      (s.devices.size() == 1 ? " device, " : " devices, ");
   line += fixed(s.allocated_seconds, 1) + " GPU-seconds allocated";
-  if (s.busy_seconds) {
-    line += ", " + fixed(*s.busy_seconds, 1) + " busy (" + fixed(*s.mean_utilisation() * 100, 1) +
-            "% mean utilisation, " + s.utilisation_source + ")";
+  if (auto mean = s.mean_utilisation()) {
+    line += ", " + fixed(*s.busy_seconds, 1) + " busy of " + fixed(s.measured_seconds, 1) +
+            " measured (" + fixed(*mean * 100, 1) + "% mean utilisation, " + s.utilisation_source +
+            ")";
   } else {
     line += ", busy time not measured";
   }

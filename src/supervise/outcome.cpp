@@ -9,6 +9,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/files.hpp"
+#include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/policy/policy.hpp"
 
@@ -26,7 +27,8 @@ nlohmann::json gpu_to_json(const GpuReport& report) {
       {"measured", true},   {"devices", s.devices}, {"allocated_gpu_seconds", s.allocated_seconds},
       {"shared", s.shared}, {"notes", s.notes},     {"pue", report.pue}};
   if (s.busy_seconds) {
-    json["busy_gpu_seconds"] = *s.busy_seconds;
+    json["busy_gpu_seconds"] = *s.busy_seconds;  // within the measured time
+    json["measured_gpu_seconds"] = s.measured_seconds;
     json["mean_utilisation"] = *s.mean_utilisation();
     json["utilisation_source"] = s.utilisation_source;
   }
@@ -65,6 +67,8 @@ nlohmann::json to_json(const RunOutcome& outcome) {
       {"run_id", outcome.run_id},
       {"status", to_string(outcome.status)},
       {"reason", outcome.reason},
+      {"first_trip",
+       outcome.first_trip.empty() ? nlohmann::json() : nlohmann::json(outcome.first_trip)},
       {"stopped_by_spendcap", outcome.stopped_by_spendcap},
       {"exit_code", outcome.exit_code},
       {"spendcap_signal", nullptr},
@@ -105,7 +109,8 @@ nlohmann::json to_json(const RunOutcome& outcome) {
 }
 
 void write_status_file(const std::string& path, const RunOutcome& outcome) {
-  write_file_atomically(path, dump_json(to_json(outcome), 2) + "\n", 0644, "--status-file " + path);
+  write_file_atomically(path, plain_json_numbers(dump_json(to_json(outcome), 2)) + "\n", 0644,
+                        "--status-file " + path);
 }
 
 }  // namespace spendcap

@@ -4,12 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "spendcap/base/text.hpp"
 
@@ -63,13 +68,90 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
+// "wchar: 123" from /proc/PID/io or /proc/PID/task/TID/io.
+std::optional<std::uint64_t> wchar_of(const std::string& io_path) {
+  std::ifstream in(io_path);
+  std::string key;
+  std::uint64_t value = 0;
+  while (in >> key >> value) {
+    if (key == "wchar:") return value;
+  }
+  return std::nullopt;
+}
+
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> children;
+  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = ::opendir(tasks.c_str());
+  if (!dir) return children;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream in(tasks + "/" + entry->d_name + "/children");
+    pid_t child = 0;
+    while (in >> child) children.push_back(child);
+  }
+  ::closedir(dir);
+  return children;
+}
+
 }  // namespace
+
+std::optional<std::uint64_t> write_count_of_tree(pid_t guard) {
+  if (guard <= 0) return std::nullopt;
+  std::string base = "/proc/" + std::to_string(guard);
+  // The guard's whole count holds its children's once reaped (the kernel adds a reaped child's
+  // I/O to its parent's); its own threads' counts are its event pipe, not the job's output.
+  std::optional<std::uint64_t> total = wchar_of(base + "/io");
+  if (!total) return std::nullopt;
+  std::uint64_t own = 0;
+  if (DIR* dir = ::opendir((base + "/task").c_str())) {
+    while (dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      auto thread = wchar_of(base + "/task/" + entry->d_name + "/io");
+      if (!thread) {
+        ::closedir(dir);
+        return std::nullopt;
+      }
+      own += *thread;
+    }
+    ::closedir(dir);
+  }
+  std::uint64_t written = *total >= own ? *total - own : 0;
+  // The live descendants, each with its own reaped children in its count. A process that exits
+  // between two reads moves its count to its parent's; a count that moved or changed in any way
+  // only makes the next line start with a newline.
+  std::vector<pid_t> pending = children_of(guard);
+  for (size_t i = 0; i < pending.size() && i < 100000; ++i) {
+    std::optional<std::uint64_t> count = wchar_of("/proc/" + std::to_string(pending[i]) + "/io");
+    if (!count) {
+      // Gone since it was listed (its count is now its parent's), or not readable: unknown.
+      if (::access(("/proc/" + std::to_string(pending[i])).c_str(), F_OK) == 0) {
+        return std::nullopt;
+      }
+      continue;
+    }
+    written += *count;
+    for (pid_t child : children_of(pending[i])) pending.push_back(child);
+  }
+  return written;
+}
+
+// The job's write count when spendcap's last line on a pipe ended, while the job had written
+// nothing since: the pipe is then at the start of a line.
+struct Reporter::CleanMark {
+  std::mutex mutex;
+  std::function<std::optional<std::uint64_t>()> count;
+  std::optional<std::optional<std::uint64_t>> frozen;  // set once the tree is gone
+  std::optional<std::uint64_t> clean_at;
+  std::optional<std::uint64_t> read() { return frozen ? *frozen : count(); }
+};
 
 struct Reporter::Line {
   int fd;
   std::string text;
   bool starts_line;  // a "spendcap: " line: it starts at the beginning of a line
   bool job_writes;   // the job may write to the same file meanwhile
+  std::shared_ptr<CleanMark> clean;
 };
 
 // Shared with the writer thread, which may outlive the Reporter when stderr is stuck at exit.
@@ -136,6 +218,7 @@ void Reporter::enqueue(Line line) const {
     return;
   }
   line.job_writes = true;  // the job runs from write_in_background() on
+  line.clean = clean_;
   std::lock_guard lock(queue_->mutex);
   if (queue_->lines.size() >= kMaxQueuedLines) return;
   queue_->lines.push_back(std::move(line));
@@ -149,7 +232,39 @@ void Reporter::write_line_now(const Line& line) {
     return;
   }
   bool tty = ::isatty(line.fd) == 1;
-  write_all(line.fd, line_start(line.fd, tty, line.job_writes) + line.text);
+  struct stat st {};
+  bool pipe_like = !tty && (::fstat(line.fd, &st) != 0 || !S_ISREG(st.st_mode));
+  if (!pipe_like || !line.job_writes || !line.clean) {
+    write_all(line.fd, line_start(line.fd, tty, line.job_writes) + line.text);
+    return;
+  }
+  // Never locked across the write: it may block on a pipe nobody reads, and the event loop takes
+  // the lock to freeze the count (freeze_job_write_count). Only this thread sets clean_at.
+  std::optional<std::uint64_t> before;
+  bool clean = false;
+  {
+    std::lock_guard lock(line.clean->mutex);
+    before = line.clean->read();
+    clean = before && line.clean->clean_at == before;
+  }
+  write_all(line.fd, (clean ? "" : "\n") + line.text);
+  std::lock_guard lock(line.clean->mutex);
+  std::optional<std::uint64_t> after = line.clean->read();
+  line.clean->clean_at = before && after == before ? before : std::nullopt;
+}
+
+void Reporter::set_job_write_count(std::function<std::optional<std::uint64_t>()> count) {
+  clean_ = std::make_shared<CleanMark>();
+  clean_->count = std::move(count);
+  // The tree's count starts at 0 when the guard is forked: a line while it is still 0 comes
+  // before anything the job wrote, as a line written before the job ran never needed a newline.
+  clean_->clean_at = 0;
+}
+
+void Reporter::freeze_job_write_count() {
+  if (!clean_) return;
+  std::lock_guard lock(clean_->mutex);
+  if (!clean_->frozen) clean_->frozen = clean_->count();
 }
 
 void Reporter::line(const std::string& text) const {

@@ -1,5 +1,7 @@
-// GPU probe cost: CPU time per sample of GpuAccount (NVML calls + the tree's NSpid lookups) with 8
-// devices and 64 tree processes, through the fake NVML loaded by the real dlopen path.
+// GPU probe cost: CPU time per poll of GpuAccount (the NVML calls: per-process and device samples
+// and the energy counter every poll, the process lists every kProcessListEvery polls) with 8
+// devices and 64 tree processes, through the fake NVML loaded by the real dlopen path. The
+// sampler polls every 200 ms: the cost per second of a run is five polls.
 //   gpu_probe_bench [SAMPLES]
 #include <signal.h>
 #include <stdlib.h>
@@ -60,16 +62,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   spendcap::GpuAccount account(*probe, {});
+  auto wall_us = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<unsigned long long>(ts.tv_sec) * 1000000ULL +
+           static_cast<unsigned long long>(ts.tv_nsec / 1000);
+  };
   double start = cpu_seconds();
+  unsigned long long wall_start = wall_us();
   for (int i = 0; i < samples; ++i) {
-    account.sample(i, tree, static_cast<unsigned long long>(i) * 1000000ULL);
+    unsigned long long now = wall_us();
+    account.sample(static_cast<double>(now - wall_start) / 1e6, tree, now);
   }
   double per_sample = (cpu_seconds() - start) / samples;
   auto summary = account.summary();
   std::printf(
-      "gpu probe: %d devices, %d tree processes: %.3f ms CPU per sample "
-      "(%.4f%% of a core at a 1 s interval); %zu devices found\n",
-      kDevices, kProcesses, per_sample * 1e3, per_sample * 100, summary.devices.size());
+      "gpu probe: %d devices, %d tree processes: %.3f ms CPU per poll "
+      "(%.4f%% of a core at 5 polls a second); %zu devices found\n",
+      kDevices, kProcesses, per_sample * 1e3, per_sample * 5 * 100, summary.devices.size());
   for (pid_t pid : tree) kill(pid, SIGKILL);
   for (pid_t pid : tree) waitpid(pid, nullptr, 0);
   std::remove(scenario.c_str());

@@ -93,7 +93,8 @@ class EstimateTest(LedgerTest):
                                     "segments": [{"util": 80, "power_w": 250}]}]}, f)
         env = {"SPENDCAP_NVML_LIBRARY": FAKE_NVML,
                "FAKE_NVML_SCENARIO": self.path("scenario.json"), "CUDA_VISIBLE_DEVICES": "0"}
-        job = "echo $$ > %s; exec sleep 3" % self.path("pids")
+        # The job's pid and its PID namespace: the fake NVML translates it as the driver does.
+        job = "echo $$ $(readlink /proc/$$/ns/pid) > %s; exec sleep 3" % self.path("pids")
         result = self.run_spendcap(["run", "--rate", "36", "--budget", "5", "--team", "vision",
                                     "--", "sh", "-c", job], env)
         self.assertEqual(result.returncode, 0, result.stderr)

@@ -57,7 +57,9 @@ class PolicyCheckTest(LedgerTest):
         self.write_policy({"rates": {"gpu": {"a100-80gb": {"on_demand": 4.1}}}})
         result = self.run_spendcap(["run", "--gpu", "h100", "--budget", "1", "--", "true"])
         self.assertEqual(result.returncode, 125)
-        self.assertIn("--gpu: unknown GPU type \"h100\"", result.stderr)
+        # The flag and its value, not "invalid policy": the file itself is fine (issue 24).
+        self.assertIn("--gpu h100: unknown GPU type \"h100\"", result.stderr)
+        self.assertNotIn("invalid policy", result.stderr)
         self.assertIn("a100-80gb", result.stderr)
 
     def test_rate_from_gpu_type_count_and_max_run_lowering(self):

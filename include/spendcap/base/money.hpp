@@ -42,8 +42,13 @@ Money parse_money_or_throw(std::string_view text, std::string_view what);
 // A JSON number from a policy file; nullopt for negative, non-finite or too large.
 std::optional<Money> money_from_number(double value);
 
-// "$0.0700" below one unit, "$36.00" above; other currencies as "0.07 EUR".
+// "$0.0700" below one unit, "$36.00" above, "$0.000022" for an amount a 4-decimal figure would
+// show as $0.0000; other currencies as "0.07 EUR". Never an exponent.
 std::string format_money(Money amount, std::string_view currency = "USD");
+// A price per unit (per step, per 1000 tokens), which can be far below a micro-unit: fixed-point
+// with at least 4 significant digits, never an exponent ("$0.00004617", "$1.25", "$1234.50").
+// Every money figure spendcap prints goes through one of these two.
+std::string format_unit_price(double amount, std::string_view currency = "USD");
 // The amount as a number for JSON.
 double money_to_json(Money amount);
 // The amount as a plain decimal, trailing zeros trimmed: "0.1", "36", "0.000125".

@@ -51,6 +51,10 @@ struct ReportRequest {
 int report_command(const ReportRequest& request);
 
 // Marks a finished run's result as the one kept.
+// "2026-12-01", "2026-12-01T10:00:00Z" or a time ago ("30d"), as unix seconds, as `report`
+// reads --since and --until (a date alone for --until: through that day). Throws naming `flag`.
+double parse_report_time(const std::string& text, const std::string& flag, bool end_of_day);
+
 int accept_command(const LedgerChoice& choice, const std::string& run_id, const std::string& note);
 
 // `run --estimate-steps N --step-time T`: throws Error (exit 120) when N x T at the run's burn rate

@@ -42,6 +42,7 @@ struct RunRequest {
   std::optional<std::string> stall_after;  // sets guards.stall.after
   bool require_fit = false;                // stop a run whose projection exceeds its budget
   bool retry_backoff = false;              // wait out recent failures instead of starting at once
+  bool clear_crash_loop = false;           // start although the crash-loop guard would refuse
   std::optional<std::string> metrics_dir;  // --metrics-dir: sets metrics_dir
   // --run-id ID|slurm: join a multi-node run, one wrapper per node (cli/multi_node.hpp).
   std::optional<std::string> run_id;
@@ -79,6 +80,7 @@ struct RunSettings {
   std::string ledger_url;
   std::map<std::string, std::string> tags;
   std::string team, experiment, project, job_key, user, host;
+  std::string node;  // a multi-node run (--run-id): this node's name; its id is job_key
   std::optional<SpotNotice> spot_notice;   // --spot-notice
   ShutdownTimes on_preemption;             // its times, fitting the notice window
   Nanos exit_window = kDefaultExitWindow;  // --exit-window

@@ -58,6 +58,12 @@ struct ProgressState {
   std::int64_t good_lines = 0, bad_lines = 0;
   std::optional<TimePoint> last_line_at;  // when the last good line was read
   Money spend_at_last_line;               // the run's spend when it was read
+  // The first line that gave a step, and the spend then: the pace is measured from there, so that
+  // the job's start-up (imports, data loading) is not counted as training, and a resumed run
+  // whose first step is 40000 is not priced as if it had done 40000 steps here. A step below it
+  // (the job restarted from an older checkpoint) starts the measure again.
+  std::optional<std::int64_t> first_step;
+  Money spend_at_first_step;
 
   // Folds one line in (nullopt: a bad line), read at `at` when the spend was `spend`.
   void apply(const std::optional<ProgressLine>& line, TimePoint at, Money spend);
@@ -67,10 +73,12 @@ struct ProgressState {
 // job did not report what it needs (never 0 for "not known").
 std::optional<double> cost_per_step(const ProgressState& state);
 std::optional<double> cost_per_thousand_units(const ProgressState& state);
-// spend / step x total_steps: the total the run will cost at its pace so far.
+// Spend so far + (spend between the first and the latest line / steps between them) x steps
+// remaining: the total the run will cost at its training pace. None before two lines with
+// different steps.
 std::optional<Money> projected_total(const ProgressState& state);
 
-// "$0.0012": four significant digits, for per-step costs below a cent.
+// "$0.0012", "$0.00004617": four significant digits, never an exponent (format_unit_price).
 std::string format_unit_cost(double amount, std::string_view currency = "USD");
 
 // "progress: step 1200 of 50000, $0.0012/step, $0.03 per 1000 units, projected $60.00"

@@ -37,6 +37,8 @@ class BudgetLedger : public Ledger {
   std::vector<RunView> active_runs() override;
   std::vector<RunView> overrun_runs(int days) override;
   std::optional<RunView> find_run(const std::string& run_id) override;
+  std::vector<ListedRun> list_runs(const RunQuery& query) override;
+  std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) override;
   int reconcile_lost_runs() override;
   std::vector<RunView> lost_runs(int days) override;
   std::vector<LostRun> untold_lost_runs() override;
@@ -71,6 +73,8 @@ class BudgetLedger : public Ledger {
   std::function<std::optional<BudgetRule>(const Scope&)> rules_in(StoreTxn& txn) const;
   // The caller, and whether it owns the ledger (asked of the store outside any transaction).
   Asker asker();
+  // begin_run's answer from a store that ran the grant rule in its server.
+  Admission admission_from_server(const RunRecord& run, ServerGrant server);
 
   std::unique_ptr<LedgerStore> store_;
   bool ignore_other_runs_ = false;

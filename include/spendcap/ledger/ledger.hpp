@@ -245,6 +245,24 @@ struct LostRun {
   std::vector<RunWebhook> webhooks;
 };
 
+// `spendcap runs`: which runs to list, newest first (started_at, then id, descending). Each filter
+// that is set must match exactly; the ledger applies them (parameterised SQL), not the caller.
+struct RunQuery {
+  double since = 0;      // started_at >= since (unix seconds, the ledger's clock)
+  double until = 1e300;  // started_at < until
+  std::optional<std::string> team, experiment, user;
+  std::optional<RunStatus> status;  // as stored: `running` covers lost runs not yet reconciled
+  int limit = 50;
+};
+
+// One listed run, and the length of the shortest prefix of its id that no other run in the
+// ledger shares (at least kShortRunIdChars), as `runs` prints it and every run-id flag takes it.
+struct ListedRun {
+  RunView run;
+  std::size_t unique_prefix = 0;
+};
+inline constexpr std::size_t kShortRunIdChars = 8;
+
 struct CommandHistory {
   double now = 0;
   std::vector<RunView> runs;
@@ -291,6 +309,10 @@ class Ledger {
   // stopped), started within the last `days` UTC days, oldest first.
   virtual std::vector<RunView> overrun_runs(int days) = 0;
   virtual std::optional<RunView> find_run(const std::string& run_id) = 0;
+  // The runs `query` selects, newest first, at most query.limit of them.
+  virtual std::vector<ListedRun> list_runs(const RunQuery& query) = 0;
+  // The ids of runs (any status) that start with `prefix`, in id order, at most `limit`.
+  virtual std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) = 0;
   // Charges every lost run whose reconciliation time has passed its ceiling. Every transaction
   // above does this first; returns how many it reconciled.
   virtual int reconcile_lost_runs() = 0;
@@ -364,6 +386,9 @@ struct LedgerOptions {
   // Whom stop orders and accepted results are checked against (ledger/stop_rule.hpp); none: the
   // calling process (current_caller()). Tests set another.
   std::optional<Caller> caller;
+  // PostgreSQL: the connection's password (the policy's ledger_password_file), given to libpq as
+  // a connection parameter, never in a URL; "" for none (the URL's, or libpq's own ways).
+  std::string postgres_password;
 };
 
 }  // namespace spendcap

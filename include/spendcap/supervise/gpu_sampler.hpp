@@ -30,6 +30,8 @@ class RunPart;
 struct GpuPlan {
   bool enabled = true;                 // false: no NVML is loaded (SPENDCAP_NVML_LIBRARY=none)
   std::vector<std::string> allocated;  // indices or UUIDs (allocated_gpus_from_environment)
+  GpuAllocation allocation;            // the same with its source and CUDA_DEVICE_ORDER; wins
+                                       // when it has entries
   double pue = 1.0;
   std::optional<double> kg_co2_per_kwh;
   std::optional<double> usd_per_kwh;  // reported, never added to spend

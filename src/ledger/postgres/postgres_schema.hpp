@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/ledger/ledger_store.hpp"
+
 namespace spendcap::postgres_schema {
 
 // Migration N (1-based) takes the schema from version N-1 to N. Never edit one that has shipped:
@@ -25,5 +27,13 @@ std::string routines();
 std::string access_routines();
 // Their grants, run once the runner role exists (at the end of routines()).
 std::string access_grants();
+// The grant rule's functions (postgres_grants.cpp): admission and heartbeat in one call each.
+// Part of routines().
+std::string grant_routines();
+
+// The arguments and answers of those functions: a locked policy's caps as the JSON they take, and
+// their JSON answer as BudgetLedger reads it.
+std::string caps_json(const std::vector<BudgetRule>& caps);
+ServerGrant server_grant_of_json(const std::string& text);
 
 }  // namespace spendcap::postgres_schema

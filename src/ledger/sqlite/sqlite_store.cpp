@@ -207,6 +207,10 @@ CREATE TABLE run_webhooks (
   lost_told_at REAL        -- NULL: its lost event is not queued (yet)
 );
 CREATE INDEX runs_reconciled ON runs(day) WHERE reconciled = 1;
+    // v13 (issue 23: the grant rule in PostgreSQL's server): nothing changes here; the number
+    // keeps both backends' versions equal.
+    R"sql(
+SELECT 1;
 )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -516,6 +520,9 @@ struct SqliteStore::Impl final : StoreTxn {
   bool any_run_due(double now) override;
   std::vector<RunRecord> runs_of_job(const std::string& job_key) override;
   std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint, double since) override;
+  std::vector<RunRecord> list_runs(const RunQuery& query) override;
+  std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) override;
+  std::pair<std::string, std::string> neighbour_run_ids(const std::string& id) override;
   void read_progress(RunRecord& run);
   std::int64_t count_unfinished(const Scope& scope, DayRange days) override;
   Money overrun(const Scope& scope, DayRange days) override;
@@ -748,6 +755,42 @@ std::vector<RunRecord> SqliteStore::Impl::runs_of_fingerprint(const std::string&
                  " FROM runs WHERE fingerprint = ? AND started_at >= ? ORDER BY started_at, id");
   q.bind_all(fingerprint, since);
   return read_runs(q);
+}
+
+std::vector<RunRecord> SqliteStore::Impl::list_runs(const RunQuery& rq) {
+  // One statement for every filter: an unset filter is bound NULL and matches every row.
+  auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
+                 " FROM runs WHERE started_at >= ?1 AND started_at < ?2"
+                 " AND (?3 IS NULL OR team = ?3) AND (?4 IS NULL OR experiment = ?4)"
+                 " AND (?5 IS NULL OR user_name = ?5) AND (?6 IS NULL OR status = ?6)"
+                 " ORDER BY started_at DESC, id DESC LIMIT ?7");
+  std::optional<std::string> status;
+  if (rq.status) status = to_string(*rq.status);
+  q.bind_all(rq.since, rq.until, rq.team, rq.experiment, rq.user, status, rq.limit);
+  return read_runs(q);
+}
+
+std::vector<std::string> SqliteStore::Impl::run_ids_with_prefix(const std::string& prefix,
+                                                                int limit) {
+  // substr, not LIKE: a prefix holding % or _ matches itself only.
+  auto q = query("SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT ?");
+  q.bind_all(static_cast<std::int64_t>(prefix.size()), prefix, limit);
+  std::vector<std::string> ids;
+  while (q.step()) ids.push_back(q.text(0));
+  return ids;
+}
+
+std::pair<std::string, std::string> SqliteStore::Impl::neighbour_run_ids(const std::string& id) {
+  std::pair<std::string, std::string> around;
+  {
+    auto q = query("SELECT max(id) FROM runs WHERE id < ?");
+    q.bind(id);
+    if (q.step()) around.first = q.text(0);
+  }
+  auto q = query("SELECT min(id) FROM runs WHERE id > ?");
+  q.bind(id);
+  if (q.step()) around.second = q.text(0);
+  return around;
 }
 
 std::vector<RunRecord> SqliteStore::Impl::runs_of_job(const std::string& job_key) {

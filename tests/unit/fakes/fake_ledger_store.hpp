@@ -200,6 +200,37 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
     });
     return runs;
   }
+  std::vector<RunRecord> list_runs(const RunQuery& q) override {
+    std::vector<RunRecord> runs;
+    for (const auto& [id, run] : data().runs) {
+      if (run.started_at < q.since || run.started_at >= q.until) continue;
+      if ((q.team && run.team != *q.team) || (q.experiment && run.experiment != *q.experiment) ||
+          (q.user && run.user != *q.user) || (q.status && run.status != *q.status)) {
+        continue;
+      }
+      runs.push_back(run);
+    }
+    std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {
+      return std::tie(b.started_at, b.id) < std::tie(a.started_at, a.id);
+    });
+    if (runs.size() > static_cast<size_t>(q.limit)) runs.resize(static_cast<size_t>(q.limit));
+    return runs;
+  }
+  std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) override {
+    std::vector<std::string> ids;
+    for (const auto& [id, run] : data().runs) {
+      if (id.starts_with(prefix) && ids.size() < static_cast<size_t>(limit)) ids.push_back(id);
+    }
+    return ids;
+  }
+  std::pair<std::string, std::string> neighbour_run_ids(const std::string& id) override {
+    std::pair<std::string, std::string> around;
+    auto at = data().runs.lower_bound(id);
+    if (at != data().runs.begin()) around.first = std::prev(at)->first;
+    auto above = data().runs.upper_bound(id);
+    if (above != data().runs.end()) around.second = above->first;
+    return around;
+  }
   std::vector<RunRecord> runs_of_job(const std::string& job_key) override {
     std::vector<RunRecord> runs;
     for (const auto& [id, run] : data().runs) {

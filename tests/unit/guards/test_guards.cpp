@@ -65,10 +65,61 @@ TEST_CASE("cost per step, per 1000 units and the projection; nothing where not r
   CHECK_FALSE(projected_total(state));  // no total_steps yet
   line.total_steps = 1000;
   state.apply(line, kLaunch + seconds(10), Money{100000});
-  CHECK(projected_total(state)->micros == 1000000);
+  CHECK_FALSE(projected_total(state));  // one step seen: no pace yet
+  line.step = 200;
+  state.apply(line, kLaunch + seconds(15), Money{150000});  // 100 steps for $0.05 since
+  // $0.15 so far + $0.0005 x 800 steps left; the average ($0.15 / 200 x 1000) would say $0.75.
+  CHECK(projected_total(state)->micros == 550000);
   state.apply(std::nullopt, kLaunch + seconds(11), Money{110000});
   CHECK(state.bad_lines == 1);
-  CHECK(state.good_lines == 2);
+  CHECK(state.good_lines == 3);
+}
+
+TEST_CASE("projection: the start-up before the first step is not counted; a resumed run") {
+  // Issue 24: 20 s of imports at $0.01/s, then 1000 steps at $0.0002 each. The old projection
+  // (spend / step x total) said $0.21 / 5 x 1000 = $42 at step 5.
+  ProgressState state;
+  ProgressLine line;
+  line.total_steps = 1000;
+  line.step = 1;
+  state.apply(line, kLaunch + seconds(20), Money{200200});
+  CHECK_FALSE(projected_total(state));
+  line.step = 5;
+  state.apply(line, kLaunch + seconds(21), Money{201000});
+  CHECK(projected_total(state)->micros == 201000 + 200 * 995);
+  // Resumed at step 40000 of 50000: priced from here, not as if 40000 steps were done here.
+  ProgressState resumed;
+  line.total_steps = 50000;
+  line.step = 40000;
+  resumed.apply(line, kLaunch + seconds(5), Money{50000});
+  line.step = 40100;
+  resumed.apply(line, kLaunch + seconds(6), Money{60000});
+  CHECK(projected_total(resumed)->micros == 60000 + 100 * 9900);
+  // Steps seen twice at one value: still no pace.
+  ProgressState same;
+  line.step = 7;
+  same.apply(line, kLaunch, Money{1000});
+  same.apply(line, kLaunch + seconds(1), Money{2000});
+  CHECK_FALSE(projected_total(same));
+}
+
+TEST_CASE("unit prices and money: fixed-point, enough digits, never an exponent") {
+  CHECK(format_unit_cost(4.617e-05) == "$0.00004617");
+  CHECK(format_unit_cost(2.2e-05) == "$0.000022");
+  CHECK(format_unit_cost(0.0012) == "$0.0012");
+  CHECK(format_unit_cost(0.5) == "$0.5000");
+  CHECK(format_unit_cost(1234.5) == "$1234.50");
+  CHECK(format_unit_cost(0) == "$0.00");
+  CHECK(format_unit_cost(3.1e-9) == "$0.0000000031");  // trailing zeros trimmed
+  CHECK(format_unit_cost(4.617e-05, "EUR") == "0.00004617 EUR");
+  CHECK(format_money(Money{22}) == "$0.000022");
+  CHECK(format_money(Money{0}) == "$0.0000");
+  CHECK(format_money(Money{70000}) == "$0.0700");
+  CHECK(format_money(Money{36000000}) == "$36.00");
+  CHECK(format_money(Money{-1500000}) == "-$1.50");
+  for (double x : {1e-12, 7.5e-7, 3.3e-5, 0.04, 9.99, 1e6}) {
+    CHECK(format_unit_cost(x).find('e') == std::string::npos);
+  }
 }
 
 TEST_CASE("projection guard: warns once, or stops with --require-fit") {
@@ -76,6 +127,9 @@ TEST_CASE("projection guard: warns once, or stops with --require-fit") {
   ProgressLine line;
   line.step = 100;
   line.total_steps = 1000;
+  line.step = 0;
+  state.apply(line, kLaunch + seconds(5), Money{});
+  line.step = 100;
   state.apply(line, kLaunch + seconds(10), Money{100000});  // projected $1.00
   GuardView view{kLaunch + seconds(10), kLaunch,       Money{100000},
                  Money{36000000},       Money{500000}, &state};
@@ -145,6 +199,32 @@ TEST_CASE("crash loop: N failures in the window with no success since refuse") {
   success.finished_at = now - 3;
   history.push_back(success);
   CHECK_FALSE(decide_crash_loop(history, now, 5, window, false).refuse);
+}
+
+TEST_CASE("crash loop: the refusal says until when, and a cleared run restarts the count") {
+  const double now = 1'000'000;  // 1970-01-12 13:46:40 UTC
+  std::vector<PastRun> history;
+  // Failures 300, 200, 100 and 50 s ago; the limit is 3: it lifts when the one 200 s ago (the
+  // third newest) leaves the 10m window, 400 s from now.
+  for (double ago : {300.0, 200.0, 100.0, 50.0}) history.push_back(failed_at(now - ago));
+  auto verdict = decide_crash_loop(history, now, 3, minutes(10), false);
+  REQUIRE(verdict.refuse);
+  REQUIRE(verdict.refused_until);
+  CHECK(*verdict.refused_until == doctest::Approx(now + 400));
+  CHECK(verdict.message.find("refused until 1970-01-12 13:53:20 UTC") != std::string::npos);
+  CHECK(verdict.message.find("--clear-crash-loop") != std::string::npos);
+  // Started with --clear-crash-loop 10 s ago: only what came after it counts.
+  PastRun cleared;
+  cleared.ended = PastRun::Ended::running;
+  cleared.started_at = now - 10;
+  cleared.cleared = true;
+  history.push_back(cleared);
+  auto after = decide_crash_loop(history, now, 3, minutes(10), false);
+  CHECK_FALSE(after.refuse);
+  CHECK(after.failures == 0);
+  // Negative control: the same run without the mark changes nothing.
+  history.back().cleared = false;
+  CHECK(decide_crash_loop(history, now, 3, minutes(10), false).refuse);
 }
 
 TEST_CASE("crash loop: failures outside the window and other endings do not count") {

@@ -1092,6 +1092,76 @@ TEST_CASE_TEMPLATE("Ledger conformance: a final row keeps its GPU record and pro
   CHECK(t.inconsistencies().empty());
 }
 
+TEST_CASE_TEMPLATE("Ledger conformance: runs are listed newest first, filtered; ids by prefix",
+                   Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  t.set_budget(ScopeKind::team, "nlp", 10, Period::month);
+  // Two ids that share 10 characters, one that shares nothing, one with a LIKE wildcard.
+  const char* ids[] = {"aaaaaaaaaa-1", "aaaaaaaaaa-2", "bbbbbbbbbbbb", "c%c_cccccccc"};
+  const char* teams[] = {"vision", "nlp", "vision", "vision"};
+  for (int i = 0; i < 4; ++i) {
+    RunStart run = run_start(ids[i], teams[i], usd(1));
+    run.experiment = i == 2 ? "bert" : "resnet";
+    run.user = i == 3 ? "ben" : "ana";
+    REQUIRE(t.ledger->begin_run(run).admitted);
+    t.clock.advance(60);
+  }
+  t.ledger->finish_run(run_final("aaaaaaaaaa-1", usd(0.5)));
+  t.ledger->finish_run(run_final("bbbbbbbbbbbb", usd(0.25), RunStatus::killed));
+
+  RunQuery all;
+  std::vector<ListedRun> listed = t.ledger->list_runs(all);
+  REQUIRE(listed.size() == 4);
+  CHECK(listed[0].run.id == "c%c_cccccccc");  // newest first
+  CHECK(listed[3].run.id == "aaaaaaaaaa-1");
+  CHECK(listed[3].run.status == RunStatus::succeeded);
+  CHECK(listed[3].run.spend == usd(0.5));
+  CHECK(listed[3].run.user == "ana");
+  CHECK(listed[3].unique_prefix == 12);  // shares 11 with aaaaaaaaaa-2
+  CHECK(listed[1].unique_prefix == kShortRunIdChars);
+  RunQuery q;
+  q.team = "vision";
+  q.experiment = "resnet";
+  listed = t.ledger->list_runs(q);
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0].run.id == "c%c_cccccccc");
+  CHECK(listed[1].run.id == "aaaaaaaaaa-1");
+  q = RunQuery{};
+  q.user = "ben";
+  CHECK(t.ledger->list_runs(q).size() == 1);
+  q = RunQuery{};
+  q.status = RunStatus::killed;
+  listed = t.ledger->list_runs(q);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].run.id == "bbbbbbbbbbbb");
+  // The two unfinished runs: running, or lost once their heartbeats are stale (the clock moved).
+  q = RunQuery{};
+  q.status = RunStatus::running;
+  size_t running = t.ledger->list_runs(q).size();
+  q.status = RunStatus::lost;
+  CHECK(running + t.ledger->list_runs(q).size() == 2);
+  q = RunQuery{};
+  q.limit = 1;
+  CHECK(t.ledger->list_runs(q).size() == 1);
+  q = RunQuery{};
+  q.since = listed[0].run.started_at;  // bbbb's start: it and the two after
+  q.until = q.since + 61;
+  CHECK(t.ledger->list_runs(q).size() == 2);
+  q.team = "no-such-team";
+  CHECK(t.ledger->list_runs(q).empty());  // negative control: a filter that matches nothing
+
+  CHECK(t.ledger->run_ids_with_prefix("aaaaaaaa", 10) ==
+        std::vector<std::string>{"aaaaaaaaaa-1", "aaaaaaaaaa-2"});
+  CHECK(t.ledger->run_ids_with_prefix("aaaaaaaaaa-2", 10) ==
+        std::vector<std::string>{"aaaaaaaaaa-2"});
+  CHECK(t.ledger->run_ids_with_prefix("aaaaaaaa", 1).size() == 1);
+  // A wildcard in the prefix matches only itself.
+  CHECK(t.ledger->run_ids_with_prefix("c%", 10) == std::vector<std::string>{"c%c_cccccccc"});
+  CHECK(t.ledger->run_ids_with_prefix("%", 10).empty());
+  CHECK(t.ledger->run_ids_with_prefix("c_", 10).empty());
+}
+
 TEST_CASE_TEMPLATE("Ledger conformance: reports stream a period's runs; accepted results are kept",
                    Backend, LEDGER_BACKENDS) {
   LedgerFixture t(Backend::make());

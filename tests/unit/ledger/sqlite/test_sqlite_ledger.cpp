@@ -243,6 +243,17 @@ TEST_CASE("SqliteLedger: the schema is versioned and migrated once") {
   {
     SqliteLedger reopened(path, {});
     CHECK(reopened.schema_version() == latest);
+  // Branches append migrations (numbered by position): the version is whatever this build's
+  // latest is, at least v10's, and the same after reopening.
+  int version = 0;
+  {
+    SqliteLedger ledger(path, {});
+    version = ledger.schema_version();
+    CHECK(version >= 10);
+  }
+  {
+    SqliteLedger reopened(path, {});
+    CHECK(reopened.schema_version() == version);
   }
   RawDb(path).exec("INSERT INTO schema_version (version) VALUES (99)");
   CHECK_THROWS_WITH_AS(SqliteLedger(path, {}), doctest::Contains("is newer than this spendcap's"),
@@ -370,7 +381,15 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
   clock.advance(3600);
   REQUIRE(ledger.reconcile_lost_runs() == 1);
 
-  std::string row = spool_final(ledger.url(), run_final("r1", usd(0.7), RunStatus::killed));
+  RunFinal killed = run_final("r1", usd(0.7), RunStatus::killed);
+  killed.gpu = RunGpu{};  // the GPU figures travel with the spooled row (issue 20)
+  killed.gpu->devices = 1;
+  killed.gpu->allocated_seconds = 6;
+  killed.gpu->busy_seconds = 3;
+  killed.gpu->energy_kwh = 0.0003;
+  killed.gpu->sources = "per-process; energy counter";
+  killed.gpu->timeline = {{0, 0.5, 180.0}};
+  std::string row = spool_final(ledger.url(), killed);
   CHECK(row == dir.file("spool/r1.json"));
   CHECK(mode_of(dir.file("spool")) == 0700);
   std::string elsewhere = spool_final("sqlite:/elsewhere/ledger.db", run_final("r2", usd(1)));
@@ -386,6 +405,12 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
   std::optional<RunView> replayed = ledger.find_run("r1");
   CHECK(replayed->status == RunStatus::killed);
   CHECK(replayed->spend == usd(0.7));
+  REQUIRE(replayed->gpu);
+  CHECK(replayed->gpu->busy_seconds == doctest::Approx(3));
+  CHECK(replayed->gpu->allocated_seconds == doctest::Approx(6));
+  CHECK(*replayed->gpu->energy_kwh == doctest::Approx(0.0003));
+  CHECK(replayed->gpu->sources == "per-process; energy counter");
+  CHECK_FALSE(replayed->gpu->co2_kg);
   CHECK_FALSE(replayed->reconciled);
   CHECK(ledger.budgets()[0].spent == usd(0.7));
 

@@ -1,0 +1,34 @@
+// `spendcap runs`: the run history, one row a run, newest first, as `sacct` lists jobs; and the
+// one rule for a run id given on the command line: any unique prefix of it (`ps`, `runs` and the
+// end line print the shortest unique one, at least 8 characters). Errors are thrown as
+// spendcap::Error (exit 125) naming the flag.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spendcap/cli/admin.hpp"
+
+namespace spendcap {
+
+class Ledger;
+
+struct RunsRequest {
+  LedgerChoice choice;
+  std::optional<std::string> since, until, team, experiment, user, status;
+  int limit = 50;
+  bool json = false;
+  std::string format = "table";  // table, csv or json
+};
+
+int runs_command(const RunsRequest& request);
+
+// The full id of the one run (any status) whose id starts with `prefix`. None or several: throws
+// naming `what` ("show 1a2b") with the candidates.
+std::string resolve_run_id(Ledger& ledger, const std::string& prefix, const std::string& what);
+
+// Rows as left-aligned columns, each cell escaped for the terminal (names come from other users).
+void print_table(std::vector<std::vector<std::string>> rows);
+
+}  // namespace spendcap

@@ -1,0 +1,197 @@
+#include "spendcap/cli/runs.hpp"
+
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "spendcap/base/error.hpp"
+#include "spendcap/base/json_numbers.hpp"
+#include "spendcap/base/json_text.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/cli/report_commands.hpp"
+#include "spendcap/ledger/ledger.hpp"
+#include "spendcap/report/report.hpp"
+
+namespace spendcap {
+
+namespace {
+
+double now_seconds() {
+  timeval tv{};
+  ::gettimeofday(&tv, nullptr);
+  return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6;
+}
+
+// "2026-12-01 21:40:05" UTC: sortable, and what --since and --until take (with a T and a Z).
+std::string utc_time(double unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
+  return text;
+}
+
+double duration_seconds(const RunView& run, double now) {
+  if (run.finished_at) return std::max(0.0, *run.finished_at - run.started_at);
+  return std::max(0.0, now - run.started_at);
+}
+
+std::string duration_text(double seconds) {
+  return format_duration(std::chrono::seconds(static_cast<std::int64_t>(std::llround(seconds))));
+}
+
+}  // namespace
+
+void print_table(std::vector<std::vector<std::string>> rows) {
+  for (auto& row : rows) {
+    for (std::string& cell : row) cell = escape_for_terminal(cell);
+  }
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+}
+
+std::string resolve_run_id(Ledger& ledger, const std::string& prefix, const std::string& what) {
+  if (prefix.empty()) throw Error(what, "an empty run id", "give the id `spendcap runs` shows");
+  // Eleven are fetched so that "matches more than 10" can be said without listing thousands.
+  std::vector<std::string> ids = ledger.run_ids_with_prefix(prefix, 11);
+  if (ids.size() == 1) return ids.front();
+  if (ids.empty()) {
+    throw Error(what, "no such run in " + ledger.url() + " (no run id starts with this)",
+                "see `spendcap runs` for the runs' ids");
+  }
+  Error error(what,
+              "matches " +
+                  std::string(ids.size() > 10 ? "more than 10" : std::to_string(ids.size())) +
+                  " runs",
+              "give more of the id");
+  if (ids.size() > 10) ids.resize(10);
+  error.details = ids;
+  throw error;
+}
+
+int runs_command(const RunsRequest& request) {
+  if (request.format != "table" && request.format != "csv" && request.format != "json") {
+    throw Error("--format " + request.format, "not a format of `runs`", "table, csv or json");
+  }
+  bool json = request.json || request.format == "json";
+  if (request.limit <= 0) {
+    throw Error("--limit " + std::to_string(request.limit), "must be at least 1",
+                "e.g. --limit 20");
+  }
+  RunQuery query;
+  if (request.since) query.since = parse_report_time(*request.since, "--since", false);
+  if (request.until) query.until = parse_report_time(*request.until, "--until", true);
+  if (query.until <= query.since) throw Error("--until", "is not after --since");
+  query.team = request.team;
+  query.experiment = request.experiment;
+  query.user = request.user;
+  if (request.status) {
+    query.status = parse_run_status(*request.status);
+    if (!query.status) {
+      throw Error("--status " + *request.status, "not a run status",
+                  "running, succeeded, failed, killed, refused, lost or preempted");
+    }
+  }
+  // One more than asked: whether there were more is said below the table.
+  query.limit =
+      request.limit == std::numeric_limits<int>::max() ? request.limit : request.limit + 1;
+  std::string currency = "USD";
+  auto ledger = open_chosen_ledger(request.choice, &currency);
+  std::vector<ListedRun> listed = ledger->list_runs(query);
+  bool more = listed.size() > static_cast<size_t>(request.limit);
+  if (more) listed.resize(static_cast<size_t>(request.limit));
+  double now = now_seconds();
+
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const ListedRun& l : listed) {
+      const RunView& r = l.run;
+      out.push_back({{"id", r.id},
+                     {"short_id", r.id.substr(0, l.unique_prefix)},
+                     {"user", r.user},
+                     {"team", r.team},
+                     {"experiment", r.experiment},
+                     {"project", r.project},
+                     {"host", r.host},
+                     {"status", to_string(r.status)},
+                     {"reason", r.reason},
+                     {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nullptr},
+                     {"started_at", r.started_at},
+                     {"finished_at", r.finished_at ? nlohmann::json(*r.finished_at) : nullptr},
+                     {"duration_seconds", duration_seconds(r, now)},
+                     {"spend", money_to_json(r.spend)},
+                     {"budget", r.budget ? nlohmann::json(money_to_json(*r.budget)) : nullptr},
+                     {"currency", currency}});
+    }
+    std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "TEAM", "EXPERIMENT", "STATUS",
+                                                 "REASON", "STARTED (UTC)", "DURATION", "SPEND",
+                                                 "BUDGET"}};
+  for (const ListedRun& l : listed) {
+    const RunView& r = l.run;
+    rows.push_back({r.id.substr(0, l.unique_prefix), r.user.empty() ? "-" : r.user,
+                    r.team.empty() ? "-" : r.team, r.experiment.empty() ? "-" : r.experiment,
+                    to_string(r.status), r.reason.empty() ? "-" : r.reason, utc_time(r.started_at),
+                    duration_text(duration_seconds(r, now)), format_money(r.spend, currency),
+                    r.budget ? format_money(*r.budget, currency) : "-"});
+  }
+  if (request.format == "csv") {
+    // Plain numbers for a spreadsheet; every cell through report's csv_field, the one place that
+    // quotes (and defuses) a csv cell.
+    std::cout << "id,short_id,user,team,experiment,status,reason,started_at,duration_seconds,spend,"
+                 "budget,currency\n";
+    for (const ListedRun& l : listed) {
+      const RunView& r = l.run;
+      char duration[32];
+      std::snprintf(duration, sizeof duration, "%.0f", duration_seconds(r, now));
+      std::vector<std::string> cells = {r.id,
+                                        r.id.substr(0, l.unique_prefix),
+                                        r.user,
+                                        r.team,
+                                        r.experiment,
+                                        to_string(r.status),
+                                        r.reason,
+                                        utc_time(r.started_at),
+                                        duration,
+                                        to_decimal(r.spend),
+                                        r.budget ? to_decimal(*r.budget) : "",
+                                        currency};
+      std::string line;
+      for (size_t i = 0; i < cells.size(); ++i) line += (i ? "," : "") + csv_field(cells[i]);
+      std::cout << line << "\n";
+    }
+    return 0;
+  }
+  if (listed.empty()) {
+    std::cout << "no runs in " << ledger->url() << " match\n";
+    return 0;
+  }
+  print_table(rows);
+  if (more) {
+    std::cout << "(the newest " << request.limit << " shown; --limit N for more, --since DATE to "
+              << "go back)\n";
+  }
+  return 0;
+}
+
+}  // namespace spendcap
