@@ -14,6 +14,7 @@
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
+#include "spendcap/cli/lost_runs.hpp"
 #include "spendcap/cli/membership.hpp"
 #include "spendcap/cli/runs.hpp"
 #include "spendcap/ledger/backends.hpp"
@@ -27,7 +28,8 @@ namespace spendcap {
 
 namespace {
 
-// How long `ps` keeps listing a finished run that overran its ceiling.
+// How long `ps` keeps listing a finished run that overran its ceiling, or a lost run charged its
+// ceiling.
 constexpr int kOverrunsShownDays = 7;
 
 }  // namespace
@@ -41,6 +43,7 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
   refuse_redirecting_environment(current_environment());
   LedgerOptions options;
   std::string url;
+  std::string lost_currency = "USD";
   auto keep_rules = [owner_rules](const LoadedPolicy& loaded) {
     if (owner_rules) {
       *owner_rules = budget_rules_of(loaded.locked_policy ? *loaded.locked_policy : loaded.policy);
@@ -59,12 +62,19 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
     require_locked_policy_when_setgid(loaded.locked, choice.ledger.value_or(""));
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     if (currency) *currency = loaded.policy.currency;
+    lost_currency = loaded.policy.currency;
     if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
     options.postgres_password = ledger_password(loaded.policy, loaded.locked_policy);
     keep_rules(loaded);
   }
   std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);
   replay_spool(*ledger);
+  // Whoever opens the ledger reconciles what is due and queues lost runs' events (lost_runs.hpp).
+  std::string why_not_told;
+  tell_lost_runs(*ledger, lost_currency, &why_not_told);
+  if (!why_not_told.empty()) {
+    std::cerr << "spendcap: lost runs' events: " << escape_for_terminal(why_not_told) << "\n";
+  }
   return ledger;
 }
 
@@ -83,6 +93,15 @@ std::string utc_date(double unix_seconds) {
   ::gmtime_r(&t, &tm);
   char text[16];
   std::strftime(text, sizeof text, "%Y-%m-%d", &tm);
+  return text;
+}
+
+std::string utc_time_of(double unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%SZ", &tm);
   return text;
 }
 
@@ -105,14 +124,33 @@ std::string percent_used(const BudgetView& view) {
   return text;
 }
 
-// A running run's spend now, as `squeue` would show it: its last heartbeat's spend plus its rate
-// over the time since, never above its ceiling (it trips there). A lost run's is its last report.
+// A run's spend as `ps` shows it, which never goes down from one look to the next (issue 19). A
+// running run's, or a silent one's not yet reconciled (it may still be spending), is the most it
+// can have spent by now: its allocated rate since it was admitted, never below its last
+// heartbeat's nor above its ceiling, where it trips. Extrapolating from the last heartbeat
+// instead fell back at each heartbeat by that heartbeat's latency, and to the last report once
+// the run went silent ($0.2353 running, then $0.2000 lost). A reconciled lost run's is its
+// charge, the ceiling; a finished run's, its final spend.
 Money live_spend(const RunView& run, double now) {
-  if (run.status != RunStatus::running || now <= run.heartbeat_at) return run.spend;
+  bool unfinished = run.status == RunStatus::running ||
+                    (run.status == RunStatus::lost && !run.reconciled && !run.finished_at);
+  if (!unfinished || now <= run.started_at) return run.spend;
   auto since =
-      std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(now - run.heartbeat_at));
-  Money spend = run.spend + cost_of(run.rate_per_hour, since);
-  return run.ceiling > Money{} ? std::min(spend, std::max(run.ceiling, run.spend)) : spend;
+      std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(now - run.started_at));
+  Money most = cost_of(run.rate_per_hour, since);
+  if (run.ceiling > Money{}) most = std::min(most, run.ceiling);
+  return std::max(run.spend, most);
+}
+
+// Why a lost run shows what it shows.
+std::string lost_status(const RunView& run, double now, const std::string& currency) {
+  std::string since = utc_time_of(run.heartbeat_at);
+  if (run.reconciled) {
+    return "lost: charged the ceiling " + format_money(run.ceiling, currency) +
+           " (no heartbeat since " + since + ")";
+  }
+  return "lost (silent " + age(now - run.heartbeat_at) + "; holds its ceiling " +
+         format_money(run.ceiling, currency) + ")";
 }
 
 // squeue's view of the budget a run is in: of its budgeted scopes, the one with the least left
@@ -314,10 +352,13 @@ int ps_command(const LedgerChoice& choice, bool json) {
   std::vector<RunView> runs = ledger->active_runs();
   // Overruns are never hidden: finished, but listed here for a week after they started.
   std::vector<RunView> overruns = ledger->overrun_runs(kOverrunsShownDays);
+  // Reconciled lost runs stay listed with what they are charged, as overruns do.
+  std::vector<RunView> charged = ledger->lost_runs(kOverrunsShownDays);
   double now = wall_now();
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     std::vector<RunView> listed = runs;
+    listed.insert(listed.end(), charged.begin(), charged.end());
     listed.insert(listed.end(), overruns.begin(), overruns.end());
     for (const RunView& run : listed) {
       out.push_back({{"id", run.id},
@@ -332,6 +373,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
                                   ? nlohmann::json(run.tags.at("node"))
                                   : nlohmann::json()},
                      {"status", to_string(run.status)},
+                     {"reconciled", run.reconciled},
                      {"overrun", run.overrun},
                      {"mode", to_string(run.mode)},
                      {"spend", money_to_json(run.spend)},
@@ -345,7 +387,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
     std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
-  if (runs.empty() && overruns.empty()) {
+  if (runs.empty() && overruns.empty() && charged.empty()) {
     std::cout << "no running or lost runs in " << ledger->url() << "\n";
     return 0;
   }
@@ -360,6 +402,9 @@ int ps_command(const LedgerChoice& choice, bool json) {
                     format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
                     age(now - run.started_at), budget_share(run, budget_views, currency)});
   };
+  for (const RunView& run : runs) {
+    add_row(run, run.status == RunStatus::lost ? lost_status(run, now, currency)
+                                               : to_string(run.status));
   auto status_of = [&](const RunView& run) {
     std::string status = to_string(run.status);
     if (run.status == RunStatus::lost) status += " (silent " + age(now - run.heartbeat_at) + ")";
@@ -406,6 +451,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
     }
     nodes_of.erase(group);
   }
+  for (const RunView& run : charged) add_row(run, lost_status(run, now, currency));
   for (const RunView& run : overruns) add_row(run, to_string(run.status) + " (OVERRUN)");
   print_table(rows);
   return 0;
@@ -449,14 +495,6 @@ std::string resolve_run_prefix(Ledger& ledger, const std::string& prefix, bool c
   }
   throw Error("--run " + prefix, "no running run has an id starting with this",
               "see `spendcap ps` for the running runs' ids");
-}
-
-// Who may stop a run: its own user, the ledger's owner, and the members of each of its budgets
-// that names members.
-void require_may_stop_run(Ledger& ledger, const std::string& run_id, const std::string& action) {
-  std::optional<RunView> run = ledger.find_run(run_id);
-  if (!run || run->user == user_name()) return;
-  require_membership(ledger, named_scopes(*run), action);
 }
 
 int list_stop_orders(Ledger& ledger) {
@@ -503,34 +541,11 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
   auto ledger = open_chosen_ledger(choice, nullptr);
   if (scope->kind == ScopeKind::run) {
     scope->name = resolve_run_prefix(*ledger, scope->name, request.clear);
-    require_may_stop_run(*ledger, scope->name,
-                         request.clear ? "clear stop orders on its runs" : "stop its runs");
-  } else if (scope->kind == ScopeKind::job) {
-    // A job has no budget row naming members: whoever may stop each of its runs may stop it.
-    for (const RunView& run : ledger->active_runs()) {
-      if (run.job_key == scope->name) {
-        require_may_stop_run(*ledger, run.id,
-                             request.clear ? "clear stop orders on its runs" : "stop its runs");
-      }
-    }
-  } else {
-    require_membership(*ledger, {*scope},
-                       request.clear ? "clear its stop orders" : "stop its runs");
   }
+  // Who may place and clear orders is the ledger's to check (ledger/stop_rule.hpp), in the
+  // transaction that writes them.
   std::string flag = "--" + to_string(scope->kind) + " " + scope->name;
   if (request.clear) {
-    // A stop order is the owner's kill switch: only the ledger's owner, or whoever placed the
-    // order, may lift it.
-    if (!ledger->caller_is_owner()) {
-      std::string me = user_name() + "@";
-      for (const StopOrder& order : ledger->active_stop_orders()) {
-        if (order.scope == *scope && order.placed_by.rfind(me, 0) != 0) {
-          throw Error("stop --clear " + flag,
-                      "the order was placed by " + order.placed_by + ", not by " + user_name(),
-                      "ask them, or the ledger's owner, to clear it");
-        }
-      }
-    }
     int cleared = ledger->clear_stop_orders(*scope);
     std::cout << "cleared " << cleared << " stop order" << (cleared == 1 ? "" : "s") << " on "
               << escape_for_terminal(to_string(*scope)) << "\n";

@@ -24,6 +24,7 @@
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
+#include "spendcap/cli/lost_runs.hpp"
 #include "spendcap/cli/membership.hpp"
 #include "spendcap/cli/multi_node.hpp"
 #include "spendcap/cli/webhooks.hpp"
@@ -1106,9 +1107,12 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
   require_membership(*ledger, named_scopes(settings), "charge runs to it");
   RunStart start = make_run_start(settings, request.command, run_id);
+  start.webhooks = lost_event_webhooks(webhooks);  // lost_runs.hpp
   if (int code = check_crash_loop(request, settings, start, *ledger, webhooks, env, reporter))
     return code;
   Admission admission = ledger->begin_run(start);
+  // Its admission reconciled what was due: their lost events are queued (lost_runs.hpp).
+  tell_lost_runs(*ledger, settings.loaded.policy.currency);
   RunFacts facts = run_facts(settings, request.command, run_id, admission);
   if (!admission.admitted) {
     if (!webhooks.empty()) {

@@ -12,6 +12,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
+#include "spendcap/ledger/stop_rule.hpp"
 
 namespace spendcap {
 
@@ -282,7 +283,18 @@ RunRecord new_record(const RunStart& start, double now) {
 BudgetLedger::BudgetLedger(std::unique_ptr<LedgerStore> store, const LedgerOptions& options)
     : store_(std::move(store)),
       ignore_other_runs_(options.ignore_other_runs),
-      budget_caps_(options.budget_caps) {}
+      budget_caps_(options.budget_caps),
+      caller_(options.caller ? *options.caller : current_caller()) {}
+
+std::function<std::optional<BudgetRule>(const Scope&)> BudgetLedger::rules_in(StoreTxn& txn) const {
+  return [&txn, this](const Scope& scope) {
+    return rule_in_force(txn.budget_rule(scope), scope, budget_caps_);
+  };
+}
+
+Asker BudgetLedger::asker() {
+  return Asker{caller_, caller_is_owner()};
+}
 
 template <class Body>
 auto BudgetLedger::transact(Access access, Body&& body) {
@@ -458,6 +470,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
     run.allowed = plan.decision.allowed;
     refresh_reconcile_at(run);
     txn.insert_run(run);
+    if (!start.webhooks.empty()) txn.put_run_webhooks(run.id, start.webhooks);
     add_usage(txn, run, {Money{}, run.ceiling, Money{}});
     admission.admitted = true;
     admission.grant.ceiling = run.ceiling;
@@ -681,6 +694,36 @@ std::optional<RunView> BudgetLedger::find_run(const std::string& run_id) {
   });
 }
 
+std::vector<RunView> BudgetLedger::lost_runs(int days) {
+  reconcile_if_due();
+  return transact(Access::read, [&](StoreTxn& txn) {
+    double now = txn.now();
+    std::vector<RunView> views;
+    for (const RunRecord& run : txn.reconciled_runs(utc_day(now) - days + 1)) {
+      views.push_back(view_of(run, now));
+    }
+    return views;
+  });
+}
+
+std::vector<LostRun> BudgetLedger::untold_lost_runs() {
+  reconcile_if_due();
+  return transact(Access::read, [](StoreTxn& txn) {
+    double now = txn.now();
+    std::vector<LostRun> lost;
+    for (auto& [run, hooks] : txn.untold_lost_runs()) lost.push_back({view_of(run, now), hooks});
+    return lost;
+  });
+}
+
+bool BudgetLedger::tell_lost_run(const std::string& run_id,
+                                 const std::vector<OutboxEntry>& entries) {
+  return transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    std::vector<OutboxEntry> stored = entries;
+    for (OutboxEntry& entry : stored) entry.created_at = now;
+    return txn.claim_lost_run(run_id, now, stored);
+  });
 std::vector<ListedRun> BudgetLedger::list_runs(const RunQuery& query) {
   reconcile_if_due();
   return transact(Access::read, [&](StoreTxn& txn) {
@@ -713,24 +756,6 @@ std::vector<std::string> BudgetLedger::run_ids_with_prefix(const std::string& pr
 
 int BudgetLedger::reconcile_lost_runs() {
   return transact(Access::write, [](StoreTxn& txn) { return reconcile(txn, txn.now()); });
-}
-
-StopOrder BudgetLedger::place_stop_order(const Scope& scope, const std::string& reason,
-                                         const std::string& placed_by) {
-  if (scope.name.empty()) throw Error("stop order", "names no " + to_string(scope.kind));
-  return transact(Access::write, [&](StoreTxn& txn) {
-    double now = txn.now();
-    reconcile(txn, now);
-    return txn.insert_stop_order(scope, reason, placed_by, now);
-  });
-}
-
-int BudgetLedger::clear_stop_orders(const Scope& scope) {
-  return transact(Access::write, [&](StoreTxn& txn) {
-    double now = txn.now();
-    reconcile(txn, now);
-    return txn.clear_stop_orders(scope, now);
-  });
 }
 
 std::vector<StopOrder> BudgetLedger::active_stop_orders() {

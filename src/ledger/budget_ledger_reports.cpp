@@ -14,28 +14,6 @@ void BudgetLedger::for_each_run_started(double since, double until,
                    [&](StoreTxn& txn) { txn.for_each_run_started(since, until, each); });
 }
 
-AcceptedResult BudgetLedger::accept_run(const std::string& run_id, const std::string& note,
-                                        const std::string& accepted_by) {
-  AcceptedResult accepted;
-  store().transact(Access::write, [&](StoreTxn& txn) {
-    std::optional<RunRecord> run = txn.find_run(run_id);
-    if (!run) {
-      throw Error("spendcap accept " + run_id, "no such run in the ledger " + url(),
-                  "the run ids are in `spendcap report --format json` and the run's status file");
-    }
-    if (run->status == RunStatus::running) {
-      throw Error("spendcap accept " + run_id, "the run is still running",
-                  "accept its result once it has finished");
-    }
-    if (run->status == RunStatus::refused) {
-      throw Error("spendcap accept " + run_id, "the run was refused and has no result");
-    }
-    accepted = AcceptedResult{run_id, note, accepted_by, txn.now()};
-    txn.put_accepted_result(accepted);
-  });
-  return accepted;
-}
-
 std::vector<AcceptedResult> BudgetLedger::accepted_results() {
   std::vector<AcceptedResult> results;
   store().transact(Access::read, [&](StoreTxn& txn) { results = txn.accepted_results(); });

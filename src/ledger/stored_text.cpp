@@ -1,5 +1,7 @@
 #include "spendcap/ledger/stored_text.hpp"
 
+#include "spendcap/ledger/ledger.hpp"
+
 namespace spendcap {
 
 std::map<std::string, std::string> tags_of_json(const std::string& text) {
@@ -32,6 +34,32 @@ std::vector<std::string> member_groups_of_json(const std::optional<std::string>&
     return {"(unreadable member list)"};
   }
   return groups;
+}
+
+std::string webhooks_json(const std::vector<RunWebhook>& hooks) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const RunWebhook& hook : hooks) {
+    list.push_back({{"destination", hook.destination},
+                    {"format", hook.format},
+                    {"secret_env", hook.secret_env}});
+  }
+  return dump_json(list);
+}
+
+std::vector<RunWebhook> webhooks_of_json(const std::string& text) {
+  std::vector<RunWebhook> hooks;
+  nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
+  if (!list.is_array()) return hooks;
+  for (const nlohmann::json& item : list) {
+    if (!item.is_object()) continue;
+    auto field = [&item](const char* key) {
+      auto found = item.find(key);
+      return found != item.end() && found->is_string() ? found->get<std::string>() : std::string();
+    };
+    if (field("destination").empty()) continue;
+    hooks.push_back({field("destination"), field("format"), field("secret_env")});
+  }
+  return hooks;
 }
 
 }  // namespace spendcap

@@ -206,7 +206,7 @@ class LostRunTest(LedgerTest):
         # ps shows it lost, with its last heartbeat's spend; its ceiling counts against the team.
         def lost_in_ps():
             return [run for run in self.spendcap_json(["ps"])
-                    if run["id"] == run_id and run["status"] == "lost"]
+                    if run["id"] == run_id and run["status"] == "lost" and not run["reconciled"]]
         lost = wait_until(lost_in_ps, 15, interval=0.2, what="ps to show the run lost")[0]
         self.assertAlmostEqual(lost["spend"], last_spend / MICROS, places=6)
         team = [b for b in self.spendcap_json(["budgets"]) if b["scope"] == "team:lost"][0]

@@ -1,6 +1,7 @@
 // Team membership: a budget may name its members ("members": {"unix_groups": [...]} in the
 // policy, kept with the budget's rule in the ledger), and then only they and the ledger's owner
-// may charge runs to it (`run --team`) or stop its runs (`stop`, `stop --clear`). The rules are
+// may charge runs to it (`run --team`); who may stop and accept runs is ledger/stop_rule.hpp's
+// rule, which the ledger checks itself (`stop`, `stop --clear`, `accept`). The rules are
 // read from the ledger (capped by a locked policy), never from the caller's own policy, so a
 // shared ledger enforces them whatever file its users load. A caller is a member when its real
 // gid or one of its supplementary groups (getgroups) is one of the groups.

@@ -2,7 +2,8 @@
 // every rule a backend would otherwise copy: admission and its refusal messages, the grant rule
 // applied to a run's scopes (decide_grant, grant_rule.hpp), heartbeat and final deltas of the
 // usage rows, reconciliation of lost runs, warn mode's would-stop, stop orders, budgets and who
-// may change them. Each Ledger call is one store transaction that reconciles due lost runs first.
+// may change them, and who may stop and accept whose runs (stop_rule.hpp). Each Ledger call is one
+// store transaction that reconciles due lost runs first.
 //
 // Used by one thread at a time, like its store.
 #pragma once
@@ -11,6 +12,7 @@
 
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/ledger/ledger_store.hpp"
+#include "spendcap/ledger/stop_rule.hpp"
 
 namespace spendcap {
 
@@ -38,6 +40,10 @@ class BudgetLedger : public Ledger {
   std::vector<ListedRun> list_runs(const RunQuery& query) override;
   std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) override;
   int reconcile_lost_runs() override;
+  std::vector<RunView> lost_runs(int days) override;
+  std::vector<LostRun> untold_lost_runs() override;
+  bool tell_lost_run(const std::string& run_id, const std::vector<OutboxEntry>& entries) override;
+  // Stop orders, accepted results and lost runs' events: budget_ledger_access.cpp.
   StopOrder place_stop_order(const Scope& scope, const std::string& reason,
                              const std::string& placed_by) override;
   int clear_stop_orders(const Scope& scope) override;
@@ -63,12 +69,17 @@ class BudgetLedger : public Ledger {
   template <class Body>
   auto transact(Access access, Body&& body);
   void reconcile_if_due();
+  // The budgets in force in `txn` (rows capped by budget_caps_), for ledger/stop_rule.hpp.
+  std::function<std::optional<BudgetRule>(const Scope&)> rules_in(StoreTxn& txn) const;
+  // The caller, and whether it owns the ledger (asked of the store outside any transaction).
+  Asker asker();
   // begin_run's answer from a store that ran the grant rule in its server.
   Admission admission_from_server(const RunRecord& run, ServerGrant server);
 
   std::unique_ptr<LedgerStore> store_;
   bool ignore_other_runs_ = false;
   std::vector<BudgetRule> budget_caps_;  // LedgerOptions::budget_caps
+  Caller caller_;                        // LedgerOptions::caller, else the calling process
 };
 
 }  // namespace spendcap

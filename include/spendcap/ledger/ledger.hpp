@@ -64,6 +64,14 @@ struct BudgetRule {
 // The budgets a policy defines, as ledger rules.
 std::vector<BudgetRule> budget_rules_of(const Policy& policy);
 
+// A webhook of a run, named as the outbox names it (OutboxEntry: "env:NAME", never a secret),
+// recorded at its start so that whoever reconciles the run once it is lost can queue its `lost`
+// event for it (issue 19, item 5).
+struct RunWebhook {
+  std::string destination, format, secret_env;
+  auto operator<=>(const RunWebhook&) const = default;
+};
+
 // Everything about a run that is known when it starts.
 struct RunStart {
   std::string id;       // UUID v4
@@ -87,6 +95,7 @@ struct RunStart {
   Nanos shutdown{};  // grace + kill-after + reaping slack: how long it may spend after a trip
   Nanos sync{};      // its heartbeat interval: a heartbeat older than stale_after(sync) is lost
   Money want;        // the first ceiling asked for: rate x claim horizon + reserve
+  std::vector<RunWebhook> webhooks = {};  // those that want its `lost` event
 };
 
 // How much of a budget a scope has used in the period of the run, for warnings and views.
@@ -234,6 +243,12 @@ struct OutboxEntry {
   std::string last_error;  // redacted
 };
 
+// A reconciled lost run whose `lost` event has not been queued yet, with the webhooks it had.
+struct LostRun {
+  RunView run;
+  std::vector<RunWebhook> webhooks;
+};
+
 // `spendcap runs`: which runs to list, newest first (started_at, then id, descending). Each filter
 // that is set must match exactly; the ledger applies them (parameterised SQL), not the caller.
 struct RunQuery {
@@ -306,7 +321,17 @@ class Ledger {
   // above does this first; returns how many it reconciled.
   virtual int reconcile_lost_runs() = 0;
 
-  // --- stop orders ---
+  // Lost runs charged their ceiling (reconciled, no final row yet) that started within the last
+  // `days` UTC days, oldest first.
+  virtual std::vector<RunView> lost_runs(int days) = 0;
+  // Reconciled lost runs with webhooks whose `lost` event is not queued yet.
+  virtual std::vector<LostRun> untold_lost_runs() = 0;
+  // Marks the run's `lost` event told and stores `entries` in the outbox, in one transaction and
+  // once: false (nothing stored) when another reconciler told it first or it is no longer lost.
+  virtual bool tell_lost_run(const std::string& run_id,
+                             const std::vector<OutboxEntry>& entries) = 0;
+
+  // --- stop orders (who may: ledger/stop_rule.hpp; refused with Error, 125) ---
   virtual StopOrder place_stop_order(const Scope& scope, const std::string& reason,
                                      const std::string& placed_by) = 0;
   // Clears the active orders on `scope`; returns how many.
@@ -327,7 +352,8 @@ class Ledger {
   virtual void for_each_run_started(double since, double until,
                                     const std::function<void(const RunRecord&)>& each) = 0;
   // Marks the run's result as the one kept (`spendcap accept`); accepting it again replaces the
-  // note. Throws Error (exit 125) for a run the ledger does not hold or one still running.
+  // note. Throws Error (exit 125) for a run the ledger does not hold, one still running, or one
+  // the caller may not act on (ledger/stop_rule.hpp).
   virtual AcceptedResult accept_run(const std::string& run_id, const std::string& note,
                                     const std::string& accepted_by) = 0;
   virtual std::vector<AcceptedResult> accepted_results() = 0;  // by run id
@@ -337,6 +363,14 @@ class Ledger {
   virtual CommandHistory command_history(const std::string& fingerprint, double window_seconds) = 0;
   // Records a run refused before admission (runaway:crash-loop): a refused row that holds nothing.
   virtual void record_refused(const RunStart& run, const std::string& reason) = 0;
+};
+
+// Who asks the ledger to stop or accept runs (ledger/stop_rule.hpp). `user` is the Unix user name
+// runs record (the real uid's); `in_group` says whether the caller is in a Unix group, by name.
+// Whether it owns the ledger is the store's to say.
+struct Caller {
+  std::string user;
+  std::function<bool(const std::string& group)> in_group = [](const std::string&) { return false; };
 };
 
 struct LedgerOptions {
@@ -353,6 +387,9 @@ struct LedgerOptions {
   std::vector<BudgetRule> budget_caps;
   // False: open only a ledger that exists (a setgid install's ledger is created by its owner).
   bool create_if_missing = true;
+  // Whom stop orders and accepted results are checked against (ledger/stop_rule.hpp); none: the
+  // calling process (current_caller()). Tests set another.
+  std::optional<Caller> caller;
   // PostgreSQL: the connection's password (the policy's ledger_password_file), given to libpq as
   // a connection parameter, never in a URL; "" for none (the URL's, or libpq's own ways).
   std::string postgres_password;

@@ -204,6 +204,19 @@ class StoreTxn {
   // Adds the run's accepted result, or replaces its note, by, and time.
   virtual void put_accepted_result(const AcceptedResult& accepted);
   virtual std::vector<AcceptedResult> accepted_results();  // by run id
+
+  // ---- lost runs' events (issue 19; the defaults refuse, as reports' do) ----
+  // Records the webhooks of a run just admitted (not called when it has none).
+  virtual void put_run_webhooks(const std::string& run_id, const std::vector<RunWebhook>& hooks);
+  // Reconciled runs (no final row yet) with recorded webhooks and no `lost` event told.
+  virtual std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> untold_lost_runs();
+  // Marks the run's event told at `at` and inserts `entries` (created_at set) into the outbox,
+  // the entries stored as the run's own (its user's; on PostgreSQL its login role's); only when
+  // the run is reconciled and not told yet, else changes nothing and returns false.
+  virtual bool claim_lost_run(const std::string& run_id, double at,
+                              const std::vector<OutboxEntry>& entries);
+  // Reconciled runs that started on or after `since_day`, oldest first.
+  virtual std::vector<RunRecord> reconciled_runs(std::int64_t since_day);
 };
 
 class LedgerStore {

@@ -32,4 +32,10 @@ std::vector<std::string> member_groups_of_json(const std::optional<std::string>&
 std::optional<std::string> pricing_column(const std::optional<Pricing>& pricing);
 std::optional<Pricing> pricing_of_column(const std::optional<std::string>& text);
 
+// A run's webhooks (ledger.hpp, RunWebhook) as a JSON array of {destination, format, secret_env}
+// objects, and back (entries that cannot be read are dropped).
+struct RunWebhook;
+std::string webhooks_json(const std::vector<RunWebhook>& hooks);
+std::vector<RunWebhook> webhooks_of_json(const std::string& text);
+
 }  // namespace spendcap

@@ -152,12 +152,26 @@ ALTER TABLE budgets ADD COLUMN member_groups TEXT;
 ALTER TABLE runs ADD COLUMN storage_peak_gb DOUBLE PRECISION;
 ALTER TABLE runs ADD COLUMN storage_spend_micros BIGINT;
 )sql",
-    // v11 (issue 21: pricing per run): as SQLite's v11. spendcap_insert_run takes it from the row
+    // v11 (the 10th entry; schema version 10; issue 21: pricing per run): as SQLite's v11.
+    // spendcap_insert_run takes it from the row
     // (json_populate_record), so the function itself is unchanged.
     R"sql(
 ALTER TABLE runs ADD COLUMN pricing TEXT CHECK (pricing IN ('on-demand', 'spot', 'reserved'));
 )sql",
-    // v13 (issue 23: the grant rule in the server): the spend of an unfinished run that its
+    // v12 (the 11th entry; schema version 11; issue 19: lost runs are told), as SQLite's v12, plus
+    // the login role that recorded the
+    // webhooks: the run's own, whose outbox the lost event goes to.
+    R"sql(
+CREATE TABLE run_webhooks (
+  run_id TEXT PRIMARY KEY,
+  webhooks TEXT NOT NULL,
+  lost_told_at DOUBLE PRECISION,
+  db_role TEXT NOT NULL DEFAULT session_user
+);
+CREATE INDEX runs_reconciled ON runs(day) WHERE reconciled = 1;
+)sql",
+    // v13 (the 12th entry; schema version 12; issue 23: the grant rule in the server): the spend of
+    // an unfinished run that its
     // scopes' live sums count. A heartbeat that raises nothing writes only its run's row, so the
     // usage rows of a hot team are written once a claim, not once a heartbeat; readers add the
     // difference from the runs (postgres_store.cpp's usage()).
@@ -360,61 +374,9 @@ BEGIN
   WHERE id = n.id;
 END $$;
 
-CREATE OR REPLACE FUNCTION spendcap_place_stop_order(kind text, name text, why text, by text,
-                                                     at double precision) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-  INSERT INTO stop_orders (scope_kind, scope_name, reason, placed_by, placed_at, db_role)
-  VALUES (kind, name, why, by, at, session_user) RETURNING id
-$$;
-
--- Clears the active orders on a scope; a runner only those it placed.
-CREATE OR REPLACE FUNCTION spendcap_clear_stop_orders(kind text, name text,
-                                                      at double precision) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-DECLARE
-  cleared integer;
-BEGIN
-  IF NOT spendcap_caller_is_owner() AND EXISTS (SELECT 1 FROM stop_orders
-      WHERE scope_kind = kind AND scope_name = name AND cleared_at IS NULL
-      AND db_role <> session_user) THEN
-    RAISE EXCEPTION 'a stop order on %:% was placed by another role', kind, name
-      USING ERRCODE = 'insufficient_privilege';
-  END IF;
-  UPDATE stop_orders SET cleared_at = at
-  WHERE scope_kind = kind AND scope_name = name AND cleared_at IS NULL;
-  GET DIAGNOSTICS cleared = ROW_COUNT;
-  RETURN cleared;
-END $$;
-
-)sql" + grant_routines() +
+-- Stop orders, accepted results and lost runs' events: who may (issue 19).
+)sql" + access_routines() +
          R"sql(
--- Marks a finished run's result as the one kept (a runner: only a run it admitted), or replaces
--- the note.
-CREATE OR REPLACE FUNCTION spendcap_accept_result(accepted_run text, accepted_note text,
-                                                  accepted_by_whom text,
-                                                  accepted_when double precision) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-DECLARE
-  o runs;
-BEGIN
-  SELECT * INTO o FROM runs WHERE id = accepted_run;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'no run %', accepted_run USING ERRCODE = 'no_data_found';
-  END IF;
-  IF o.status IN ('running', 'refused') THEN
-    RAISE EXCEPTION 'run % is % and has no result', accepted_run, o.status
-      USING ERRCODE = 'insufficient_privilege';
-  END IF;
-  IF NOT spendcap_caller_is_owner() AND o.db_role <> session_user THEN
-    RAISE EXCEPTION 'run % was admitted by %, not by %', accepted_run, o.db_role, session_user
-      USING ERRCODE = 'insufficient_privilege';
-  END IF;
-  INSERT INTO accepted_results AS a (run_id, note, accepted_by, accepted_at, db_role)
-  VALUES (accepted_run, accepted_note, accepted_by_whom, accepted_when, session_user)
-  ON CONFLICT (run_id) DO UPDATE SET note = excluded.note, accepted_by = excluded.accepted_by,
-    accepted_at = excluded.accepted_at, db_role = excluded.db_role;
-END $$;
-
 -- The webhook outbox: each login role sees, stores, retries and deletes only its own entries; the
 -- ledger's owner all of them.
 DROP POLICY IF EXISTS outbox_own ON outbox;
@@ -455,14 +417,15 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_place_stop_order(text, text, text, text, double precision),
   spendcap_clear_stop_orders(text, text, double precision),
   spendcap_accept_result(text, text, text, double precision),
-  spendcap_add_run_usage(runs, integer),
-  spendcap_admit(json, bigint, json, double precision),
-  spendcap_heartbeat(text, bigint, bigint, json, double precision),
-  spendcap_finish(json, double precision), spendcap_schema_version(),
-  spendcap_clock(double precision), spendcap_lock_scope(text, text),
-  spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
-  spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
-  spendcap_count_unfinished(text, text, bigint, bigint) FROM PUBLIC;
+  spendcap_add_run_usage(runs, integer) FROM PUBLIC;
+)sql" + access_grants();
+  spendcap_add_run_usage(runs, integer), spendcap_admit(json, bigint, json, double precision),
+      spendcap_heartbeat(text, bigint, bigint, json, double precision),
+      spendcap_finish(json, double precision), spendcap_schema_version(),
+      spendcap_clock(double precision), spendcap_lock_scope(text, text),
+      spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
+      spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
+      spendcap_count_unfinished(text, text, bigint, bigint) FROM PUBLIC;
 )sql";
 }
 

@@ -22,6 +22,11 @@ extern const char* const kRunColumns;
 // (CREATE OR REPLACE) after every migration, so a migration never has to restate them.
 std::string routines();
 
+// The part of routines() that says who may stop and accept whose runs (ledger/stop_rule.hpp's rule
+// by login role) and queues lost runs' events (postgres_access.cpp); routines() includes it.
+std::string access_routines();
+// Their grants, run once the runner role exists (at the end of routines()).
+std::string access_grants();
 // The grant rule's functions (postgres_grants.cpp): admission and heartbeat in one call each.
 // Part of routines().
 std::string grant_routines();

@@ -855,6 +855,46 @@ struct PostgresStore::Impl final : StoreTxn {
     return results;
   }
 
+  // ---- lost runs' events (v12; the functions are postgres_access.cpp's) ----
+
+  void put_run_webhooks(const std::string& run_id, const std::vector<RunWebhook>& hooks) override {
+    exec("SELECT spendcap_put_run_webhooks($1, $2)", {run_id, webhooks_json(hooks)});
+  }
+  std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> untold_lost_runs() override {
+    Result q = exec(std::string("SELECT ") + kRunColumns +
+                    " FROM runs WHERE reconciled = 1 AND id IN (SELECT run_id FROM run_webhooks "
+                    "WHERE lost_told_at IS NULL) ORDER BY started_at, id COLLATE \"C\"");
+    std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> lost;
+    for (RunRecord& run : read_runs(q)) {
+      Result hooks = exec("SELECT webhooks FROM run_webhooks WHERE run_id = $1", {run.id});
+      std::vector<RunWebhook> named;
+      if (hooks.rows() == 1) named = webhooks_of_json(hooks.text(0, 0));
+      lost.emplace_back(std::move(run), std::move(named));
+    }
+    return lost;
+  }
+  bool claim_lost_run(const std::string& run_id, double at,
+                      const std::vector<OutboxEntry>& entries) override {
+    nlohmann::json list = nlohmann::json::array();
+    for (const OutboxEntry& e : entries) {
+      list.push_back({{"event_id", e.event_id},
+                      {"event", e.event},
+                      {"run_id", e.run_id},
+                      {"destination", e.destination},
+                      {"format", e.format},
+                      {"secret_env", e.secret_env},
+                      {"body", e.body}});
+    }
+    return exec("SELECT spendcap_tell_lost_run($1, $2, $3)", {run_id, param(at), list.dump()})
+               .text(0, 0) == "t";
+  }
+  std::vector<RunRecord> reconciled_runs(std::int64_t since_day) override {
+    return read_runs(exec(std::string("SELECT ") + kRunColumns +
+                              " FROM runs WHERE reconciled = 1 AND day >= $1 "
+                              "ORDER BY started_at, id COLLATE \"C\"",
+                          {param(since_day)}));
+  }
+
   // A text[] literal: every element quoted, '"' and '\' escaped.
   static std::string text_array(const std::vector<std::string>& items) {
     std::string text = "{";

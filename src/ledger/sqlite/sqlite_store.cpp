@@ -198,12 +198,25 @@ ALTER TABLE budgets ADD COLUMN member_groups TEXT;  -- JSON array of Unix group 
 ALTER TABLE runs ADD COLUMN storage_peak_gb REAL;
 ALTER TABLE runs ADD COLUMN storage_spend_micros INTEGER;  -- part of spend_micros
 )sql",
-    // v11 (issue 21: pricing per run): how the run's rate was priced, written at admission, for
+    // v11 (the 10th entry; schema version 10; issue 21: pricing per run): how the run's rate was
+    // priced, written at admission, for
     // FOCUS's PricingCategory and the rollups. NULL: unknown (every run recorded before v11).
     R"sql(
 ALTER TABLE runs ADD COLUMN pricing TEXT CHECK (pricing IN ('on-demand', 'spot', 'reserved'));
 )sql",
-    // v13 (issue 23: the grant rule in PostgreSQL's server): nothing changes here; the number
+    // v12 (the 11th entry; schema version 11; issue 19: lost runs are told): the webhooks each run
+    // had (by name, never a secret),
+    // and when its `lost` event was queued, so that whoever reconciles it queues it once.
+    R"sql(
+CREATE TABLE run_webhooks (
+  run_id TEXT PRIMARY KEY,
+  webhooks TEXT NOT NULL,  -- JSON array of {destination, format, secret_env}
+  lost_told_at REAL        -- NULL: its lost event is not queued (yet)
+);
+CREATE INDEX runs_reconciled ON runs(day) WHERE reconciled = 1;
+)sql",
+    // v13 (the 12th entry; schema version 12; issue 23: the grant rule in PostgreSQL's server):
+    // nothing changes here; the number
     // keeps both backends' versions equal.
     R"sql(
 SELECT 1;
@@ -553,6 +566,12 @@ struct SqliteStore::Impl final : StoreTxn {
                             const std::function<void(const RunRecord&)>& each) override;
   void put_accepted_result(const AcceptedResult& accepted) override;
   std::vector<AcceptedResult> accepted_results() override;
+
+  void put_run_webhooks(const std::string& run_id, const std::vector<RunWebhook>& hooks) override;
+  std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> untold_lost_runs() override;
+  bool claim_lost_run(const std::string& run_id, double at,
+                      const std::vector<OutboxEntry>& entries) override;
+  std::vector<RunRecord> reconciled_runs(std::int64_t since_day) override;
 
   static RunRecord read_run(Query& q);
   std::vector<RunRecord> read_runs(Query& q) {
@@ -1059,6 +1078,50 @@ std::vector<AcceptedResult> SqliteStore::Impl::accepted_results() {
       query("SELECT run_id, note, accepted_by, accepted_at FROM accepted_results ORDER BY run_id");
   while (q.step()) results.push_back({q.text(0), q.text(1), q.text(2), q.f64(3)});
   return results;
+}
+
+// ---- lost runs' events (v12) ----
+
+void SqliteStore::Impl::put_run_webhooks(const std::string& run_id,
+                                         const std::vector<RunWebhook>& hooks) {
+  query("INSERT INTO run_webhooks (run_id, webhooks) VALUES (?, ?)")
+      .bind_all(run_id, webhooks_json(hooks))
+      .run();
+}
+
+std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> SqliteStore::Impl::untold_lost_runs() {
+  std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> lost;
+  auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
+                 " FROM runs WHERE reconciled = 1 AND id IN (SELECT run_id FROM run_webhooks "
+                 "WHERE lost_told_at IS NULL) ORDER BY started_at, id");
+  for (RunRecord& run : read_runs(q)) {
+    auto hooks = query("SELECT webhooks FROM run_webhooks WHERE run_id = ?");
+    hooks.bind(run.id);
+    std::vector<RunWebhook> named =
+        hooks.step() ? webhooks_of_json(hooks.text(0)) : std::vector<RunWebhook>{};
+    lost.emplace_back(std::move(run), std::move(named));
+  }
+  return lost;
+}
+
+bool SqliteStore::Impl::claim_lost_run(const std::string& run_id, double at,
+                                       const std::vector<OutboxEntry>& entries) {
+  // The write lock makes this the one claim: a second reconciler finds lost_told_at set.
+  query(
+      "UPDATE run_webhooks SET lost_told_at = ? WHERE run_id = ? AND lost_told_at IS NULL "
+      "AND run_id IN (SELECT id FROM runs WHERE reconciled = 1)")
+      .bind_all(at, run_id)
+      .run();
+  if (changes() != 1) return false;
+  for (const OutboxEntry& entry : entries) insert_outbox(entry);
+  return true;
+}
+
+std::vector<RunRecord> SqliteStore::Impl::reconciled_runs(std::int64_t since_day) {
+  auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
+                 " FROM runs WHERE reconciled = 1 AND day >= ? ORDER BY started_at, id");
+  q.bind_all(since_day);
+  return read_runs(q);
 }
 
 // ---- opening ----
