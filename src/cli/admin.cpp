@@ -402,13 +402,8 @@ int ps_command(const LedgerChoice& choice, bool json) {
                     format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
                     age(now - run.started_at), budget_share(run, budget_views, currency)});
   };
-  for (const RunView& run : runs) {
-    add_row(run, run.status == RunStatus::lost ? lost_status(run, now, currency)
-                                               : to_string(run.status));
   auto status_of = [&](const RunView& run) {
-    std::string status = to_string(run.status);
-    if (run.status == RunStatus::lost) status += " (silent " + age(now - run.heartbeat_at) + ")";
-    return status;
+    return run.status == RunStatus::lost ? lost_status(run, now, currency) : to_string(run.status);
   };
   // A multi-node run (--run-id: its id is its nodes' job key, each row tagged with its node) is
   // one row, its nodes under it (issue 23).
@@ -438,16 +433,19 @@ int ps_command(const LedgerChoice& choice, bool json) {
       lost += node->status == RunStatus::lost;
     }
     std::size_t count = group->second.size();
-    rows.push_back({run.job_key, std::to_string(count) + (count == 1 ? " node" : " nodes"), "",
-                    run.team, run.experiment,
+    rows.push_back({run.job_key, run.user.empty() ? "-" : run.user,
+                    std::to_string(count) + (count == 1 ? " node" : " nodes"), "", run.team,
+                    run.experiment,
                     lost ? "running (" + std::to_string(lost) + " lost)" : "running",
                     format_money(spend, currency), format_money(ceiling, currency),
-                    format_money(burn, currency), age(now - started)});
+                    format_money(burn, currency), age(now - started),
+                    budget_share(run, budget_views, currency)});
     for (const RunView* node : group->second) {
-      rows.push_back({"  " + *node_of(*node), node->host, std::to_string(node->pid), "", "",
+      rows.push_back({"  " + *node_of(*node), "", node->host, std::to_string(node->pid), "", "",
                       status_of(*node), format_money(live_spend(*node, now), currency),
                       format_money(node->ceiling, currency),
-                      format_money(node->rate_per_hour, currency), age(now - node->started_at)});
+                      format_money(node->rate_per_hour, currency), age(now - node->started_at),
+                      ""});
     }
     nodes_of.erase(group);
   }

@@ -724,6 +724,8 @@ bool BudgetLedger::tell_lost_run(const std::string& run_id,
     for (OutboxEntry& entry : stored) entry.created_at = now;
     return txn.claim_lost_run(run_id, now, stored);
   });
+}
+
 std::vector<ListedRun> BudgetLedger::list_runs(const RunQuery& query) {
   reconcile_if_due();
   return transact(Access::read, [&](StoreTxn& txn) {

@@ -417,16 +417,14 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_place_stop_order(text, text, text, text, double precision),
   spendcap_clear_stop_orders(text, text, double precision),
   spendcap_accept_result(text, text, text, double precision),
-  spendcap_add_run_usage(runs, integer) FROM PUBLIC;
-)sql" + access_grants();
   spendcap_add_run_usage(runs, integer), spendcap_admit(json, bigint, json, double precision),
-      spendcap_heartbeat(text, bigint, bigint, json, double precision),
-      spendcap_finish(json, double precision), spendcap_schema_version(),
-      spendcap_clock(double precision), spendcap_lock_scope(text, text),
-      spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
-      spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
-      spendcap_count_unfinished(text, text, bigint, bigint) FROM PUBLIC;
-)sql";
+  spendcap_heartbeat(text, bigint, bigint, json, double precision),
+  spendcap_finish(json, double precision), spendcap_schema_version(),
+  spendcap_clock(double precision), spendcap_lock_scope(text, text),
+  spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
+  spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
+  spendcap_count_unfinished(text, text, bigint, bigint) FROM PUBLIC;
+)sql" + access_grants();
 }
 
 }  // namespace spendcap::postgres_schema
