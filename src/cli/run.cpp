@@ -30,6 +30,7 @@
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/privileged_run.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/outcome.hpp"
@@ -1004,7 +1005,9 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   block_stop_signals(true);
   for (int signal : kIgnoredBySupervisor) ::signal(signal, SIG_IGN);
   Reporter reporter(request.quiet, request.title, open_log(request));
-  Environment env = current_environment();
+  // Under the privileged runner: the front's environment (the job's), not the runner's own.
+  const RunnerRun* runner = runner_run();
+  Environment env = runner ? runner->environment : current_environment();
   refuse_redirecting_environment(env);
   TestSwitches switches = TestSwitches::from(env);
   RunSettings settings =
@@ -1063,7 +1066,9 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   // Everything the guard needs is decided before it is forked.
   std::optional<Cgroup> cgroup;
-  if (!switches.no_cgroup) {
+  if (runner) {
+    cgroup = runner->cgroup;  // made by the runner as root; the keeper removes it
+  } else if (!switches.no_cgroup) {
     std::string why_not;
     cgroup = Cgroup::create("spendcap-" + run_id, &why_not);
   }
@@ -1096,6 +1101,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
+  if (runner) {
+    plan.isolation += "; supervisor and guard run as " + runner->service_user +
+                      " (privileged runner: the user cannot signal, stop or ptrace them)";
+  }
   plan.ledger = ledger->url();
   plan.guards = make_guard_plan(request, settings, run_dir);
   RespawnLoopGuard respawn =

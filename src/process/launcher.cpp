@@ -68,6 +68,10 @@ struct ExecSetup {
     // The guard ignores SIGTTOU, and this child still does: tcsetpgrp from a background group
     // would otherwise stop it.
     if (spec->take_terminal) ::tcsetpgrp(STDIN_FILENO, ::getpid());
+    // Before PDEATHSIG: a change of credentials clears it.
+    if (spec->run_as && !become_caller(*spec->run_as)) {
+      return bp::error_code(errno ? errno : EPERM, bp::system_category());
+    }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The guard may have died between fork and prctl: then PDEATHSIG will never fire.
     if (::getppid() != guard_pid) ::_exit(125);
@@ -197,7 +201,9 @@ Launched launch_command(const LaunchSpec& spec) {
   }
 
   // The child joins the cgroup by clone3; this fd is its way in where the kernel refuses that.
-  if (cgroup_dir_fd >= 0) {
+  if (spec.cgroup_procs_fd >= 0) {
+    cgroup_procs_fd = spec.cgroup_procs_fd;
+  } else if (cgroup_dir_fd >= 0) {
     cgroup_procs_fd = ::open((spec.cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
   }
   ExecSetup setup{&spec, ::getpid(), cgroup_procs_fd};
@@ -213,7 +219,7 @@ Launched launch_command(const LaunchSpec& spec) {
     process.detach();  // the guard reaps; the destructor would SIGKILL an undetached process
   }
   if (cgroup_dir_fd >= 0) ::close(cgroup_dir_fd);
-  if (cgroup_procs_fd >= 0) ::close(cgroup_procs_fd);
+  if (cgroup_procs_fd >= 0 && cgroup_procs_fd != spec.cgroup_procs_fd) ::close(cgroup_procs_fd);
   return launched;
 }
 
