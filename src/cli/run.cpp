@@ -1,4 +1,5 @@
 #include "spendcap/cli/run.hpp"
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/cli/report_commands.hpp"
 
 #include <fcntl.h>
@@ -921,7 +922,7 @@ void check_status_file_path(const std::string& path) {
     throw Error(flag, directory + " is not a directory", "give a path in a directory");
   }
   // The file is written as a temporary file in the directory, then renamed over the path.
-  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
+  if (access_as_user(directory.c_str(), W_OK | X_OK) != 0) {
     throw Error(flag, "cannot write in " + directory + ": " + errno_text(errno),
                 "give a path in a directory you can write");
   }
@@ -991,7 +992,7 @@ void check_metrics_dir(const std::string& dir) {
     throw Error(flag, errno_text(errno), "create the directory, or give another one");
   }
   if (!S_ISDIR(status.st_mode)) throw Error(flag, "is not a directory", "give a directory");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+  if (access_as_user(dir.c_str(), W_OK | X_OK) != 0) {
     throw Error(flag, "cannot write in it: " + errno_text(errno), "give a directory you can write");
   }
 }

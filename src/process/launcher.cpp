@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/base/error.hpp"
 
 namespace bp = boost::process::v2;
@@ -234,7 +235,7 @@ std::string resolve_executable(const std::string& name, const std::string& path_
       *err = EISDIR;
       return false;
     }
-    if (::access(path.c_str(), X_OK) != 0) {
+    if (access_as_user(path.c_str(), X_OK) != 0) {
       *err = errno;
       return false;
     }
