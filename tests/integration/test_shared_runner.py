@@ -82,13 +82,14 @@ class SharedRunnerSetup(unittest.TestCase):
     """The runner without tests (test_user_view_admin reuses it with its own locked policy)."""
     locked_policy = LOCKED
     setgid_only = False  # the older layout (install-shared-runner.sh --setgid-only)
+    user_count = 2
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="spendcap-shared-")
         os.chmod(self.tmp, 0o755)
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.users = []
-        for _ in range(2):
+        for _ in range(self.user_count):
             name = "sc" + uuid.uuid4().hex[:10]
             subprocess.run(["useradd", "--no-create-home", "--user-group", name], check=True)
             self.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
