@@ -345,6 +345,13 @@ void remove_job_cgroup(const RunCgroups& cgroups) {
 
 std::optional<int> privileged_run(const Identity& caller, const RunnerConfig& config, int& argc,
                                   char**& argv) {
+  // A setuid exec leaves the real uid the caller's, and kill(2) lets a sender whose uid matches
+  // the target's real uid signal it: the keeper (and what it forks) takes root as its real and
+  // saved uid before anything else.
+  uid_t r = 1, e = 1, s = 1;
+  if (::setresuid(0, 0, 0) != 0 || ::getresuid(&r, &e, &s) != 0 || r != 0 || e != 0 || s != 0) {
+    throw Error(kConfigWhat, "cannot take root as the real uid: " + errno_text(errno));
+  }
   Service service = service_of(config, caller);
   std::string pair = argv[2];
   size_t comma = pair.find(',');
