@@ -289,5 +289,200 @@ class OutsideAttacksTest(RunnerCase):
         wait_until(lambda: not user_processes(self.uids[user]), 15, what="nothing left")
 
 
+PRELOAD_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void note(void) {
+    char exe[512] = {0};
+    if (readlink("/proc/self/exe", exe, sizeof exe - 1) < 0) return;
+    FILE *f = fopen(getenv("PRELOAD_NOTES") ? getenv("PRELOAD_NOTES") : "/dev/null", "a");
+    if (f) { fprintf(f, "%d %d %s\n", (int)getuid(), (int)geteuid(), exe); fclose(f); }
+}
+"""
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class EnvironmentAndPathsTest(RunnerCase):
+    def test_the_job_runs_as_the_user_with_the_users_environment(self):
+        user = self.users[0]
+        out = self.file(user, "report.json")
+        extra = {"LD_LIBRARY_PATH": "/opt/cuda/lib64:/opt/conda/lib", "CUDA_HOME": "/opt/cuda",
+                 "PATH": "/usr/local/bin:/usr/bin:/bin:/opt/conda/bin",
+                 "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+        names = sorted(extra) + ["TMPDIR", "LD_PRELOAD"]
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        notes = os.path.join(self.tmp, "preload-notes")
+        if compiler:
+            # A library whose constructor notes who loaded it: the runner (setuid, secure mode)
+            # must not, the job must.
+            source = os.path.join(self.tmp, "preload.c")
+            with open(source, "w") as f:
+                f.write(PRELOAD_C)
+            library = os.path.join(self.tmp, "preload.so")
+            subprocess.run([compiler, "-shared", "-fPIC", "-o", library, source], check=True)
+            with open(notes, "w"):
+                pass
+            os.chmod(notes, 0o666)
+            extra.update(LD_PRELOAD=library, PRELOAD_NOTES=notes)
+        result = self.spendcap(user, ["run", "--team", "vision", "--budget", "1", "--",
+                                      "python3", "-c", REPORTER, out] + names, extra=extra)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(out) as f:
+            report = json.load(f)
+        uid, gid = self.uids[user], int(self.inside(["id", "-g", user]).stdout)
+        groups = sorted(int(g) for g in self.inside(["id", "-G", user]).stdout.split())
+        self.assertEqual(report["resuid"], [uid] * 3)
+        self.assertEqual(report["resgid"], [gid] * 3)
+        self.assertEqual(report["groups"], groups)
+        self.assertEqual(int(report["CapEff"], 16), 0, "the job holds capabilities")
+        with open("/proc/self/status") as f:
+            bounding = [l.split()[1] for l in f if l.startswith("CapBnd:")][0]
+        self.assertEqual(report["CapBnd"], bounding, "the bounding set was cut (sudo breaks)")
+        self.assertEqual(report["NoNewPrivs"], "0")
+        expected = dict(extra, TMPDIR=self.user_env(user)["TMPDIR"])
+        for name in names:
+            self.assertEqual(report["env"][name], expected.get(name), name)
+        if compiler:
+            with open(notes) as f:
+                loaded = [line.split(" ", 2) for line in f.read().splitlines()]
+            self.assertFalse([l for l in loaded if l[2] == self.runner],
+                             "the privileged runner loaded the caller's LD_PRELOAD: %s" % loaded)
+            self.assertTrue([l for l in loaded if "python" in l[2] and l[1] == str(uid)],
+                            "the job did not get LD_PRELOAD: %s" % loaded)
+
+    def test_paths_the_user_cannot_write_are_refused_by_the_kernel(self):
+        user = self.users[1]
+        root_dir = os.path.join(self.tmp, "root-only")
+        os.mkdir(root_dir, 0o755)
+        root_file = os.path.join(root_dir, "policy.json")
+        with open(root_file, "w") as f:
+            json.dump({"defaults": {"grace": "1s"}}, f)
+        os.chmod(root_file, 0o600)
+        cases = {
+            "--status-file": ["--status-file", os.path.join(root_dir, "status.json")],
+            "--policy": ["--policy", root_file],
+            "--log": ["--log", os.path.join(root_dir, "log")],
+        }
+        for name, flags in cases.items():
+            with self.subTest(flag=name):
+                result = self.spendcap(user, ["run", "--team", "vision", "--budget", "1"] +
+                                       flags + ["--", "true"])
+                self.assertEqual(result.returncode, 125, result.stderr)
+                self.assertIn("Permission denied", result.stderr)
+        with self.subTest(variable="TMPDIR"):
+            result = self.spendcap(user, ["run", "--team", "vision", "--budget", "1", "--",
+                                          "true"], extra={"TMPDIR": root_dir})
+            self.assertEqual(result.returncode, 125, result.stderr)
+            self.assertIn("Permission denied", result.stderr)
+        self.assertEqual(sorted(os.listdir(root_dir)), ["policy.json"], "something was written")
+
+    def test_the_users_policy_cannot_loosen_the_locked_one(self):
+        user = self.users[2]
+        looser = self.file(user, "looser.json")
+        with open(looser, "w") as f:
+            json.dump({"defaults": {"grace": "10m"},
+                       "budgets": {"team": {"vision": {"amount": 100000, "period": "month"}}}}, f)
+        for extra, flags in (({"SPENDCAP_POLICY": looser}, []), ({}, ["--policy", looser]),
+                             ({}, ["--grace", "10m"]), ({}, ["--rate", "0.01"])):
+            with self.subTest(extra=extra, flags=flags):
+                result = self.spendcap(user, ["run", "--team", "vision", "--budget", "1"] +
+                                       flags + ["--", "true"], extra=extra)
+                self.assertEqual(result.returncode, 125, result.stderr)
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class UsersWaysOutTest(RunnerCase):
+    def test_timeout_ends_the_run(self):
+        user = self.users[0]
+        started = time.monotonic()
+        result = self.inside(["timeout", "5", self.bin, "run", "--team", "vision", "--budget", "5",
+                              "--", "sleep", "60"], user=user, env=self.user_env(user))
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertLess(time.monotonic() - started, 30)
+        self.assertNotIn("running", [r[1] for r in self.runs() if r[0] == user])
+        wait_until(lambda: not user_processes(self.uids[user]), 15, what="nothing left")
+
+    def test_ctrl_c_ctrl_z_and_fg_in_a_terminal(self):
+        import pty
+        import select
+        user = self.users[1]
+        master, slave = pty.openpty()
+
+        def session_with_terminal():
+            os.setsid()
+            import fcntl
+            import termios
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        shell = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", user,
+             "--regid", user, "--init-groups", "bash", "--norc", "--noprofile", "-i"],
+            stdin=slave, stdout=slave, stderr=slave, cwd=self.tmp,
+            env=dict(self.user_env(user), PS1="$ ", TERM="dumb"),
+            preexec_fn=session_with_terminal)
+        os.close(slave)
+        self.addCleanup(lambda: shell.poll() is None and shell.kill())
+        output = b""
+
+        def seen(text):
+            nonlocal output
+            while select.select([master], [], [], 0.05)[0]:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            return text.encode() in output
+
+        def expect(text):
+            wait_until(lambda: seen(text), 30, what="%r on the terminal (got %r)" % (text, output))
+
+        os.write(master, (self.bin + " run --team vision --budget 5 -- sleep 60\n").encode())
+        expect("supervisor and guard run as spendcap")
+        os.write(master, b"\x1a")  # Ctrl-Z
+        expect("Stopped")
+        os.write(master, b"fg\n")
+        expect("job resumed")
+        os.write(master, b"\x03")  # Ctrl-C
+        os.write(master, b"echo status=$?\n")
+        expect("status=130")
+        os.write(master, b"exit\n")
+        shell.wait(timeout=30)
+        self.assertNotIn("running", [r[1] for r in self.runs() if r[0] == user])
+
+    def test_a_freeze_of_the_users_own_cgroup_does_not_stop_enforcement(self):
+        user = self.users[2]
+        with open("/proc/self/mountinfo") as f:
+            mount = [l.split()[4] for l in f if " - cgroup2 " in l][0]
+        own = os.path.join(mount, "spendcap-test-" + os.urandom(4).hex())
+        os.mkdir(own)
+        self.addCleanup(lambda: os.path.exists(own) and os.rmdir(own))
+        subprocess.run(["chown", "-R", user, own], check=True)  # delegated to the user
+        status = self.file(user, "status.json")
+        command = ["nsenter", "-t", str(self.holder.pid), "-m", "--", "sh", "-c",
+                   'echo $$ > "$0/cgroup.procs" && exec "$@"', own, "setpriv", "--reuid", user,
+                   "--regid", user, "--init-groups", self.bin] + self.run_args(status,
+                                                                               ["sleep", "3600"])
+        process = subprocess.Popen(command, env=self.user_env(user), cwd=self.tmp,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: process.poll() is None and process.kill())
+        self.wait_running(user)
+        freeze = self.inside(["sh", "-c", 'echo 1 > "$0/cgroup.freeze"', own], user=user,
+                             env=self.user_env(user))
+        self.assertEqual(freeze.returncode, 0, freeze.stderr)
+        wait_until(lambda: [r[1] for r in self.runs() if r[0] == user] == ["killed"], 30,
+                   what="the trip while the user's cgroup is frozen")
+        row = [r for r in self.runs() if r[0] == user][0]
+        self.assertEqual(row[2], "budget:run")
+        self.assertLessEqual(int(row[3]), int(BUDGET * 1e6))
+        with open(os.path.join(own, "cgroup.freeze"), "w") as f:
+            f.write("0")
+        process.communicate(timeout=30)
+        self.assertEqual(process.returncode, 124)
+
+
 if __name__ == "__main__":
     unittest.main()
