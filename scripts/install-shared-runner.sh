@@ -63,7 +63,7 @@ getent group "$group" >/dev/null || groupadd --system "$group"
 # Installs BUILT as $1 with owner $2 and mode $3; a file already in place (the Debian package's)
 # only gets the owner and mode. Some filesystems clear set-id bits on rename: set them again.
 place() {
-  if [ "$(readlink -f "$binary")" != "$(readlink -f "$1")" ]; then
+  if [ "$(readlink -f "$binary")" != "$(readlink -f "$1")" ] && ! cmp -s "$binary" "$1"; then
     install -d -m 0755 "$(dirname "$1")"
     install -o root -g "$2" -m "$3" "$binary" "$1.new"
     mv -f "$1.new" "$1"
