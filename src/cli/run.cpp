@@ -21,6 +21,7 @@
 
 #include "spendcap/base/files.hpp"
 #include "spendcap/base/json_text.hpp"
+#include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/membership.hpp"
@@ -618,7 +619,7 @@ void write_status(const RunRequest& request, const RunOutcome& outcome, const Re
   ::raise(signal);
   // Still here: the signal's default is to ignore it (as PID 1 in a container). Exit as a shell
   // would report it.
-  ::_exit(128 + signal);
+  ::_exit(shell_status(signal));
 }
 
 // Refused at admission (120): says why, and writes the status file.
@@ -758,7 +759,7 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   if (outcome.command_exit_code) {
     final.exit_code = *outcome.command_exit_code;
   } else if (outcome.command_signal) {
-    final.exit_code = 128 + *outcome.command_signal;
+    final.exit_code = shell_status(*outcome.command_signal);
   }
   final.spend = outcome.spend;
   final.elapsed_seconds = outcome.elapsed_seconds;
@@ -1134,7 +1135,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   if (!outcome.reraise_signal) {
     if (int signal = take_pending_stop_signal()) {
       outcome.spendcap_signal = outcome.reraise_signal = signal;
-      outcome.exit_code = 128 + signal;
+      outcome.exit_code = shell_status(signal);
     }
   }
 

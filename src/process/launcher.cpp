@@ -17,6 +17,7 @@
 
 #include "spendcap/base/acting_user.hpp"
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/exit_code.hpp"
 
 namespace bp = boost::process::v2;
 
@@ -75,7 +76,7 @@ struct ExecSetup {
     }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The guard may have died between fork and prctl: then PDEATHSIG will never fire.
-    if (::getppid() != guard_pid) ::_exit(125);
+    if (::getppid() != guard_pid) ::_exit(to_int(ExitCode::internal));
     if (cgroup_procs_fd >= 0 && !launcher.cloned_into_cgroup) {
       // Best effort: without the cgroup the tree is still followed by parentage.
       [[maybe_unused]] ssize_t n = ::write(cgroup_procs_fd, "0", 1);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -22,6 +23,7 @@
 #include "spendcap/process/escalation.hpp"
 #include "spendcap/process/pid_namespace.hpp"
 #include "spendcap/process/process_tree.hpp"
+#include "spendcap/process/watchdog.hpp"
 
 namespace spendcap {
 
@@ -72,6 +74,70 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
   if (cgroup) cgroup->remove();
 }
 
+// What one reaping pass found.
+struct Reaped {
+  bool main_exited = false;  // the main process was reaped, with main_status
+  int main_status = 0;
+  bool tree_empty = false;  // nothing is left to reap: the tree is gone
+};
+
+// The one reaper (tini's reap_zombies): reaps everything that died in the tree, orphans included,
+// without blocking. A stopped main process is not reaped but told, so that spendcap can stop with
+// it on a terminal (job control); an orphan's exit is told only when the pipe has room.
+Reaped reap_children(pid_t main_pid, int events_fd) {
+  Reaped reaped;
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED);
+    if (pid > 0 && WIFSTOPPED(status)) {
+      if (pid == main_pid) send(events_fd, GuardEventKind::main_stopped, pid, 0, false);
+      continue;
+    }
+    if (pid > 0) {
+      if (pid == main_pid) {
+        reaped.main_exited = true;
+        reaped.main_status = status;
+      } else {
+        // An orphan: the guard alone knows how it ended.
+        send_if_room(events_fd, GuardEventKind::orphan_exited, pid, status);
+      }
+      continue;
+    }
+    if (pid < 0 && errno == EINTR) continue;
+    reaped.tree_empty = pid < 0 && errno == ECHILD;
+    return reaped;
+  }
+}
+
+// Reads the orders waiting on the control pipe into the watchdog. Returns false when the
+// supervisor is gone (EOF or a broken pipe: SIGKILLed, crashed); the watchdog has been told.
+bool read_orders(int control_fd, Watchdog& watchdog) {
+  // Every write is one 16-byte record and a pipe never splits one, so reads are whole records.
+  GuardOrder orders[16];
+  ssize_t n = ::read(control_fd, orders, sizeof orders);
+  if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+    // Nothing may outlive the supervisor.
+    watchdog.supervisor_gone(now());
+    return false;
+  }
+  for (ssize_t i = 0; n > 0 && i < n / static_cast<ssize_t>(sizeof(GuardOrder)); ++i) {
+    watchdog.heard(now());
+    if (orders[i].kind == GuardOrderKind::deadline) {
+      watchdog.set_deadline(orders[i].value ? std::optional(from_ns(orders[i].value))
+                                            : std::nullopt);
+    }
+  }
+  return true;
+}
+
+// poll's timeout until `wake`: -1 (no timeout) without one, rounded up so that the step after the
+// wake finds it due.
+int poll_timeout(std::optional<TimePoint> wake) {
+  if (!wake) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now()).count();
+  return static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
+}
+
 [[noreturn]] void guard_main(const LaunchSpec& spec, const Cgroup* cgroup,
                              const GuardOptions& options, int control_fd, int events_fd,
                              const std::vector<int>& own_fds = {}) {
@@ -92,7 +158,7 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
     // Without it the guard would never hear of an exit: refuse to launch rather than lose one.
     send(events_fd, GuardEventKind::launch_failed, -1, errno, false);
     send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
-    ::_exit(1);
+    ::_exit(EXIT_FAILURE);
   }
 
   Launched launched = launch_command(spec);
@@ -100,7 +166,7 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
     send(events_fd, GuardEventKind::launch_failed, -1,
          launched.exec_errno ? launched.exec_errno : EAGAIN, false);
     send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
-    ::_exit(0);
+    ::_exit(EXIT_SUCCESS);
   }
   send(events_fd, GuardEventKind::launched, launched.pid, 0, false);
   // The runner's guard: CAP_SETUID and CAP_SETGID were for the launch only. Fails closed.
@@ -110,108 +176,33 @@ void remove_run_files(const GuardOptions& options, const Cgroup* cgroup) {
   }
 
   LiveProcessTree tree(::getpid(), cgroup);
-  // The kill path the guard runs itself: SIGTERM and SIGCONT once, then SIGKILL from kill_at on.
-  bool terminating = false;
-  TimePoint kill_at{};
-  auto start_kill = [&](TimePoint at) {
-    if (!terminating) {
-      terminating = true;
-      kill_at = at;
-      terminate_tree(tree);
-    }
-    kill_at = std::min(kill_at, at);
-  };
+  Watchdog watchdog(options.stale_after, options.orphan_kill_after, now());
   bool orphaned = false;  // the control pipe is at EOF
-  TimePoint last_order = now();
-  std::optional<TimePoint> deadline;
   while (true) {
-    // The one reaper: everything that dies in the tree is reaped here, orphans included.
-    int status = 0, main_status = 0;
-    bool main_reaped = false, empty = false;
-    while (true) {
-      pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED);
-      if (pid > 0 && WIFSTOPPED(status)) {
-        // Not reaped: said, so that spendcap can stop with it on a terminal (job control).
-        if (pid == launched.pid) send(events_fd, GuardEventKind::main_stopped, pid, 0, false);
-        continue;
-      }
-      if (pid > 0) {
-        if (pid == launched.pid) {
-          main_reaped = true;
-          main_status = status;
-        } else {
-          // An orphan: the guard alone knows how it ended.
-          send_if_room(events_fd, GuardEventKind::orphan_exited, pid, status);
-        }
-        continue;
-      }
-      if (pid < 0 && errno == EINTR) continue;
-      empty = pid < 0 && errno == ECHILD;
-      break;
+    Reaped reaped = reap_children(launched.pid, events_fd);
+    if (reaped.main_exited) {
+      send(events_fd, GuardEventKind::main_exited, launched.pid, reaped.main_status,
+           reaped.tree_empty);
     }
-    if (main_reaped) {
-      send(events_fd, GuardEventKind::main_exited, launched.pid, main_status, empty);
-    }
-    if (empty) {
+    if (reaped.tree_empty) {
       send(events_fd, GuardEventKind::tree_empty, -1, 0, true);
       if (orphaned) remove_run_files(options, cgroup);
-      ::_exit(0);
+      ::_exit(EXIT_SUCCESS);
     }
 
-    // The watchdog. A live supervisor has the tree gone by the deadline itself (its SIGKILL comes
-    // at or before it), so killing what is left at the deadline only ever acts when it did not.
-    // A stopped supervisor gets no grace: its SIGTERM would have come by now.
-    TimePoint at = now();
-    bool stale = at - last_order > options.stale_after;
-    if (deadline && !terminating) {
-      if (at >= *deadline) {
-        start_kill(at);
-      } else if (stale && at >= *deadline - options.orphan_kill_after) {
-        start_kill(*deadline);
-      }
-    }
-    if (terminating && at >= kill_at) {
-      kill_tree(tree);
-      // Forks race with the walk: look again shortly until the reaper finds the tree empty.
-      kill_at = at + kKillRepeat;
-    }
+    WatchdogStep step = watchdog.step(now());
+    if (step.terminate) terminate_tree(tree);
+    if (step.kill) kill_tree(tree);
 
-    std::optional<TimePoint> wake;
-    if (terminating) {
-      wake = kill_at;
-    } else if (deadline) {
-      TimePoint term_at = *deadline - options.orphan_kill_after;
-      wake = at < term_at ? term_at : std::min(*deadline, last_order + options.stale_after);
-    }
-    int timeout_ms = -1;
-    if (wake) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now()).count();
-      timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
-    }
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
-    int ready = ::poll(fds, orphaned ? 1 : 2, timeout_ms);
-    if (ready < 0 && errno != EINTR) ::_exit(1);
+    int ready = ::poll(fds, orphaned ? 1 : 2, poll_timeout(step.wake));
+    if (ready < 0 && errno != EINTR) ::_exit(EXIT_FAILURE);
     if (fds[0].revents) {
       signalfd_siginfo info;
       while (::read(signal_fd, &info, sizeof info) > 0) {
       }
     }
-    if (!orphaned && fds[1].revents) {
-      // Every write is one 16-byte record and a pipe never splits one, so reads are whole records.
-      GuardOrder orders[16];
-      ssize_t n = ::read(control_fd, orders, sizeof orders);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        // The supervisor is gone (SIGKILLed, crashed): nothing may outlive it.
-        orphaned = true;
-        start_kill(now() + options.orphan_kill_after);
-      }
-      for (ssize_t i = 0; n > 0 && i < n / static_cast<ssize_t>(sizeof(GuardOrder)); ++i) {
-        last_order = now();
-        if (orders[i].kind == GuardOrderKind::deadline) {
-          deadline = orders[i].value ? std::optional(from_ns(orders[i].value)) : std::nullopt;
-        }
-      }
-    }
+    if (!orphaned && fds[1].revents) orphaned = !read_orders(control_fd, watchdog);
   }
 }
 

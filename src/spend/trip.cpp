@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "spendcap/base/signals.hpp"
+
 namespace spendcap {
 
 Money claim_ahead(Money rate_per_hour, Nanos claim_horizon, Nanos sync, Money reserve) {
@@ -67,14 +69,14 @@ ExitCode exit_code_for(const Trip& trip) {
     case TripKind::preemption:
       return ExitCode::preempted;
     case TripKind::signal:
-      return static_cast<ExitCode>(128 + trip.signal);
+      return static_cast<ExitCode>(shell_status(trip.signal));
   }
   return ExitCode::internal;
 }
 
 int command_exit_status(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
-  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  if (WIFSIGNALED(wait_status)) return shell_status(WTERMSIG(wait_status));
   return to_int(ExitCode::internal);
 }
 

@@ -26,8 +26,8 @@
 #include <memory>
 #include <string>
 
+#include "spendcap/base/environment.hpp"
 #include "spendcap/ledger/ledger.hpp"
-#include "spendcap/supervise/run_env.hpp"
 
 namespace spendcap {
 

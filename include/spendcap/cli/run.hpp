@@ -79,11 +79,11 @@ struct RunSettings {
   std::string ledger_url;
   std::map<std::string, std::string> tags;
   std::string team, experiment, project, job_key, user, host;
-  std::optional<SpotNotice> spot_notice;        // --spot-notice
-  ShutdownTimes on_preemption;                  // its times, fitting the notice window
-  Nanos exit_window = std::chrono::seconds(5);  // --exit-window
-  std::vector<int> forward_signals;             // --forward, beyond SIGUSR1 and SIGUSR2
-  std::vector<std::string> webhook_urls;        // --webhook
+  std::optional<SpotNotice> spot_notice;   // --spot-notice
+  ShutdownTimes on_preemption;             // its times, fitting the notice window
+  Nanos exit_window = kDefaultExitWindow;  // --exit-window
+  std::vector<int> forward_signals;        // --forward, beyond SIGUSR1 and SIGUSR2
+  std::vector<std::string> webhook_urls;   // --webhook
   // The part of the burn rate that buys GPUs (measured billing charges it by busy GPU time):
   // instances x gpus x the GPU price with --gpu; the whole rate with --rate or --instance alone.
   Money gpu_rate_per_hour;

@@ -5,6 +5,8 @@
 // Where policies are found and how a locked system policy is layered: policy_layers.hpp.
 #pragma once
 
+#include <signal.h>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -84,7 +86,7 @@ struct Defaults {
   Nanos interval = std::chrono::seconds(1);
   Nanos sync = std::chrono::seconds(5);
   Nanos claim_horizon = std::chrono::minutes(5);
-  int checkpoint_signal = 10;  // SIGUSR1; 0 = none
+  int checkpoint_signal = SIGUSR1;  // 0 = none
   // Unset: a PID namespace wherever the kernel allows one, else none (said on the start line).
   // Set to pid: required; a run that cannot have it is refused.
   std::optional<Isolation> isolation;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/base/exit_code.hpp"
 #include "spendcap/process/credentials.hpp"
 
 namespace spendcap {
@@ -67,7 +68,7 @@ std::string resolve_executable(const std::string& name, const std::string& path_
 
 // The exit status a child reports when exec failed with `err`.
 inline int exec_failure_status(int err) {
-  return err == ENOENT ? 127 : 126;
+  return to_int(err == ENOENT ? ExitCode::not_found : ExitCode::not_executable);
 }
 
 // The signals the guard ignores (a signal to spendcap's process group must reach the supervisor's

@@ -25,7 +25,8 @@
 // interval and the kill deadline (the moment spend reaches the granted ceiling). No process of the
 // tree outlives the deadline: at it the guard kills whatever is left; and when the ticks have
 // stopped (the supervisor is SIGSTOPped or hung) it starts the kill path (SIGTERM, SIGCONT) at
-// deadline - orphan_kill_after so that SIGKILL at the deadline finds little left.
+// deadline - orphan_kill_after so that SIGKILL at the deadline finds little left. The decision is
+// watchdog.hpp's pure step; the guard's loop reaps, reads orders, takes the step and sleeps.
 #pragma once
 
 #include <sys/types.h>

@@ -17,6 +17,10 @@ namespace spendcap {
 // trees of thousands of processes (tests/bench: a 500-process tree is gone in milliseconds).
 inline constexpr Nanos kReapingSlack = std::chrono::seconds(1);
 
+// After the job says its checkpoint is written, how long the main process has to exit by itself
+// before SIGTERM (--exit-window): the one default for the flag, the plan and the kill path.
+inline constexpr Nanos kDefaultExitWindow = std::chrono::seconds(5);
+
 struct ShutdownTimes {
   Nanos grace{};
   Nanos kill_after{};

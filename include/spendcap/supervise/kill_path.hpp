@@ -105,7 +105,7 @@ class KillPath {
   Nanos kill_after_{};  // of the kill path under way
   int checkpoint_signalled_ = 0;
   bool grace_skipped_ = false;
-  Nanos exit_window_ = std::chrono::seconds(5);
+  Nanos exit_window_ = kDefaultExitWindow;
   bool checkpoint_written_ = false;
 };
 

@@ -9,12 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/base/environment.hpp"
+
 namespace spendcap {
-
-using Environment = std::map<std::string, std::string>;
-
-// The process environment as a map (snapshot).
-Environment current_environment();
 
 // A random UUID v4 (getrandom).
 std::string new_run_id();

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/base/signals.hpp"
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/notify/notifier.hpp"
 #include "spendcap/process/process_tree.hpp"
@@ -45,11 +46,9 @@ namespace spendcap {
 using PreemptionPartFactory = std::function<std::unique_ptr<RunPart>(
     boost::asio::io_context& io, Reporter& reporter, std::function<void(std::string)> preempt)>;
 
-// Signals to spendcap that stop the job: the kill path with the signal's grace, then spendcap
-// re-raises the signal. They stay blocked from the start of `spendcap run` until the event loop
-// handles them, and again while the final row is written, so none is lost and none kills spendcap
-// half-way (an admitted run never launched, a final row never written).
-inline constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+// The stop signals (base/signals.hpp's kStopSignals) stay blocked from the start of `spendcap run`
+// until the event loop handles them, and again while the final row is written, so none is lost and
+// none kills spendcap half-way (an admitted run never launched, a final row never written).
 void block_stop_signals(bool block);
 // The first stop signal pending (blocked and not yet handled), or 0; it is consumed.
 int take_pending_stop_signal();
@@ -77,7 +76,7 @@ struct SupervisorPlan {
   Grant grant;                      // the first grant, from admission
   ShutdownTimes on_trip;            // --grace, --kill-after
   ShutdownTimes on_signal;          // when SIGTERM/SIGINT/SIGHUP to spendcap starts the kill path
-  int checkpoint_signal = 10;       // SIGUSR1; 0 = none
+  int checkpoint_signal = SIGUSR1;  // 0 = none
   Mode mode = Mode::enforce;
   std::vector<double> warn_at = {0.5, 0.8, 0.95};
   Nanos sync = std::chrono::seconds(5);
@@ -94,7 +93,7 @@ struct SupervisorPlan {
   PreemptionPartFactory preemption_part;
   ShutdownTimes on_preemption;
   // After the checkpoint is written, how long the main process has to exit before SIGTERM.
-  Nanos exit_window = std::chrono::seconds(5);
+  Nanos exit_window = kDefaultExitWindow;
   // Signals to spendcap passed on to the tree's catchers: SIGUSR1, SIGUSR2 and --forward.
   std::vector<int> forward_signals;
   // For the start line: the ledger in use (its URL or path).

@@ -19,6 +19,7 @@
 #include "postgres_schema.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/json_text.hpp"
+#include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/ledger/stored_text.hpp"
 
@@ -50,7 +51,7 @@ bool retryable_sqlstate(const std::string& state) {
 int pending_stop_signal() {
   sigset_t pending;
   if (::sigpending(&pending) != 0) return 0;
-  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+  for (int signal : kStopSignals) {
     if (sigismember(&pending, signal)) return signal;
   }
   return 0;

@@ -25,6 +25,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/json_text.hpp"
+#include "spendcap/base/signals.hpp"
 #include "spendcap/ledger/stored_text.hpp"
 
 namespace spendcap {
@@ -213,7 +214,7 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
 
-// A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT: supervisor.hpp's kStopSignals) waiting while
+// A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT: base/signals.hpp's kStopSignals) waiting while
 // this thread has it blocked. `spendcap run` blocks them during setup so that it is never killed
 // half-way; a wait on a locked ledger then ended only at the lock timeout (10 s, then exit 125).
 // The wait gives up at once instead, and run re-raises the signal after cleaning up. Not consumed
@@ -221,7 +222,7 @@ struct Busy {};
 int pending_stop_signal() {
   sigset_t pending;
   if (::sigpending(&pending) != 0) return 0;
-  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+  for (int signal : kStopSignals) {
     if (sigismember(&pending, signal)) return signal;
   }
   return 0;

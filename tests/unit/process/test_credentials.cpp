@@ -16,6 +16,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/process/credentials.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -72,8 +73,8 @@ const bool not_root = ::geteuid() != 0;
 
 }  // namespace
 
-TEST_CASE("the supervisor's drop: service uids, the caller's files and groups, CAP_KILL only" *
-          doctest::skip(not_root)) {
+TEST_CASE("the supervisor's drop: service uids, the caller's files and groups, CAP_KILL only") {
+  if (not_root) SPENDCAP_SKIP("needs root: the drops setresuid to other users");
   CHECK(in_child([]() -> const char* {
           spendcap::switch_to_service(caller(), kService, kServiceGroup, cap_bit(CAP_KILL));
           if (!ids(kService, kService, kService, kCallerGroup, kServiceGroup, kServiceGroup)) {
@@ -92,8 +93,8 @@ TEST_CASE("the supervisor's drop: service uids, the caller's files and groups, C
         }) == "");
 }
 
-TEST_CASE("the job's child: the caller's ids, no capability, full bounding set" *
-          doctest::skip(not_root)) {
+TEST_CASE("the job's child: the caller's ids, no capability, full bounding set") {
+  if (not_root) SPENDCAP_SKIP("needs root: the drops setresuid to other users");
   CHECK(in_child([]() -> const char* {
           int bounding_before = ::prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN);
           spendcap::switch_to_service(
@@ -111,7 +112,8 @@ TEST_CASE("the job's child: the caller's ids, no capability, full bounding set" 
         }) == "");
 }
 
-TEST_CASE("the guard keeps CAP_KILL after the launch, nothing more" * doctest::skip(not_root)) {
+TEST_CASE("the guard keeps CAP_KILL after the launch, nothing more") {
+  if (not_root) SPENDCAP_SKIP("needs root: the drops setresuid to other users");
   CHECK(in_child([]() -> const char* {
           spendcap::switch_to_service(
               caller(), kService, kServiceGroup,
@@ -122,7 +124,8 @@ TEST_CASE("the guard keeps CAP_KILL after the launch, nothing more" * doctest::s
         }) == "");
 }
 
-TEST_CASE("the drop refuses root or the caller as the service user" * doctest::skip(not_root)) {
+TEST_CASE("the drop refuses root or the caller as the service user") {
+  if (not_root) SPENDCAP_SKIP("needs root: the drops setresuid to other users");
   CHECK(in_child([]() -> const char* {
           spendcap::switch_to_service(caller(), kCaller, kServiceGroup, cap_bit(CAP_KILL));
           return "took the caller as the service user";
@@ -133,7 +136,8 @@ TEST_CASE("the drop refuses root or the caller as the service user" * doctest::s
         }) == "threw");
 }
 
-TEST_CASE("another subcommand: the setgid install's ids, no capability" * doctest::skip(not_root)) {
+TEST_CASE("another subcommand: the setgid install's ids, no capability") {
+  if (not_root) SPENDCAP_SKIP("needs root: the drops setresuid to other users");
   CHECK(in_child([]() -> const char* {
           ::setgroups(1, &kCallerGroup);
           spendcap::reduce_to_setgid(caller(), kServiceGroup);

@@ -14,6 +14,7 @@
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/launcher.hpp"
 #include "spendcap/process/process_tree.hpp"
+#include "test_support.hpp"
 
 using namespace spendcap;
 
@@ -67,11 +68,11 @@ struct Forked {
   }
 };
 
-// A cgroup of the test's own, or nullopt (and a note) where no cgroup v2 hierarchy is writable.
-std::optional<Cgroup> test_cgroup(const std::string& prefix) {
-  std::string why;
+// A cgroup of the test's own, or nullopt and `why` where no cgroup v2 hierarchy is writable (the
+// case then skips, visibly).
+std::optional<Cgroup> test_cgroup(const std::string& prefix, std::string& why) {
   auto cgroup = Cgroup::create(prefix + std::to_string(::getpid()), &why);
-  if (!cgroup) MESSAGE("no writable cgroup v2 here (" << why << "): the cgroup path is not tested");
+  if (!cgroup) why = "no writable cgroup v2 here (" + why + "): the cgroup path is not tested";
   return cgroup;
 }
 
@@ -180,8 +181,9 @@ TEST_CASE("LiveProcessTree signals only catchers, then everything, then kills") 
 }
 
 TEST_CASE("the run's cgroup holds a double-forked daemon, and cgroup.kill ends it") {
-  auto cgroup = test_cgroup("spendcap-unit-");
-  if (!cgroup) return;
+  std::string why;
+  auto cgroup = test_cgroup("spendcap-unit-", why);
+  if (!cgroup) SPENDCAP_SKIP(why);
   int ready[2];
   REQUIRE(::pipe(ready) == 0);
   std::string procs = cgroup->procs_file();
@@ -215,8 +217,9 @@ TEST_CASE("the run's cgroup holds a double-forked daemon, and cgroup.kill ends i
 }
 
 TEST_CASE("the run's cgroup counts processes in its child cgroups as members") {
-  auto cgroup = test_cgroup("spendcap-unit-nested-");
-  if (!cgroup) return;
+  std::string why;
+  auto cgroup = test_cgroup("spendcap-unit-nested-", why);
+  if (!cgroup) SPENDCAP_SKIP(why);
   std::string inner = cgroup->path() + "/inner";
   REQUIRE(::mkdir(inner.c_str(), 0755) == 0);
   int ready[2];
