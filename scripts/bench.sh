@@ -25,14 +25,56 @@ echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/m
 echo
 
 pg_url=""
-if [ -x /usr/lib/postgresql/15/bin/initdb ]; then
+pg_bin=/usr/lib/postgresql/15/bin
+if [ -x $pg_bin/initdb ]; then
   ./scripts/pg-test-server.sh start >/dev/null
-  trap './scripts/pg-test-server.sh stop >/dev/null' EXIT
+  trap './scripts/pg-test-server.sh stop >/dev/null; stop_durable' EXIT
   pg_url="$(eval "$(./scripts/pg-test-server.sh env)" && echo "$SPENDCAP_TEST_PG_URL")"
 fi
 
+# The durable server the PostgreSQL figures come from (issue 23): fsync and synchronous_commit on,
+# scram-sha-256 over TCP on 127.0.0.1, the writers as a runner role (spendcap_runner). Its own
+# directory and port ($SPENDCAP_PG_DURABLE_DIR, $SPENDCAP_PG_DURABLE_PORT), removed at the end.
+durable_dir=${SPENDCAP_PG_DURABLE_DIR:-/tmp/spendcap-pg-durable.$(id -u)}
+durable_port=${SPENDCAP_PG_DURABLE_PORT:-55433}
+durable_owner_url="" durable_runner_url=""
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+pg_super() { if [ "$(id -u)" = 0 ]; then echo postgres; else id -un; fi; }
+start_durable() {
+  rm -rf "$durable_dir" && mkdir -p "$durable_dir"
+  if [ "$(id -u)" = 0 ]; then chown postgres "$durable_dir"; fi
+  local secret
+  secret=$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
+  echo "$secret" | as_postgres tee "$durable_dir/pw" >/dev/null
+  as_postgres $pg_bin/initdb -D "$durable_dir/data" -U "$(pg_super)" --auth-local=trust \
+    --auth-host=scram-sha-256 --pwfile="$durable_dir/pw" -E UTF8 >/dev/null
+  as_postgres setsid $pg_bin/pg_ctl -D "$durable_dir/data" -l "$durable_dir/server.log" -w -t 60 \
+    start -o "-k $durable_dir -p $durable_port -c listen_addresses=127.0.0.1 -c fsync=on \
+    -c synchronous_commit=on -c password_encryption=scram-sha-256 -c max_connections=200" >/dev/null
+  # On stdin, not in argv: the password.
+  echo "CREATE ROLE spendcap_runner NOLOGIN;
+        CREATE ROLE bench_runner LOGIN PASSWORD '$secret' IN ROLE spendcap_runner;" |
+    psql -X -q -h "$durable_dir" -p "$durable_port" -U "$(pg_super)" -d postgres >/dev/null
+  # One password for both roles, through libpq's PGPASSWORD: never in a url or argv.
+  export PGPASSWORD=$secret
+  durable_owner_url="postgresql://$(pg_super)@127.0.0.1:$durable_port/postgres"
+  durable_runner_url="postgresql://bench_runner@127.0.0.1:$durable_port/postgres"
+}
+stop_durable() {
+  if [ -d "$durable_dir/data" ]; then
+    as_postgres $pg_bin/pg_ctl -D "$durable_dir/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$durable_dir"
+}
+
+if [ -n "$pg_url" ]; then
+  start_durable
+  ./build/spendcap ps --ledger "$durable_owner_url" >/dev/null  # the owner creates the schema
+fi
+
 echo "## Exec overhead"
-python3 tests/bench/overhead_bench.py ./build/spendcap --runs "$rounds" ${pg_url:+--pg "$pg_url"}
+python3 tests/bench/overhead_bench.py ./build/spendcap --runs "$rounds" \
+  ${durable_runner_url:+--pg "$durable_runner_url"}
 echo "## Kill latency"
 if [ "$(id -u)" -eq 0 ]; then
   python3 tests/bench/kill_bench.py ./build/spendcap --runs "$kill_runs" --sizes "$sizes"
@@ -45,8 +87,15 @@ echo "## Supervision"
 python3 tests/bench/supervision_bench.py ./build/spendcap --seconds "$seconds" --kill-runs 0
 echo "## Ledger"
 ./build/tests/bench/ledger_bench --seconds "$ledger_seconds" --runs "$runs"
-if [ -n "$pg_url" ]; then
-  ./build/tests/bench/ledger_bench --seconds "$ledger_seconds" --ledger "$pg_url"
+if [ -n "$durable_owner_url" ]; then
+  echo "### PostgreSQL on the durable server (fsync, synchronous_commit, scram over TCP; goal: >= 2,000 heartbeats/s at 32 writers, also on one hot team)"
+  ./build/tests/bench/ledger_bench --seconds "$ledger_seconds" --ledger "$durable_owner_url" \
+    --runner-ledger "$durable_runner_url"
+  echo "### pg_test_fsync on the durable server's filesystem (1 s per method)"
+  (cd "$durable_dir" && as_postgres $pg_bin/pg_test_fsync -s 1 -f "$durable_dir/fsync.test" \
+    | sed -n '/one 8kB write/,/^$/p')
+  echo "### multi-node: one node's trip stops the others (goal: within one --sync)"
+  python3 tests/bench/multi_node_bench.py ./build/spendcap --ledger "$durable_runner_url"
 fi
 echo
 echo "## Reports"

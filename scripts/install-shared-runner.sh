@@ -4,7 +4,7 @@
 #
 #   scripts/install-shared-runner.sh [--binary BUILT] [--bin PATH] [--runner PATH]
 #       [--ledger-dir DIR] [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
-#       [POLICY]
+#       [--metrics-dir MDIR [--metrics-reader USER]] [POLICY]
 #
 # It creates the group (default spendcap; users are NOT added to it) and the service user (default
 # spendcap, in that group, no login), installs BUILT (default build/spendcap) as the front PATH
@@ -16,6 +16,11 @@
 # root:GROUP 0660, writes POLICY (default policies/shared-runner.json) as the locked LOCKED
 # (default /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file, and applies
 # the locked budgets to the ledger.
+# With --metrics-dir, MDIR (node_exporter's textfile directory) is made root:GROUP 2770 and the
+# locked policy's "metrics_dir" names it: only spendcap's metrics writer (which keeps the group)
+# writes there, files 0660. --metrics-reader USER (node_exporter's user) gets read access through
+# an ACL (u:USER:rx on MDIR, default u:USER:r on its files), not through the group (the group
+# writes the ledger). Needs setfacl (Debian's acl).
 #
 # --setgid-only installs the older layout instead: PATH setgid GROUP (2755), no runner. It keeps
 # users from rewriting the ledger, but not from stopping their own run's enforcement (README,
@@ -33,6 +38,8 @@ group=spendcap
 user=spendcap
 setgid_only=0
 policy="$here/policies/shared-runner.json"
+metrics_dir=""
+metrics_reader=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,7 +51,9 @@ while [ $# -gt 0 ]; do
     --group) group=$2; shift 2 ;;
     --user) user=$2; shift 2 ;;
     --setgid-only) setgid_only=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --metrics-dir) metrics_dir=$2; shift 2 ;;
+    --metrics-reader) metrics_reader=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "install-shared-runner: unknown option $1" >&2; exit 2 ;;
     *) policy=$1; shift ;;
   esac
@@ -105,14 +114,34 @@ for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
   [ -e "$file" ] && chown root:"$group" "$file" && chmod 0660 "$file"
 done
 
+# Metrics (issue 19): a directory only the group writes; its reader by an ACL, not the group.
+if [ -n "$metrics_reader" ] && [ -z "$metrics_dir" ]; then
+  echo "install-shared-runner: --metrics-reader needs --metrics-dir" >&2; exit 2
+fi
+if [ -n "$metrics_dir" ]; then
+  install -d -o root -g "$group" -m 2770 "$metrics_dir"
+  chown root:"$group" "$metrics_dir"
+  chmod 2770 "$metrics_dir"
+  if [ -n "$metrics_reader" ]; then
+    command -v setfacl >/dev/null || { echo "install-shared-runner: --metrics-reader needs setfacl (apt-get install acl)" >&2; exit 1; }
+    id -u "$metrics_reader" >/dev/null 2>&1 || { echo "install-shared-runner: no user $metrics_reader" >&2; exit 1; }
+    setfacl -m "u:$metrics_reader:rx" "$metrics_dir"
+    setfacl -d -m "u:$metrics_reader:r" "$metrics_dir"
+    # Files already there (an earlier install) get it too.
+    find "$metrics_dir" -maxdepth 1 -type f -exec setfacl -m "u:$metrics_reader:r" {} +
+  fi
+fi
+
 # The locked policy, naming that ledger; root-owned 0644 in a directory only root writes.
-python3 - "$policy" "$ledger" "$policy_file.new" <<'PY'
+python3 - "$policy" "$ledger" "$policy_file.new" "$metrics_dir" <<'PY'
 import json, sys
-source, ledger, out = sys.argv[1:]
+source, ledger, out, metrics_dir = sys.argv[1:]
 with open(source) as f:
     policy = json.load(f)
 policy["locked"] = True
 policy["ledger"] = "sqlite:" + ledger
+if metrics_dir:
+    policy["metrics_dir"] = metrics_dir
 with open(out, "w") as f:
     json.dump(policy, f, indent=2)
     f.write("\n")

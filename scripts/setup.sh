@@ -25,6 +25,9 @@ fi
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client iproute2); fi
 # The metrics test (tests/integration/test_metrics.py): promtool, and a real node_exporter.
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(prometheus prometheus-node-exporter); fi
+# setfacl: install-shared-runner.sh --metrics-reader gives node_exporter a default ACL
+# (tests/integration/test_shared_metrics.py).
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(acl); fi
 # The html report's test loads the page in a real headless browser (tests/integration/test_report.py).
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(chromium); fi
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/json_text.hpp"
@@ -15,6 +16,7 @@
 #include "spendcap/cli/membership.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/supervise/run_env.hpp"
@@ -56,6 +58,7 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     if (currency) *currency = loaded.policy.currency;
     if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
+    options.postgres_password = ledger_password(loaded.policy, loaded.locked_policy);
     keep_rules(loaded);
   }
   std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);
@@ -292,6 +295,9 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"project", run.project},
                      {"user", run.user},
                      {"job_key", run.job_key},
+                     {"node", run.tags.count("node") && !run.job_key.empty()
+                                  ? nlohmann::json(run.tags.at("node"))
+                                  : nlohmann::json()},
                      {"status", to_string(run.status)},
                      {"overrun", run.overrun},
                      {"mode", to_string(run.mode)},
@@ -318,10 +324,51 @@ int ps_command(const LedgerChoice& choice, bool json) {
                     format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
                     age(now - run.started_at)});
   };
-  for (const RunView& run : runs) {
+  auto status_of = [&](const RunView& run) {
     std::string status = to_string(run.status);
     if (run.status == RunStatus::lost) status += " (silent " + age(now - run.heartbeat_at) + ")";
-    add_row(run, status);
+    return status;
+  };
+  // A multi-node run (--run-id: its id is its nodes' job key, each row tagged with its node) is
+  // one row, its nodes under it (issue 23).
+  auto node_of = [](const RunView& run) -> const std::string* {
+    auto node = run.tags.find("node");
+    return node == run.tags.end() || run.job_key.empty() ? nullptr : &node->second;
+  };
+  std::map<std::string, std::vector<const RunView*>> nodes_of;
+  for (const RunView& run : runs) {
+    if (node_of(run)) nodes_of[run.job_key].push_back(&run);
+  }
+  for (const RunView& run : runs) {
+    if (!node_of(run)) {
+      add_row(run, status_of(run));
+      continue;
+    }
+    auto group = nodes_of.find(run.job_key);
+    if (group == nodes_of.end()) continue;  // shown already, with its first node
+    Money spend, ceiling, burn;
+    double started = now;
+    int lost = 0;
+    for (const RunView* node : group->second) {
+      spend += live_spend(*node, now);
+      ceiling += node->ceiling;
+      burn += node->rate_per_hour;
+      started = std::min(started, node->started_at);
+      lost += node->status == RunStatus::lost;
+    }
+    std::size_t count = group->second.size();
+    rows.push_back({run.job_key, std::to_string(count) + (count == 1 ? " node" : " nodes"), "",
+                    run.team, run.experiment,
+                    lost ? "running (" + std::to_string(lost) + " lost)" : "running",
+                    format_money(spend, currency), format_money(ceiling, currency),
+                    format_money(burn, currency), age(now - started)});
+    for (const RunView* node : group->second) {
+      rows.push_back({"  " + *node_of(*node), node->host, std::to_string(node->pid), "", "",
+                      status_of(*node), format_money(live_spend(*node, now), currency),
+                      format_money(node->ceiling, currency),
+                      format_money(node->rate_per_hour, currency), age(now - node->started_at)});
+    }
+    nodes_of.erase(group);
   }
   for (const RunView& run : overruns) add_row(run, to_string(run.status) + " (OVERRUN)");
   print_table(rows);

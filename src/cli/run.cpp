@@ -30,11 +30,14 @@
 #include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/privileged_run.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/meter.hpp"
+#include "spendcap/supervise/metrics_part.hpp"
+#include "spendcap/supervise/metrics_part_writer.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/signal_forward.hpp"
@@ -415,6 +418,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
     // One run over many wrappers: its id is their job key, and each row says its node.
     settings.job_key = joined->id;
     settings.tags["node"] = joined->node;
+    settings.node = joined->node;
   }
   settings.webhook_urls = request.webhook_urls;
   require_a_locked_budget(settings);
@@ -433,6 +437,8 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
   if (settings.loaded.locked_policy) {
     options.budget_caps = budget_rules_of(*settings.loaded.locked_policy);
   }
+  options.postgres_password =
+      ledger_password(settings.loaded.policy, settings.loaded.locked_policy);
   std::shared_ptr<Ledger> ledger = open_ledger_as_installed(settings.ledger_url, options);
   // The switches weaken what spendcap enforces: only on a ledger that is the caller's alone.
   if (switches.any() && !ledger->is_personal()) {
@@ -537,7 +543,7 @@ class AdmittedRun {
 std::vector<std::string> secret_variables(const Policy& policy) {
   std::vector<std::string> names;
   for (const Webhook& hook : policy.webhooks) {
-    names.push_back(hook.url_env);  // a Slack webhook URL is itself a secret
+    if (!hook.url_env.empty()) names.push_back(hook.url_env);  // a Slack URL is itself a secret
     if (hook.secret_env) names.push_back(*hook.secret_env);
   }
   return names;
@@ -581,6 +587,8 @@ std::string summary_line(const RunOutcome& outcome) {
       outcome.reason == "interrupted" ? std::string("interrupted") : to_string(outcome.status);
   std::string line = "run " + outcome.run_id.substr(0, 8) + " " + status;
   if (outcome.stopped_by_spendcap) line += " (" + outcome.reason + ")";
+  // A multi-node run: the node whose trip stopped them all (issue 23).
+  if (!outcome.first_trip.empty()) line += " (first trip: " + outcome.first_trip + ")";
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.2fs", outcome.elapsed_seconds);
   line +=
@@ -698,6 +706,10 @@ SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
   plan.interval = settings.interval;
   plan.checkpoint_done_path = run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
+  if (!settings.node.empty()) {
+    plan.multi_node_run_id = settings.job_key;
+    plan.node = settings.node;
+  }
   if (settings.spot_notice) {
     plan.preemption_part = spot_notice_part(*settings.spot_notice);
     plan.on_preemption = settings.on_preemption;
@@ -993,7 +1005,8 @@ void check_metrics_dir(const std::string& dir) {
     throw Error(flag, errno_text(errno), "create the directory, or give another one");
   }
   if (!S_ISDIR(status.st_mode)) throw Error(flag, "is not a directory", "give a directory");
-  if (access_as_user(dir.c_str(), W_OK | X_OK) != 0) {
+  // On the setgid install the runner's metrics writer checks it with the group (below).
+  if (!installed_setgid() && access_as_user(dir.c_str(), W_OK | X_OK) != 0) {
     throw Error(flag, "cannot write in it: " + errno_text(errno), "give a directory you can write");
   }
 }
@@ -1015,7 +1028,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   RunSettings settings =
       resolve_run_settings(request, env, PolicySearch::from_environment(request.policy));
   require_locked_policy_when_setgid(settings.loaded.locked, settings.ledger_url);
-  if (settings.loaded.policy.metrics_dir) check_metrics_dir(*settings.loaded.policy.metrics_dir);
+  if (settings.loaded.policy.metrics_dir) {
+    check_metrics_dir(*settings.loaded.policy.metrics_dir);
+    check_shared_metrics_dir(*settings.loaded.policy.metrics_dir, settings.loaded.locked);
+  }
   StoragePlan storage = checkpoint_storage(request, settings);
   if (switches.storage_every_second) storage.interval = std::chrono::seconds(1);
   if (switches.any()) {
@@ -1033,8 +1049,14 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   std::string run_id = new_run_id();
   RunDir run_dir(env, run_id);
   // Webhook variables and URLs are checked before anything is written to the ledger.
-  std::vector<WebhookTarget> webhooks =
-      run_webhook_targets(settings.loaded.policy, settings.webhook_urls, env);
+  std::vector<WebhookTarget> webhooks = run_webhook_targets(
+      settings.loaded.policy, settings.webhook_urls, env, settings.loaded.locked_policy);
+
+  // Metrics on the setgid install: the writer keeps the group the ledger's open drops for good.
+  std::shared_ptr<MetricsSink> metrics_sink;
+  if (settings.loaded.policy.metrics_dir && installed_setgid()) {
+    metrics_sink = start_runner_metrics_writer(*settings.loaded.policy.metrics_dir);
+  }
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
   require_estimate_fits(request, settings, *ledger);  // --estimate-steps (report_commands.hpp)
@@ -1121,8 +1143,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   plan.notifier = notifier.get();
   plan.gpu = make_gpu_plan(settings.loaded.policy, env);
   if (settings.loaded.policy.metrics_dir) {
-    plan.metrics =
-        MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team, settings.experiment};
+    plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team,
+                               settings.experiment, metrics_sink};
   }
   plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
   plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;

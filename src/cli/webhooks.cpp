@@ -9,6 +9,7 @@
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/notify/curl_http.hpp"
+#include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/layers.hpp"
 
 namespace spendcap {
@@ -24,6 +25,7 @@ bool sleep_for(Nanos wait) {
 std::string destination_display(const std::string& destination) {
   if (destination.rfind("env:", 0) == 0) return "$" + destination.substr(4);
   if (destination.rfind("url:", 0) == 0) return redact_url(destination.substr(4));
+  if (destination.rfind("file:", 0) == 0) return destination;
   return "?";
 }
 
@@ -37,11 +39,13 @@ std::string utc_time(double unix_seconds) {
 }
 
 // The caller's outbox entries that resolve in `env`, with their targets.
-std::vector<std::pair<OutboxEntry, WebhookTarget>> resolvable(const std::vector<OutboxEntry>& all,
-                                                              const Environment& env) {
+std::vector<std::pair<OutboxEntry, WebhookTarget>> resolvable(
+    const std::vector<OutboxEntry>& all, const Environment& env,
+    const std::vector<WebhookTarget>& known = {}) {
   std::vector<std::pair<OutboxEntry, WebhookTarget>> out;
   for (const OutboxEntry& entry : all) {
-    auto target = resolve_destination(entry.destination, entry.format, entry.secret_env, env);
+    auto target =
+        resolve_destination(entry.destination, entry.format, entry.secret_env, env, known);
     if (target) out.emplace_back(entry, std::move(*target));
   }
   return out;
@@ -51,8 +55,18 @@ std::vector<std::pair<OutboxEntry, WebhookTarget>> resolvable(const std::vector<
 
 std::vector<WebhookTarget> run_webhook_targets(const Policy& policy,
                                                const std::vector<std::string>& urls,
-                                               const Environment& env) {
-  return resolve_webhooks(policy.webhooks, urls, env);
+                                               const Environment& env,
+                                               const std::optional<Policy>& locked) {
+  // Only the files the locked policy names are read with the runner's group; a path from any
+  // other layer is read as the caller (notify/runner_files.hpp).
+  std::vector<std::string> runner_files;
+  if (locked) {
+    for (const Webhook& hook : locked->webhooks) {
+      if (hook.url_file) runner_files.push_back(*hook.url_file);
+      if (hook.secret_file) runner_files.push_back(*hook.secret_file);
+    }
+  }
+  return resolve_webhooks(policy.webhooks, urls, env, runner_files, read_secret_file);
 }
 
 std::unique_ptr<WebhookNotifier> make_run_notifier(std::vector<WebhookTarget> targets,
@@ -61,7 +75,7 @@ std::unique_ptr<WebhookNotifier> make_run_notifier(std::vector<WebhookTarget> ta
                                                    const Reporter& reporter) {
   std::vector<std::pair<OutboxEntry, WebhookTarget>> waiting;
   try {
-    waiting = resolvable(ledger.outbox(facts.user), env);
+    waiting = resolvable(ledger.outbox(facts.user), env, targets);
   } catch (const Error& error) {
     reporter.error("outbox: " + format_error(error));
   }
@@ -157,7 +171,7 @@ int outbox_flush_command(const LedgerChoice& choice) {
     std::unique_ptr<HttpClient> http = make_curl_http();
     for (auto& [entry, target] : sendable) {
       DeliveryResult result =
-          deliver(*http, target, entry.body, kDefaultDeliveryDeadline, sleep_for);
+          deliver(*http, target, entry.event_id, entry.body, kDefaultDeliveryDeadline, sleep_for);
       std::string line = std::to_string(entry.id) + " " + entry.event + " to " + target.display();
       if (result.delivered) {
         ledger->remove_outbox(entry.id);
@@ -186,7 +200,7 @@ int notify_test_command(const NotifyTestRequest& request) {
   LoadedPolicy loaded = load_policy(PolicySearch::from_environment(request.policy),
                                     PolicyLayer{"command line", flags});
   std::vector<WebhookTarget> targets =
-      run_webhook_targets(loaded.policy, request.webhook_urls, env);
+      run_webhook_targets(loaded.policy, request.webhook_urls, env, loaded.locked_policy);
   if (targets.empty()) {
     throw Error("notify test", "no webhook is configured",
                 "add one to the policy's \"webhooks\", or give --webhook-env NAME");
@@ -200,10 +214,10 @@ int notify_test_command(const NotifyTestRequest& request) {
   std::unique_ptr<HttpClient> http = make_curl_http();
   int failed = 0;
   for (const WebhookTarget& target : targets) {
+    std::string id = new_event_id();
     std::string body = event_body(
-        target.format,
-        event_payload(facts, event, new_event_id(), static_cast<double>(std::time(nullptr))));
-    DeliveryResult result = deliver(*http, target, body, kDefaultDeliveryDeadline, sleep_for);
+        target.format, event_payload(facts, event, id, static_cast<double>(std::time(nullptr))));
+    DeliveryResult result = deliver(*http, target, id, body, kDefaultDeliveryDeadline, sleep_for);
     std::string line = "webhook " + target.display() + " (" + target.format +
                        (target.secret.empty() ? "" : ", signed") + "): ";
     if (result.delivered) {

@@ -2,6 +2,7 @@
 #include "spendcap/ledger/budget_ledger.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <set>
 #include <type_traits>
@@ -121,23 +122,6 @@ int reconcile(StoreTxn& txn, double now) {
 
 // ---- grants ----
 
-// A budgeted scope of the run in the run's period.
-struct ScopeState {
-  BudgetRule rule;
-  DayRange days;
-  Usage sums;
-  Money headroom;
-};
-
-// The grant for a run asking for `want`, and the state of its budgeted scopes.
-struct GrantPlan {
-  RunBudget run_budget;
-  std::vector<ScopeState> scopes;
-  std::optional<ScopeHeadroom> own;  // the run or job scope, when the run has a budget
-  Money job_others;                  // with a job key: other runs' spend and ceilings
-  GrantDecision decision;
-};
-
 // Other runs of the run's job: the spend of finished ones, the ceilings of unfinished ones.
 Money job_use_of_others(StoreTxn& txn, const RunRecord& run) {
   Money used;
@@ -226,7 +210,9 @@ std::vector<ScopeUse> scope_uses(const GrantPlan& plan, Money live_delta, Money 
   return uses;
 }
 
-std::string refusal_message(StoreTxn& txn, const RunRecord& run, const GrantPlan& plan) {
+// `unfinished`: how many unfinished runs the binding scope has in its period.
+std::string refusal_message(const RunRecord& run, const GrantPlan& plan,
+                            const std::function<std::int64_t(const ScopeState&)>& unfinished) {
   const std::optional<Scope>& binding = plan.decision.binding;
   std::string needs =
       "this run needs more than its " + format_money(run.reserve) + " shutdown reserve";
@@ -236,12 +222,11 @@ std::string refusal_message(StoreTxn& txn, const RunRecord& run, const GrantPlan
   }
   for (const ScopeState& state : plan.scopes) {
     if (state.rule.scope != *binding) continue;
-    std::int64_t unfinished = txn.count_unfinished(state.rule.scope, state.days);
     return to_string(state.rule.scope) + " budget " + format_money(state.rule.amount) + " (" +
            to_string(state.rule.period) + ") has " +
            format_money(std::max(state.headroom, Money{})) +
            " left: " + format_money(state.sums.spent) + " spent, " + format_money(state.sums.held) +
-           " held by " + plural(unfinished, "running run") + "; " + needs;
+           " held by " + plural(unfinished(state), "running run") + "; " + needs;
   }
   if (binding->kind == ScopeKind::job) {
     return to_string(*binding) + " budget " + format_money(*plan.run_budget.amount) + " has " +
@@ -251,6 +236,16 @@ std::string refusal_message(StoreTxn& txn, const RunRecord& run, const GrantPlan
   return "the run budget " + format_money(*plan.run_budget.amount) +
          " cannot cover the shutdown reserve " + format_money(run.reserve);
 }
+
+std::function<std::int64_t(const ScopeState&)> count_in(StoreTxn& txn) {
+  return [&txn](const ScopeState& state) {
+    return txn.count_unfinished(state.rule.scope, state.days);
+  };
+}
+
+const char* const kNoBudget = "no budget applies to this run";
+const char* const kNoBudgetHint =
+    "give --budget USD, or define a team, experiment, project or user budget in the policy";
 
 // The record of a run that is being admitted: holding nothing while its grant is planned.
 RunRecord new_record(const RunStart& start, double now) {
@@ -404,6 +399,14 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
        {start.rate_per_hour, start.reserve, start.want, start.budget.value_or(Money{})}) {
     if (amount < Money{}) throw Error("run " + start.id, "negative amount of money");
   }
+  // The negative control (ignore_other_runs) is the rule's client side only: a server does not
+  // know it.
+  if (!ignore_other_runs_) {
+    RunRecord record = new_record(start, 0);
+    if (auto server = store_->admit_in_server(record, start.want, budget_caps_)) {
+      return admission_from_server(record, std::move(*server));
+    }
+  }
   return transact(Access::write, [&](StoreTxn& txn) {
     double now = txn.now();
     reconcile(txn, now);
@@ -412,9 +415,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
 
     GrantPlan plan = plan_grant(txn, run, start.want, ignore_other_runs_, budget_caps_);
     if (!plan.run_budget.amount && plan.scopes.empty()) {
-      throw Error("run", "no budget applies to this run",
-                  "give --budget USD, or define a team, experiment, project or user budget in "
-                  "the policy");
+      throw Error("run", kNoBudget, kNoBudgetHint);
     }
     Admission admission;
     if (!run.job_key.empty()) note_job_history(txn, run, admission);
@@ -442,11 +443,11 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
     bool fits = plan.decision.allowed > start.reserve;
     if (!fits && start.mode == Mode::enforce) {
       std::optional<Scope> by = plan.decision.binding;
-      return refuse(refusal_message(txn, run, plan), by,
+      return refuse(refusal_message(run, plan, count_in(txn)), by,
                     "refused: budget" + (by ? " " + to_string(*by) : std::string()));
     }
     if (!fits) {  // warn mode: admitted, and the ledger says it would have been refused
-      admission.refusal = refusal_message(txn, run, plan);
+      admission.refusal = refusal_message(run, plan, count_in(txn));
       admission.refused_by = plan.decision.binding;
       run.would_stop_at = now;
       run.would_stop_reason = "would be refused: " + admission.refusal;
@@ -464,7 +465,64 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
   });
 }
 
+Admission BudgetLedger::admission_from_server(const RunRecord& run, ServerGrant server) {
+  if (server.error == "exists") throw Error("run " + run.id, "is already in the ledger " + url());
+  if (server.error == "no budget") throw Error("run", kNoBudget, kNoBudgetHint);
+  if (!server.error.empty()) throw Error("ledger " + url(), "answered " + server.error);
+  const GrantPlan& plan = server.plan;
+  Admission admission;
+  if (!run.job_key.empty()) {
+    admission.job_spent_before = server.job_spent_before;
+    admission.job_budget_before = server.job_budget_before;
+  }
+  admission.run_budget = plan.run_budget.amount;
+  admission.lowered_by = plan.run_budget.lowered_by;
+  admission.grant.allowed = plan.decision.allowed;
+  admission.grant.binding = plan.decision.binding;
+  auto unfinished = [&server](const ScopeState&) { return server.unfinished; };
+  if (server.stop) {
+    const StopOrder& order = *server.stop;
+    admission.grant.stop = order;
+    admission.refusal = "stop order on " + to_string(order.scope) + " by " + order.placed_by +
+                        (order.reason.empty() ? "" : ": " + order.reason);
+    admission.refused_by = order.scope;
+    admission.grant.scopes = scope_uses(plan, Money{}, Money{});
+    return admission;
+  }
+  if (!server.fits) {
+    admission.refusal = refusal_message(run, plan, unfinished);
+    admission.refused_by = plan.decision.binding;
+  }
+  if (!server.admitted) {
+    admission.grant.scopes = scope_uses(plan, Money{}, Money{});
+    return admission;
+  }
+  // Warn mode, admitted though it does not fit: the ledger says it would have been refused.
+  if (!server.fits) record_would_stop(run.id, "would be refused: " + admission.refusal);
+  admission.admitted = true;
+  admission.grant.ceiling = plan.decision.ceiling;
+  admission.grant.scopes = scope_uses(plan, Money{}, plan.decision.ceiling);
+  return admission;
+}
+
 Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want) {
+  if (!ignore_other_runs_) {
+    if (auto server = store_->heartbeat_in_server(run_id, spend, want, budget_caps_)) {
+      if (server->error == "missing") throw Error("run " + run_id, "not in the ledger " + url());
+      if (!server->error.empty()) throw Error("ledger " + url(), "answered " + server->error);
+      Grant grant;
+      grant.stop = server->stop;
+      grant.ceiling = server->ceiling;
+      grant.allowed = server->allowed;
+      if (!server->running) {
+        grant.scopes = scope_uses(server->plan, Money{}, Money{});
+        return grant;
+      }
+      grant.binding = server->plan.decision.binding;
+      grant.scopes = scope_uses(server->plan, server->live_delta, server->held_delta);
+      return grant;
+    }
+  }
   return transact(Access::write, [&](StoreTxn& txn) {
     double now = txn.now();
     reconcile(txn, now);
@@ -535,6 +593,26 @@ void BudgetLedger::record_refused(const RunStart& start, const std::string& reas
 bool BudgetLedger::finish_run(const RunFinal& final) {
   if (final.status == RunStatus::running) {
     throw Error("run " + final.id, "cannot be finished with status running");
+  }
+  if (!ignore_other_runs_) {
+    RunRecord record;
+    record.id = final.id;
+    record.status = final.status;
+    record.reason = final.reason;
+    record.exit_code = final.exit_code;
+    record.spend = final.spend;
+    record.elapsed_seconds = final.elapsed_seconds;
+    record.gpu = final.gpu;
+    record.metric_name = final.metric_name;
+    record.metric_value = final.metric_value;
+    record.units = final.units;
+    record.egress_gb = final.egress_gb;
+    record.storage_peak_gb = final.storage_peak_gb;
+    record.storage_spend = final.storage_spend;
+    if (auto answer = store_->finish_in_server(record)) {
+      if (*answer == "missing") throw Error("run " + final.id, "not in the ledger " + url());
+      return *answer == "written";
+    }
   }
   return transact(Access::write, [&](StoreTxn& txn) {
     double now = txn.now();

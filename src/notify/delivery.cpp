@@ -8,6 +8,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/sha256.hpp"
+#include "spendcap/notify/standard_webhooks.hpp"
 
 namespace spendcap {
 
@@ -69,6 +70,7 @@ double wall_now() {
 
 std::string WebhookTarget::display() const {
   if (destination.rfind("env:", 0) == 0) return "$" + destination.substr(4);
+  if (destination.rfind("file:", 0) == 0) return destination;
   return redact_url(url);
 }
 
@@ -86,32 +88,59 @@ void require_http_url(const std::string& url, const std::string& what) {
   }
 }
 
+void require_signing_key(const std::string& secret, const std::string& what) {
+  if (standard_webhooks_key(secret)) return;
+  throw Error(what, "the signing secret starts with \"whsec_\" but the rest is not base64",
+              "give a whsec_ secret as Standard Webhooks writes it (whsec_ + base64 of 24 to 64 "
+              "random bytes), or a secret without the prefix");
+}
+
 std::vector<WebhookTarget> resolve_webhooks(const std::vector<Webhook>& hooks,
                                             const std::vector<std::string>& urls,
-                                            const std::map<std::string, std::string>& env) {
+                                            const std::map<std::string, std::string>& env,
+                                            const std::vector<std::string>& runner_files,
+                                            const SecretFileReader& read_file) {
+  auto held = [&runner_files](const std::string& path) {
+    return std::find(runner_files.begin(), runner_files.end(), path) != runner_files.end();
+  };
+  auto read = [&](const std::string& path, const std::string& what) {
+    if (!read_file) throw Error(what + " " + path, "files are not read here", "use url_env");
+    return read_file(path, held(path), what);
+  };
   std::vector<WebhookTarget> targets;
   for (const Webhook& hook : hooks) {
     WebhookTarget target;
-    target.destination = "env:" + hook.url_env;
-    auto url = env.find(hook.url_env);
-    if (url == env.end() || url->second.empty()) {
-      throw Error("webhook $" + hook.url_env, "the variable is not set",
-                  "export the webhook's URL in " + hook.url_env + ", or remove the webhook");
+    std::string name;
+    if (hook.url_file) {
+      target.destination = "file:" + *hook.url_file;
+      name = "webhook url_file " + *hook.url_file;
+      target.url = read(*hook.url_file, "webhook url_file");
+    } else {
+      target.destination = "env:" + hook.url_env;
+      name = "webhook $" + hook.url_env;
+      auto url = env.find(hook.url_env);
+      if (url == env.end() || url->second.empty()) {
+        throw Error(name, "the variable is not set",
+                    "export the webhook's URL in " + hook.url_env + ", or remove the webhook");
+      }
+      target.url = url->second;
     }
-    target.url = url->second;
-    require_http_url(target.url, "webhook $" + hook.url_env);
+    require_http_url(target.url, name);
     target.format = hook.format;
     target.events = hook.events;
-    if (hook.secret_env) {
+    if (hook.secret_file) {
+      target.secret_env = "file:" + *hook.secret_file;
+      target.secret = read(*hook.secret_file, "webhook secret_file");
+    } else if (hook.secret_env) {
       auto secret = env.find(*hook.secret_env);
       if (secret == env.end() || secret->second.empty()) {
-        throw Error("webhook $" + hook.url_env,
-                    "its signing secret variable " + *hook.secret_env + " is not set",
+        throw Error(name, "its signing secret variable " + *hook.secret_env + " is not set",
                     "export the secret in " + *hook.secret_env);
       }
       target.secret_env = *hook.secret_env;
       target.secret = secret->second;
     }
+    if (!target.secret.empty()) require_signing_key(target.secret, name);
     targets.push_back(std::move(target));
   }
   for (const std::string& url : urls) {
@@ -128,25 +157,40 @@ std::vector<WebhookTarget> resolve_webhooks(const std::vector<Webhook>& hooks,
 std::optional<WebhookTarget> resolve_destination(const std::string& destination,
                                                  const std::string& format,
                                                  const std::string& secret_env,
-                                                 const std::map<std::string, std::string>& env) {
+                                                 const std::map<std::string, std::string>& env,
+                                                 const std::vector<WebhookTarget>& known) {
   WebhookTarget target;
   target.destination = destination;
   target.format = format;
+  const WebhookTarget* same = nullptr;
+  for (const WebhookTarget& candidate : known) {
+    if (candidate.destination == destination && candidate.secret_env == secret_env) {
+      same = &candidate;
+      break;
+    }
+  }
   if (destination.rfind("env:", 0) == 0) {
     auto url = env.find(destination.substr(4));
     if (url == env.end() || url->second.empty()) return std::nullopt;
     target.url = url->second;
   } else if (destination.rfind("url:", 0) == 0) {
     target.url = destination.substr(4);
+  } else if (destination.rfind("file:", 0) == 0 && same) {
+    target.url = same->url;
   } else {
     return std::nullopt;
   }
-  if (!secret_env.empty()) {
+  if (secret_env.rfind("file:", 0) == 0) {
+    if (!same) return std::nullopt;
+    target.secret_env = secret_env;
+    target.secret = same->secret;
+  } else if (!secret_env.empty()) {
     auto secret = env.find(secret_env);
     if (secret == env.end() || secret->second.empty()) return std::nullopt;
     target.secret_env = secret_env;
     target.secret = secret->second;
   }
+  if (!target.secret.empty() && !standard_webhooks_key(target.secret)) return std::nullopt;
   return target;
 }
 
@@ -223,11 +267,15 @@ std::optional<Nanos> next_attempt_in(const AttemptResult& result, int attempts, 
   return wait;
 }
 
-DeliveryResult deliver(HttpClient& http, const WebhookTarget& target, const std::string& body,
-                       Nanos deadline, const std::function<bool(Nanos)>& sleep) {
+DeliveryResult deliver(HttpClient& http, const WebhookTarget& target, const std::string& event_id,
+                       const std::string& body, Nanos deadline,
+                       const std::function<bool(Nanos)>& sleep) {
   DeliveryResult result;
   TimePoint start = now();
   std::vector<std::string> secrets = {target.url, target.secret};
+  // Checked when the target was resolved (require_signing_key); a key that does not decode
+  // leaves the Standard Webhooks signature out rather than sending a wrong one.
+  std::optional<std::string> key = standard_webhooks_key(target.secret);
   while (true) {
     Nanos left = deadline - (now() - start);
     HttpRequest request;
@@ -240,6 +288,18 @@ DeliveryResult deliver(HttpClient& http, const WebhookTarget& target, const std:
       request.headers.push_back("X-Spendcap-Timestamp: " + timestamp);
       request.headers.push_back("X-Spendcap-Signature: " +
                                 webhook_signature(target.secret, timestamp, body));
+      // Standard Webhooks: the event id is the idempotency key, the same at every attempt and in
+      // the outbox; the timestamp is the attempt's.
+      request.headers.push_back("webhook-id: " + event_id);
+      request.headers.push_back("webhook-timestamp: " + timestamp);
+      if (key) {
+        request.headers.push_back("webhook-signature: " +
+                                  standard_webhooks_signature(*key, event_id, timestamp, body));
+      }
+    } else {
+      request.headers.push_back("webhook-id: " + event_id);
+      request.headers.push_back("webhook-timestamp: " +
+                                std::to_string(static_cast<long long>(wall_now())));
     }
     request.connect_timeout = std::min(kConnectTimeout, left);
     request.total_timeout = std::min(kAttemptTimeout, left);

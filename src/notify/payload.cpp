@@ -49,25 +49,127 @@ nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
   return p;
 }
 
+std::string slack_escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Slack's limits: a header's text 150 characters, a field's 2000, the fallback text 40000 (cut
+// well below). Cut on a UTF-8 boundary, and before escaping so that no entity is cut in half.
+std::string cut(const std::string& text, size_t limit) {
+  if (text.size() <= limit) return text;
+  size_t end = limit - 3;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
+
+nlohmann::json plain(const std::string& text, size_t limit = 1900) {
+  return {{"type", "plain_text"}, {"text", slack_escape(cut(text, limit))}, {"emoji", false}};
+}
+
+}  // namespace
+
 nlohmann::json slack_payload(const nlohmann::json& p) {
   auto field = [&p](const char* name) {
     auto it = p.find(name);
-    return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
+    if (it == p.end()) return std::string();
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_number()) return it->dump();
+    return std::string();
   };
-  std::string text = "spendcap: run " + field("run_id").substr(0, 8) + " " + field("event");
+  std::string currency = field("currency");
+  std::string run = field("run_id");
+  std::string event = field("event");
+  std::string scope = field("scope");
+  std::string reason = field("reason");
+  std::string command;
+  if (auto it = p.find("command"); it != p.end() && it->is_array()) {
+    for (const auto& word : *it) {
+      if (!word.is_string()) continue;
+      command += (command.empty() ? "" : " ") + word.get<std::string>();
+    }
+  }
+  std::string tags;
+  if (auto it = p.find("tags"); it != p.end() && it->is_object()) {
+    for (const auto& [key, value] : it->items()) {
+      if (!value.is_string()) continue;
+      tags += (tags.empty() ? "" : ", ") + key + "=" + value.get<std::string>();
+    }
+  }
+  // Spend of which budget: the scope that tripped or warned names it; the run's own budget is
+  // the one figure the event carries.
+  std::string spend;
+  if (!field("spend").empty()) {
+    spend = field("spend") + " " + currency;
+    if ((scope.empty() || scope == "run") && !field("budget").empty()) {
+      spend += " of the run budget " + field("budget") + " " + currency;
+    } else if (!scope.empty()) {
+      spend += " (budget " + scope + ")";
+    }
+  }
+  std::string why = reason;
+  if (!field("message").empty() && field("message") != reason) {
+    why += (why.empty() ? "" : ": ") + field("message");
+  }
+  std::string where = "host " + field("host") + ", run " + run;
+
+  // Every text a user controls (team, experiment, project, user, tags, command, reason, message,
+  // host) is escaped (& < >) and, in blocks, sits in plain_text objects: mrkdwn has no escape for
+  // * _ ~ `, so none of it is ever parsed as markup, a mention or a link.
+  std::string title = "spendcap: run " + run.substr(0, 8) + " " + event;
+  std::string text = title;
   std::string who;
   if (!field("team").empty()) who += "team " + field("team");
   if (!field("experiment").empty()) {
     who += (who.empty() ? "" : ", ") + std::string("experiment ") + field("experiment");
   }
   if (!who.empty()) text += " (" + who + ")";
-  if (!field("reason").empty()) text += ": " + field("reason");
-  if (!field("spend").empty()) {
-    text += "; spent " + field("spend") + " " + field("currency");
-    if (!field("budget").empty()) text += " of " + field("budget") + " " + field("currency");
-  }
+  if (!reason.empty()) text += ": " + reason;
+  if (!spend.empty()) text += "; spent " + spend;
   if (!field("host").empty()) text += "; host " + field("host");
-  return nlohmann::json{{"text", text}};
+  if (!field("user").empty()) text += "; user " + field("user");
+
+  nlohmann::json fields = nlohmann::json::array();
+  auto add = [&fields](const std::string& name, const std::string& value) {
+    if (!value.empty() && fields.size() < 10) fields.push_back(plain(name + ": " + value));
+  };
+  add("User", field("user"));
+  add("Team", field("team"));
+  add("Experiment", field("experiment"));
+  add("Project", field("project"));
+  add("Spend", spend);
+  add("Rate", field("burn_rate_per_hour").empty()
+                  ? ""
+                  : field("burn_rate_per_hour") + " " + currency + "/h");
+  add("Why", why);
+  add("Where", where);
+  add("Tags", tags);
+  add("Exit", field("exit_code"));
+  nlohmann::json blocks = nlohmann::json::array();
+  blocks.push_back(
+      {{"type", "header"}, {"text", plain(title + (reason.empty() ? "" : ": " + reason), 140)}});
+  if (!fields.empty()) blocks.push_back({{"type", "section"}, {"fields", fields}});
+  if (!command.empty()) {
+    blocks.push_back(
+        {{"type", "context"}, {"elements", nlohmann::json::array({plain("command: " + command)})}});
+  }
+  // The fallback `text` (notifications, clients without blocks): escaped, and mrkdwn off for it.
+  return nlohmann::json{
+      {"text", slack_escape(cut(text, 3000))}, {"mrkdwn", false}, {"blocks", blocks}};
 }
 
 std::string event_body(const std::string& format, const nlohmann::json& payload) {

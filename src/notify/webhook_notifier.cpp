@@ -31,8 +31,8 @@ struct WebhookNotifier::State {
       busy = true;
       current = delivery;
       lock.unlock();
-      DeliveryResult result =
-          spendcap::deliver(*http, delivery.target, delivery.body, deadline, [this](Nanos wait) {
+      DeliveryResult result = spendcap::deliver(
+          *http, delivery.target, delivery.event_id, delivery.body, deadline, [this](Nanos wait) {
             std::unique_lock sleeping(mutex);
             return !changed.wait_for(sleeping, wait, [this] { return stopping; });
           });

@@ -153,6 +153,17 @@ Binding webhook_list() {
             const Schema<Webhook> schema = schema_for<Webhook>("/webhooks/*");
             for (std::size_t i = 0; i < value.size(); ++i) {
               read_object(reader, value[i], at / i, hooks[i], schema);
+              // One place for the URL and one for the secret: a variable or a runner-held file.
+              if (!value[i].is_object()) continue;
+              bool url_env = value[i].contains("url_env"), url_file = value[i].contains("url_file");
+              if (url_env && url_file) {
+                reader.fail(at / i, "names both \"url_env\" and \"url_file\": keep one");
+              } else if (!url_env && !url_file && reader.whole_document()) {
+                reader.fail(at / i, "missing required key \"url_env\" (or \"url_file\")");
+              }
+              if (value[i].contains("secret_env") && value[i].contains("secret_file")) {
+                reader.fail(at / i, "names both \"secret_env\" and \"secret_file\": keep one");
+              }
             }
             owner<Policy>(out).webhooks = std::move(hooks);
           }};
@@ -254,6 +265,11 @@ std::vector<PolicyKey> build_keys() {
                                       /*echo=*/false)))
           .same_present("every run here is recorded in the locked ledger")
           .flag("--ledger"));
+  // Runner-held (issue 19): the PostgreSQL ledger's password, read by spendcap from this file (with
+  // the runner's group where the locked policy names it) and passed to libpq as the connection's
+  // password, never in a URL. libpq's own passfile must be 0600 of the user who connects, which a
+  // group-readable file for the runner's group cannot be.
+  add(Row("/ledger_password_file", value(&Policy::ledger_password_file, absolute_file)).any());
   add(Row("/locked", value(&Policy::locked, boolean)).ignore());  // only the system file locks
   add(Row("/mode", value(&Policy::mode, one_of(parse_mode, "enforce, warn")))
           .enforce_kept()
@@ -419,7 +435,12 @@ std::vector<PolicyKey> build_keys() {
   // Appended by the merge, never replaced: a layer adds notifications, it cannot silence any.
   add(Row("/webhooks", webhook_list()).any());
   // Webhook URLs (Slack's included) are credentials: the file names the variables that hold them.
-  add(Row("/webhooks/*/url_env", value(&Webhook::url_env, env_name)).required().any());
+  add(Row("/webhooks/*/url_env", value(&Webhook::url_env, env_name)).any());
+  // Runner-held (issue 19): a file only the runner's identity reads holds the URL or the secret,
+  // so users of a locked policy need neither in their environment and cannot read either. Read
+  // with the runner's group only where the locked policy names the path (notify/runner_files).
+  add(Row("/webhooks/*/url_file", value(&Webhook::url_file, absolute_file)).any());
+  add(Row("/webhooks/*/secret_file", value(&Webhook::secret_file, absolute_file)).any());
   add(Row("/webhooks/*/format", value(&Webhook::format, text_in({"json", "slack"}))).any());
   add(Row("/webhooks/*/events", value(&Webhook::events, webhook_events)).any());
   add(Row("/webhooks/*/secret_env", value(&Webhook::secret_env, env_name)).any());

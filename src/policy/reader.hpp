@@ -268,6 +268,11 @@ inline const auto env_name = text_where(
     "the name of an environment variable, like \"SPENDCAP_SLACK_URL\" (not the URL or secret)",
     /*echo=*/false);
 
+// A runner-held file (webhooks' url_file and secret_file): an absolute path.
+inline const auto absolute_file =
+    text_where([](const std::string& s) { return s.size() > 1 && s.front() == '/'; },
+               "an absolute path, like \"/etc/spendcap/hook.url\"");
+
 inline bool is_currency_code(const std::string& code) {
   return code.size() == 3 &&
          std::all_of(code.begin(), code.end(), [](char c) { return c >= 'A' && c <= 'Z'; });

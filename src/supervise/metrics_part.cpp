@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 
 #include "spendcap/base/error.hpp"
@@ -26,6 +27,9 @@ namespace spendcap {
 namespace {
 
 constexpr mode_t kMetricsFileMode = 0644;  // node_exporter may run as another user
+// The shared runner's directory (root:spendcap 2770): whichever user's run ends next updates the
+// team's files through the group; node_exporter reads through the directory's default ACL.
+constexpr mode_t kSharedFileMode = 0660;
 
 std::string number(double value) {
   char text[64];
@@ -87,10 +91,12 @@ std::optional<double> sample_value(const std::string& text, const std::string& n
 // Holds an exclusive flock on a lock file beside the summary; released when destroyed.
 class FileLock {
  public:
-  explicit FileLock(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, kMetricsFileMode);
+  FileLock(const std::string& path, mode_t mode) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd_ < 0)
       throw Error(path, "cannot open the lock file", "check the directory's permissions");
+    // The umask would take the group's write bit: the next user's run must open it too.
+    ::fchmod(fd_, mode);
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno != EINTR) {
         ::close(fd_);
@@ -106,16 +112,97 @@ class FileLock {
   int fd_ = -1;
 };
 
+// The files themselves, written with this process's credentials.
+class DirectSink final : public MetricsSink {
+ public:
+  DirectSink(std::string dir, bool runner_group)
+      : dir_(std::move(dir)),
+        runner_group_(runner_group),
+        mode_(runner_group ? kSharedFileMode : kMetricsFileMode) {}
+
+  void write_run(const std::string& name, const std::string& text) override {
+    write_file_atomically(dir_ + "/" + name, text, mode_, "--metrics-dir " + dir_, false);
+  }
+  void remove_run(const std::string& name) override { ::unlink((dir_ + "/" + name).c_str()); }
+
+  void add_to_team(const std::string& team, const std::string& currency, Money spend,
+                   const std::vector<TeamBudget>& budgets) override {
+    std::string file = team_metrics_file(team);
+    std::string lock_path = dir_ + "/" + file.substr(0, file.size() - 5) + ".lock";
+    check_found(lock_path);
+    FileLock lock(lock_path, mode_);
+    // Read without following a link planted in a shared directory; at most 64 KiB (a few samples
+    // per currency). A file spendcap did not write (a squatter's, with forged totals) is not read
+    // back: its figures are dropped and the file replaced.
+    std::string before;
+    std::string path = dir_ + "/" + file;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    std::string untrusted;
+    if (fd < 0 && errno == ELOOP) untrusted = "a symbolic link";
+    if (fd >= 0) {
+      struct stat status {};
+      untrusted = ::fstat(fd, &status) != 0
+                      ? "cannot stat it"
+                      : untrusted_metrics_file(status, ::geteuid(), ::getegid(), runner_group_);
+      if (!untrusted.empty()) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+    if (fd >= 0) {
+      char buffer[65536];
+      ssize_t n = 0;
+      while (before.size() < sizeof buffer &&
+             (n = ::read(fd, buffer, sizeof buffer - before.size())) != 0) {
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          break;
+        }
+        before.append(buffer, static_cast<size_t>(n));
+      }
+      ::close(fd);
+    }
+    write_file_atomically(path, team_summary_text(before, team, currency, spend, budgets), mode_,
+                          "--metrics-dir " + dir_, false);
+    if (!untrusted.empty()) {
+      throw Error(path, "was not trusted (" + untrusted + "): its totals were not carried over",
+                  "it is replaced by spendcap's own; a user may not write in the metrics "
+                  "directory");
+    }
+  }
+
+ private:
+  // A lock file planted by someone else could be held forever (or be a link): refused.
+  void check_found(const std::string& path) {
+    struct stat status {};
+    if (::lstat(path.c_str(), &status) != 0) return;
+    std::string why = untrusted_metrics_file(status, ::geteuid(), ::getegid(), runner_group_);
+    if (!why.empty()) {
+      if (::unlink(path.c_str()) == 0) return;  // spendcap's directory: the squatter's goes
+      throw Error(path, "not trusted: " + why, "remove it; spendcap makes its own");
+    }
+  }
+
+  std::string dir_;
+  bool runner_group_;
+  mode_t mode_;
+};
+
 class MetricsPart final : public RunPart {
  public:
   MetricsPart(asio::io_context& io, const Meter& meter, const SupervisorPlan& plan,
-              std::function<Money()> ceiling, const std::optional<GpuReport>& gpu)
+              std::function<Money()> ceiling, const std::optional<GpuReport>& gpu,
+              std::function<std::vector<TeamBudget>()> budgets)
       : timer_(io),
         meter_(meter),
         plan_(plan),
         ceiling_(std::move(ceiling)),
         gpu_(gpu),
-        path_(plan.metrics.dir + "/" + run_metrics_file(plan.run_id)) {}
+        budgets_(std::move(budgets)),
+        sink_(plan.metrics.sink
+                  ? plan.metrics.sink
+                  : std::shared_ptr<MetricsSink>(direct_metrics_sink(plan.metrics.dir, false))),
+        name_(run_metrics_file(plan.run_id)) {}
 
   void on_launched(TimePoint) override { update(); }
 
@@ -123,9 +210,11 @@ class MetricsPart final : public RunPart {
     timer_.cancel();
     if (finished_) return;
     finished_ = true;
-    ::unlink(path_.c_str());
+    sink_->remove_run(name_);
     try {
-      add_to_team_summary();
+      std::vector<TeamBudget> budgets;
+      if (budgets_) budgets = budgets_();
+      sink_->add_to_team(plan_.metrics.team, plan_.currency, spend(), budgets);
     } catch (const std::exception& error) {
       complain(error.what());
     }
@@ -150,8 +239,7 @@ class MetricsPart final : public RunPart {
       if (gpu_->summary.energy_joules) m.energy_joules = *gpu_->summary.energy_joules * gpu_->pue;
     }
     try {
-      write_file_atomically(path_, run_metrics_text(m), kMetricsFileMode, "--metrics-dir " + path_,
-                            false);
+      sink_->write_run(name_, run_metrics_text(m));
     } catch (const std::exception& error) {
       complain(error.what());
     }
@@ -159,32 +247,6 @@ class MetricsPart final : public RunPart {
     timer_.async_wait([this](auto error) {
       if (!error) update();
     });
-  }
-
-  void add_to_team_summary() {
-    const std::string& dir = plan_.metrics.dir;
-    std::string file = team_metrics_file(plan_.metrics.team);
-    FileLock lock(dir + "/" + file.substr(0, file.size() - 5) + ".lock");
-    // Read without following a link planted in a shared directory; at most 64 KiB (it holds two
-    // samples).
-    std::string before;
-    int fd = ::open((dir + "/" + file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-      char buffer[65536];
-      ssize_t n = 0;
-      while (before.size() < sizeof buffer &&
-             (n = ::read(fd, buffer, sizeof buffer - before.size())) != 0) {
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          break;
-        }
-        before.append(buffer, static_cast<size_t>(n));
-      }
-      ::close(fd);
-    }
-    write_file_atomically(dir + "/" + file,
-                          team_summary_text(before, plan_.metrics.team, plan_.currency, spend()),
-                          kMetricsFileMode, "--metrics-dir " + dir, false);
   }
 
   // Once: a metrics file that cannot be written does not stop the run.
@@ -199,7 +261,9 @@ class MetricsPart final : public RunPart {
   const SupervisorPlan& plan_;
   std::function<Money()> ceiling_;
   const std::optional<GpuReport>& gpu_;
-  std::string path_;
+  std::function<std::vector<TeamBudget>()> budgets_;
+  std::shared_ptr<MetricsSink> sink_;
+  std::string name_;
   bool finished_ = false, complained_ = false;
 };
 
@@ -221,21 +285,35 @@ std::string prometheus_label_value(const std::string& text) {
   return out;
 }
 
+std::string currency_unit(const std::string& currency) {
+  std::string unit;
+  for (unsigned char c : currency) {
+    if (std::isalnum(c)) unit += static_cast<char>(std::tolower(c));
+  }
+  return unit.empty() ? "unknown" : unit;
+}
+
 std::string run_metrics_text(const RunMetrics& m) {
   std::string labels = "{run_id=\"" + prometheus_label_value(m.run_id) + "\",team=\"" +
                        prometheus_label_value(m.team) + "\",experiment=\"" +
                        prometheus_label_value(m.experiment) + "\",currency=\"" +
                        prometheus_label_value(m.currency) + "\"}";
+  // One unit per metric: the currency is in the name (spendcap_run_spend_usd, ..._eur), so a USD
+  // dashboard keeps its series when a EUR run appears; the currency label stays for selection.
+  std::string unit = currency_unit(m.currency);
+  auto name = [&unit](const char* head, const char* tail = "") {
+    return std::string(head) + "_" + unit + tail;
+  };
   std::string out;
-  gauge(out, "spendcap_run_spend_usd", "What the run has spent so far.", labels,
+  gauge(out, name("spendcap_run_spend").c_str(), "What the run has spent so far.", labels,
         money_number(m.spend));
-  gauge(out, "spendcap_run_ceiling_usd", "The spend at which the run is stopped.", labels,
+  gauge(out, name("spendcap_run_ceiling").c_str(), "The spend at which the run is stopped.", labels,
         money_number(m.ceiling));
   if (m.budget) {
-    gauge(out, "spendcap_run_budget_usd", "The run's own budget (--budget).", labels,
+    gauge(out, name("spendcap_run_budget").c_str(), "The run's own budget (--budget).", labels,
           money_number(*m.budget));
   }
-  gauge(out, "spendcap_run_burn_rate_usd_per_hour", "The run's rate.", labels,
+  gauge(out, name("spendcap_run_burn_rate", "_per_hour").c_str(), "The run's rate.", labels,
         money_number(m.rate_per_hour));
   if (m.gpu_utilisation) {
     gauge(out, "spendcap_run_gpu_utilisation_ratio",
@@ -249,20 +327,103 @@ std::string run_metrics_text(const RunMetrics& m) {
   return out;
 }
 
+namespace {
+
+// The value of `label` in a sample line `name{a="x",label="y"} v`; "" when absent. Values written
+// by prometheus_label_value: a backslash escapes the next character.
+std::string label_of(const std::string& line, const std::string& label) {
+  size_t at = line.find("," + label + "=\"");
+  if (at == std::string::npos) at = line.find("{" + label + "=\"");
+  if (at == std::string::npos) return "";
+  std::string value;
+  for (size_t i = at + label.size() + 3; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size()) {
+      char next = line[++i];
+      value += next == 'n' ? '\n' : next;
+    } else if (line[i] == '"') {
+      return value;
+    } else {
+      value += line[i];
+    }
+  }
+  return "";
+}
+
+std::optional<double> value_of(const std::string& line) {
+  size_t space = line.rfind(' ');
+  if (space == std::string::npos) return std::nullopt;
+  char* end = nullptr;
+  double value = std::strtod(line.c_str() + space + 1, &end);
+  if (end == line.c_str() + space + 1 || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::map<std::string, Money> team_spend_totals(const std::string& text) {
+  std::map<std::string, Money> totals;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with("spendcap_team_spend_")) continue;
+    size_t brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    std::string currency = label_of(line, "currency");
+    // The name's unit and the label must agree: a file written before issue 21 could hold a
+    // spendcap_team_spend_usd_total{currency="EUR"} that summed two currencies; it is not read.
+    if (currency.empty() ||
+        line.substr(0, brace) != "spendcap_team_spend_" + currency_unit(currency) + "_total") {
+      continue;
+    }
+    if (auto value = value_of(line)) {
+      totals[currency] = Money{static_cast<std::int64_t>(std::llround(*value * 1e6))};
+    }
+  }
+  return totals;
+}
+
 std::string team_summary_text(const std::string& before, const std::string& team,
-                              const std::string& currency, Money spend) {
+                              const std::string& currency, Money spend,
+                              const std::vector<TeamBudget>& budgets) {
   double runs = sample_value(before, "spendcap_team_runs_finished_total").value_or(0);
-  double spent = sample_value(before, "spendcap_team_spend_usd_total").value_or(0);
-  Money total{static_cast<std::int64_t>(std::llround(spent * 1e6)) + spend.micros};
+  std::map<std::string, Money> totals = team_spend_totals(before);
+  totals[currency] = Money{totals[currency].micros + spend.micros};
   std::string t = prometheus_label_value(team);
   std::string out;
   out += "# HELP spendcap_team_runs_finished_total Runs of the team that ended with metrics on.\n";
   out += "# TYPE spendcap_team_runs_finished_total counter\n";
   out += "spendcap_team_runs_finished_total{team=\"" + t + "\"} " + number(runs + 1) + "\n";
-  out += "# HELP spendcap_team_spend_usd_total What those runs spent.\n";
-  out += "# TYPE spendcap_team_spend_usd_total counter\n";
-  out += "spendcap_team_spend_usd_total{team=\"" + t + "\",currency=\"" +
-         prometheus_label_value(currency) + "\"} " + money_number(total) + "\n";
+  // One counter per currency, never summed across currencies.
+  for (const auto& [code, total] : totals) {
+    std::string name = "spendcap_team_spend_" + currency_unit(code) + "_total";
+    out += "# HELP " + name + " What those runs spent, in " + code + ".\n";
+    out += "# TYPE " + name + " counter\n";
+    out += name + "{team=\"" + t + "\",currency=\"" + prometheus_label_value(code) + "\"} " +
+           money_number(total) + "\n";
+  }
+  // The team's budgets as the ledger had them when this run ended (amounts in the currency of the
+  // policy in force): for alerts on what is left.
+  if (!budgets.empty()) {
+    std::string unit = currency_unit(currency);
+    std::string amount_name = "spendcap_team_budget_" + unit;
+    std::string left_name = "spendcap_team_budget_remaining_" + unit;
+    auto labels = [&](const TeamBudget& b) {
+      return "{team=\"" + t + "\",currency=\"" + prometheus_label_value(currency) + "\",period=\"" +
+             prometheus_label_value(b.period) + "\"}";
+    };
+    out += "# HELP " + amount_name + " The team's budget in the ledger, per period.\n";
+    out += "# TYPE " + amount_name + " gauge\n";
+    for (const TeamBudget& b : budgets) {
+      out += amount_name + labels(b) + " " + money_number(b.amount) + "\n";
+    }
+    out += "# HELP " + left_name +
+           " The team's budget left: amount less finished runs' spend and running runs' "
+           "ceilings.\n";
+    out += "# TYPE " + left_name + " gauge\n";
+    for (const TeamBudget& b : budgets) {
+      out += left_name + labels(b) + " " + money_number(b.remaining) + "\n";
+    }
+  }
   return out;
 }
 
@@ -274,11 +435,39 @@ std::string team_metrics_file(const std::string& team) {
   return "spendcap_team_" + file_name_part(team) + ".prom";
 }
 
+std::string untrusted_metrics_file(const struct stat& status, uid_t euid, gid_t runner_gid,
+                                   bool setgid_install) {
+  if (S_ISLNK(status.st_mode)) return "a symbolic link";
+  if (!S_ISREG(status.st_mode)) return "not a regular file";
+  if (status.st_nlink != 1) return "more than one link to it";
+  if (status.st_mode & S_IWOTH) return "anyone may write it";
+  if (status.st_uid == euid) return "";
+  if (setgid_install && status.st_gid == runner_gid) return "";
+  return "written by uid " + std::to_string(status.st_uid) + ", not by spendcap";
+}
+
+void check_shared_metrics_dir(const std::string& dir, bool locked) {
+  struct stat status {};
+  if (!locked || ::stat(dir.c_str(), &status) != 0) return;
+  if (status.st_mode & S_IWOTH) {
+    throw Error("--metrics-dir " + dir,
+                "everyone may write it, so any user could plant or replace the team files",
+                "under a locked policy give a directory only the runner's identity writes "
+                "(scripts/install-shared-runner.sh --metrics-dir DIR)");
+  }
+}
+
+std::unique_ptr<MetricsSink> direct_metrics_sink(std::string dir, bool runner_group) {
+  return std::make_unique<DirectSink>(std::move(dir), runner_group);
+}
+
 std::unique_ptr<RunPart> make_metrics_part(asio::io_context& io, const Meter& meter,
                                            const SupervisorPlan& plan,
                                            std::function<Money()> ceiling,
-                                           const std::optional<GpuReport>& gpu) {
-  return std::make_unique<MetricsPart>(io, meter, plan, std::move(ceiling), gpu);
+                                           const std::optional<GpuReport>& gpu,
+                                           std::function<std::vector<TeamBudget>()> budgets) {
+  return std::make_unique<MetricsPart>(io, meter, plan, std::move(ceiling), gpu,
+                                       std::move(budgets));
 }
 
 }  // namespace spendcap

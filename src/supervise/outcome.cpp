@@ -65,6 +65,8 @@ nlohmann::json to_json(const RunOutcome& outcome) {
       {"run_id", outcome.run_id},
       {"status", to_string(outcome.status)},
       {"reason", outcome.reason},
+      {"first_trip",
+       outcome.first_trip.empty() ? nlohmann::json() : nlohmann::json(outcome.first_trip)},
       {"stopped_by_spendcap", outcome.stopped_by_spendcap},
       {"exit_code", outcome.exit_code},
       {"spendcap_signal", nullptr},

@@ -21,6 +21,7 @@
 #include "spendcap/ledger/async_ledger.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/kill_path.hpp"
+#include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/run_part.hpp"
 #include "spendcap/supervise/signal_forward.hpp"
 
@@ -239,7 +240,8 @@ class Supervisor::Impl {
         outcome_.gpu));
     if (!plan_.metrics.dir.empty()) {
       parts_.push_back(make_metrics_part(
-          io_, meter_, plan_, [this] { return ceiling_; }, outcome_.gpu));
+          io_, meter_, plan_, [this] { return ceiling_; }, outcome_.gpu,
+          [this] { return team_budgets(); }));
     }
     if (!plan_.storage.dir.empty()) {
       meter_.charge_storage(plan_.storage.per_gb_month, plan_.storage.max_gb);
@@ -277,6 +279,23 @@ class Supervisor::Impl {
     block_stop_signals(false);
     io_.run();
     return outcome_;
+  }
+
+  // The run's team budgets for the metrics summary: a bounded wait on the ledger's worker (the
+  // result is shared: a late answer after the wait writes into it, not into a dead frame).
+  std::vector<TeamBudget> team_budgets() {
+    auto views = std::make_shared<std::vector<BudgetView>>();
+    if (!ledger_ || plan_.metrics.team.empty()) return {};
+    std::string error = ledger_->call_and_wait(
+        [views](Ledger& ledger) { *views = ledger.budgets(); }, std::chrono::seconds(2));
+    if (!error.empty()) return {};
+    std::vector<TeamBudget> out;
+    for (const BudgetView& view : *views) {
+      if (view.rule.scope.kind != ScopeKind::team || view.rule.scope.name != plan_.metrics.team)
+        continue;
+      out.push_back(TeamBudget{to_string(view.rule.period), view.rule.amount, view.remaining()});
+    }
+    return out;
   }
 
   std::string record_final(const RunFinal& final, Nanos timeout) {
@@ -594,6 +613,7 @@ class Supervisor::Impl {
     trip_ = trip;
     trip_at_ = at;
     stopping();
+    stop_other_nodes(trip);
     outcome_.tripped_after_seconds = to_seconds(at - *meter_.launched_at());
     bool started = kill_path_.trip(at, times, empty_by(), trip_headline(trip, at));
     // A trip while the job is paused still stops it: continued, it can take its checkpoint.
@@ -609,6 +629,41 @@ class Supervisor::Impl {
     // step (it could when each arming carried its own step).
     if (kill_path_.phase() == KillPhase::grace) watch_checkpoint_done();
   }
+
+  // A multi-node run stops as one: this node's own trip is placed as a stop order on the run (its
+  // nodes' job key), which every other node takes at its next heartbeat. A stop order is not
+  // placed again: it reached every node already.
+  void stop_other_nodes(const Trip& trip) {
+    if (plan_.multi_node_run_id.empty()) return;
+    if (trip.kind == TripKind::stop_order) return;
+    outcome_.first_trip = plan_.node + " (" + trip.reason + ")";
+    if (!ledger_) return;
+    Scope run{ScopeKind::job, plan_.multi_node_run_id};
+    std::string reason = plan_.node + " tripped: " + trip.reason;
+    std::string by = kNodePrefix + plan_.node;
+    ledger_->call([run, reason, by](Ledger& ledger) { ledger.place_stop_order(run, reason, by); },
+                  [this](const std::string& error) {
+                    if (!error.empty()) {
+                      reporter_.error("ledger: the run's other nodes were not told to stop (" +
+                                      error + "); they stop by their own trips");
+                    }
+                  });
+  }
+
+  // The node named by a stop order another node of the run placed ("node-a (runaway:stall)"),
+  // else "".
+  std::string first_trip_of(const StopOrder& order) const {
+    if (plan_.multi_node_run_id.empty() || order.scope.kind != ScopeKind::job ||
+        order.scope.name != plan_.multi_node_run_id || !order.placed_by.starts_with(kNodePrefix)) {
+      return "";
+    }
+    std::string node = order.placed_by.substr(std::string(kNodePrefix).size());
+    std::string prefix = node + " tripped: ";
+    std::string why =
+        order.reason.starts_with(prefix) ? order.reason.substr(prefix.size()) : order.reason;
+    return node + " (" + why + ")";
+  }
+  static constexpr const char* kNodePrefix = "node ";
 
   // "budget:run tripped after 7s: $0.07 spent + $0.03 reserve reaches the ceiling $0.10".
   std::string trip_headline(const Trip& trip, TimePoint at) const {
@@ -694,8 +749,16 @@ class Supervisor::Impl {
     if (heartbeat_in_flight_) return;  // a slow ledger: the trip timer guards the ceiling
     heartbeat_in_flight_ = true;
     Money spend = meter_.spend_at(now());
-    Money want =
-        spend + claim_ahead(plan_.rate_per_hour, plan_.claim_horizon, plan_.sync, reserve_);
+    Money claim = claim_ahead(plan_.rate_per_hour, plan_.claim_horizon, plan_.sync, reserve_);
+    // A heartbeat asks for more only when what its ceiling has left ahead of the spend falls
+    // below its reserve plus half a claim (and never below two syncs of burn): most heartbeats then
+    // raise nothing, and the ledger writes only the run's own row (issue 23: a hot team budget's
+    // rows are written once per half claim, not at every heartbeat). A limited grant asks every
+    // time (other runs may have released some), and warn mode keeps asking as before.
+    Money keep = reserve_ + std::max(Money{(claim - reserve_).micros / 2},
+                                     cost_of(plan_.rate_per_hour, 2 * plan_.sync));
+    bool raise = binding_ || plan_.mode != Mode::enforce || ceiling_ - spend < keep;
+    Money want = raise ? spend + claim : ceiling_;
     // Once tripped the run only shuts down, within the ceiling it holds: it asks for nothing more,
     // leaving the rest of the budget to other runs.
     if (trip_) want = ceiling_;
@@ -742,6 +805,7 @@ class Supervisor::Impl {
       std::string line = "stop order on " + to_string(order.scope) + " by " + order.placed_by +
                          (order.reason.empty() ? "" : " (" + order.reason + ")");
       reporter_.line(line);
+      outcome_.first_trip = first_trip_of(order);
       notifier_.notify(RunEvent{"stop-order", "stop-order", to_string(order.scope), line,
                                 meter_.spend_at(now())});
       trip(Trip{TripKind::stop_order, "stop-order", 0}, now());
@@ -943,6 +1007,8 @@ class Supervisor::Impl {
     end.ended = true;
     end.message = to_string(outcome_.status) + " (" + outcome_.reason + ") after " +
                   format_duration(meter_.elapsed_at(*meter_.ended_at()));
+    if (!outcome_.first_trip.empty())
+      end.message += "; the run's first trip: " + outcome_.first_trip;
     notifier_.notify(end);
     if (outcome_.spend > outcome_.ceiling && outcome_.ceiling > Money{}) {
       end.event = "overrun";

@@ -66,13 +66,36 @@ struct WriterResult {
 
 // One writer process: its own connection and run; heartbeats, each asking for a higher ceiling,
 // from `start_fd`'s go signal until `seconds` have passed.
-WriterResult writer(const std::string& path, int index, int start_fd, double seconds) {
+// How the writers ask. `every`: each heartbeat raises the ceiling (the worst case, and what
+// this bench measured before issue 23). `supervisor`: as the supervisor asks since issue 23 (a
+// raise once what the ceiling has left falls below half a claim: at the default 5 s sync and
+// 5 min claim horizon, one heartbeat in 30).
+enum class Wants { every, supervisor };
+struct Load {
+  Wants wants = Wants::every;
+  bool hot = false;  // every writer on one team budget (else four teams)
+};
+
+// --runner-ledger: the writers' url (a runner role's), when not the owner's.
+std::string g_runner_url;
+
+WriterResult writer(const std::string& path, int index, int start_fd, double seconds, Load load) {
   WriterResult result;
   try {
-    std::unique_ptr<Ledger> opened = open_ledger(path);  // a file, or a postgresql:// url
+    std::string url = path;
+    if (!g_runner_url.empty()) {
+      url = g_runner_url + (g_runner_url.find('?') == std::string::npos ? "?" : "&") +
+            path.substr(path.find("options="));
+    }
+    std::unique_ptr<Ledger> opened = open_ledger(url);  // a file, or a postgresql:// url
     Ledger& ledger = *opened;
     std::string id = "writer-" + std::to_string(getpid());
-    Admission admission = ledger.begin_run(bench_run(id, "team-" + std::to_string(index % 4)));
+    std::string team = load.hot ? "team-0" : "team-" + std::to_string(index % 4);
+    RunStart run = bench_run(id, team);
+    // Heartbeats here come every millisecond, not every sync: a rate that can spend what they
+    // report (a runner role's server checks spend against rate x its clock).
+    run.rate_per_hour = Money{36'000'000'000};
+    Admission admission = ledger.begin_run(run);
     if (!admission.admitted) throw std::runtime_error("refused: " + admission.refusal);
     char go;
     if (read(start_fd, &go, 1) != 1) throw std::runtime_error("no start signal");
@@ -82,7 +105,10 @@ WriterResult writer(const std::string& path, int index, int start_fd, double sec
     while (seconds_since(start) < seconds) {
       auto before = SteadyClock::now();
       spend += Money{1'000};
-      ceiling = ledger.heartbeat(id, spend, ceiling + Money{10'000}).ceiling;
+      // A claim of 60 heartbeats' spend: the supervisor raises when under half is left.
+      Money claim{60'000};
+      bool raise = load.wants == Wants::every || ceiling - spend < Money{claim.micros / 2};
+      ceiling = ledger.heartbeat(id, spend, raise ? spend + claim : ceiling).ceiling;
       latencies_ms.push_back(seconds_since(before) * 1e3);
     }
     ledger.finish_run({id, RunStatus::succeeded, "exited", 0, spend, seconds});
@@ -106,10 +132,12 @@ std::string fresh_pg_schema(const std::string& url, const std::string& name) {
          name + "_" + std::to_string(getpid());
 }
 
-void throughput(const std::string& dir, int writers, double seconds,
+void throughput(const std::string& dir, int writers, double seconds, Load load,
                 const std::string& pg_url = "") {
-  std::string path = pg_url.empty() ? dir + "/throughput-" + std::to_string(writers) + ".db"
-                                    : fresh_pg_schema(pg_url, "bench_w" + std::to_string(writers));
+  std::string name = std::to_string(writers) + (load.hot ? "h" : "") +
+                     (load.wants == Wants::supervisor ? "s" : "");
+  std::string path = pg_url.empty() ? dir + "/throughput-" + name + ".db"
+                                    : fresh_pg_schema(pg_url, "bench_w" + name);
   {
     std::unique_ptr<Ledger> opened = open_ledger(path);
     Ledger& ledger = *opened;
@@ -134,7 +162,7 @@ void throughput(const std::string& dir, int writers, double seconds,
     if (pid == 0) {
       close(start_pipe[1]);
       close(result_pipe[0]);
-      WriterResult result = writer(path, index, start_pipe[0], seconds);
+      WriterResult result = writer(path, index, start_pipe[0], seconds, load);
       ssize_t written = write(result_pipe[1], &result, sizeof result);
       _exit(written == sizeof result ? 0 : 1);
     }
@@ -166,10 +194,12 @@ void throughput(const std::string& dir, int writers, double seconds,
   close(result_pipe[0]);
   for (pid_t pid : children) waitpid(pid, nullptr, 0);
   std::printf(
-      "  %2d writer processes: %8.0f heartbeats/s (each a ceiling raise); per heartbeat p50 "
+      "  %2d writer processes%s: %8.0f heartbeats/s (%s); per heartbeat p50 "
       "%.2f ms, p99 %.2f ms, max %.1f ms%s\n",
-      writers, static_cast<double>(total.operations) / seconds, worst_p50, worst_p99, worst_max,
-      total.failed ? " (SOME WRITERS FAILED)" : "");
+      writers, load.hot ? ", one hot team" : ", four teams",
+      static_cast<double>(total.operations) / seconds,
+      load.wants == Wants::every ? "each a ceiling raise" : "a raise per half claim", worst_p50,
+      worst_p99, worst_max, total.failed ? " (SOME WRITERS FAILED)" : "");
 }
 
 // Inserts `count` finished runs straight into the runs table (one transaction, one prepared
@@ -302,10 +332,12 @@ int main(int argc, char** argv) {
       dir = argv[i + 1];
     } else if (flag == "--ledger") {
       pg_url = argv[i + 1];
+    } else if (flag == "--runner-ledger") {
+      g_runner_url = argv[i + 1];  // the same server as --ledger, another role
     } else {
       std::fprintf(stderr,
                    "usage: ledger_bench [--seconds N] [--runs N] [--dir DIR] "
-                   "[--ledger postgresql://...]\n");
+                   "[--ledger postgresql://OWNER...] [--runner-ledger postgresql://RUNNER...]\n");
       return 2;
     }
   }
@@ -316,14 +348,21 @@ int main(int argc, char** argv) {
     dir = pattern;
   }
   try {
+    const Load kRaises{Wants::every, false}, kSupervisor{Wants::supervisor, false},
+        kHot{Wants::supervisor, true}, kHotRaises{Wants::every, true};
     if (!pg_url.empty()) {
       std::printf("ledger throughput (PostgreSQL, %s):\n", redact_password(pg_url).c_str());
-      for (int writers : {1, 8, 32}) throughput(dir, writers, seconds, pg_url);
+      for (int writers : {1, 8, 32}) throughput(dir, writers, seconds, kRaises, pg_url);
+      for (int writers : {1, 8, 32}) throughput(dir, writers, seconds, kSupervisor, pg_url);
+      throughput(dir, 32, seconds, kHot, pg_url);
+      throughput(dir, 32, seconds, kHotRaises, pg_url);
       if (temporary) std::filesystem::remove_all(dir);
       return 0;
     }
     std::printf("ledger throughput (SQLite, WAL, %s):\n", dir.c_str());
-    for (int writers : {1, 8, 32}) throughput(dir, writers, seconds);
+    for (int writers : {1, 8, 32}) throughput(dir, writers, seconds, kRaises);
+    throughput(dir, 32, seconds, kSupervisor);
+    throughput(dir, 32, seconds, kHot);
     std::printf("budgets view:\n");
     budgets_view(dir, runs);
   } catch (const std::exception& e) {

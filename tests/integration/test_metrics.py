@@ -55,6 +55,20 @@ def parse_exposition(text):
     return samples
 
 
+def units_wrong(samples):
+    """The money series whose name's unit is not their currency label's (a metric refers to one
+    unit: spendcap_..._usd... carries currency="USD")."""
+    wrong = []
+    for name, series in samples.items():
+        if not re.search(r"_(spend|ceiling|budget|burn_rate)", name):
+            continue  # not money: GPU ratios and joules carry the label, not a currency unit
+        for labels, _ in series:
+            match = re.search(r'currency="([A-Z]{3})"', labels)
+            if match and "_%s" % match.group(1).lower() not in name:
+                wrong.append((name, labels))
+    return wrong
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -253,6 +267,57 @@ class MetricsTest(LedgerTest):
             with self.assertRaises(ValueError):
                 parse_exposition(broken)
         self.assertNotEqual(self.promtool(good.replace('"a"', '"a"b"')).returncode, 0)
+
+    @unittest.skipUnless(PROMTOOL, "needs Debian's prometheus (promtool)")
+    def test_a_usd_and_a_eur_run_keep_two_series(self):
+        # Issue 21: a metric refers to one unit. A USD run, then a EUR run of the same team: the
+        # USD series keeps its name and labels (dashboards keep working), the EUR spend has its
+        # own, and nothing is summed across currencies.
+        spends = {}
+        for currency in ("USD", "EUR"):
+            self.write_policy({"currency": currency, "metrics_dir": self.dir,
+                               "defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"}})
+            status = self.path("status-%s.json" % currency)
+            result = self.run_spendcap(
+                ["run", "--rate", "36", "--budget", "5", "--interval", "100ms", "--team",
+                 "vision", "--experiment", currency.lower(), "--status-file", status, "--",
+                 sys.executable, "-c", "import time; time.sleep(0.5)"])
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertNotIn("metrics file", result.stderr)
+            with open(status) as f:
+                spends[currency] = json.load(f)["spend"]
+            with open(os.path.join(self.dir, "spendcap_team_vision.prom")) as f:
+                text = f.read()
+            self.assertEqual(self.promtool(text).returncode, 0, self.promtool(text).stdout)
+            samples = parse_exposition(text)
+            self.assertEqual(units_wrong(samples), [])
+            usd = samples["spendcap_team_spend_usd_total"]
+            self.assertEqual([labels for labels, _ in usd], ['team="vision",currency="USD"'])
+            self.assertAlmostEqual(usd[0][1], spends["USD"], places=6)
+        eur = samples["spendcap_team_spend_eur_total"]
+        self.assertEqual([labels for labels, _ in eur], ['team="vision",currency="EUR"'])
+        self.assertAlmostEqual(eur[0][1], spends["EUR"], places=6)
+        self.assertEqual(samples["spendcap_team_runs_finished_total"][0][1], 2)
+        # Negative control: the file as it was before (one series, both currencies added under
+        # the USD name with the EUR label) fails the unit check.
+        before = ('spendcap_team_spend_usd_total{team="vision",currency="EUR"} %f\n'
+                  % (spends["USD"] + spends["EUR"]))
+        self.assertNotEqual(units_wrong(parse_exposition(before)), [])
+
+    def test_a_eur_run_file_names_its_unit(self):
+        self.write_policy({"currency": "EUR",
+                           "defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"}})
+        release = self.path("release")
+        run = self.start_run("eur", release, ["--metrics-dir", self.dir])
+        files = wait_until(self.run_files, 30, what="the EUR run's file")
+        with open(os.path.join(self.dir, files[0])) as f:
+            samples = parse_exposition(f.read())
+        open(release, "w").close()
+        run.communicate(timeout=60)
+        self.assertIn("spendcap_run_spend_eur", samples)
+        self.assertIn("spendcap_run_burn_rate_eur_per_hour", samples)
+        self.assertNotIn("spendcap_run_spend_usd", samples)
+        self.assertEqual(units_wrong(samples), [])
 
     def test_a_directory_it_cannot_use_is_refused(self):
         for bad in (self.path("missing"), self.path("spendcap.json")):

@@ -161,6 +161,90 @@ class RolesTest(PostgresLedgerTest):
         self.assertEqual(self.pg_rows("SELECT amount_micros FROM %s.budgets" % s),
                          [{"amount_micros": 2000000}])
 
+    def test_a_runner_calling_the_grant_functions_cannot_choose_its_grant(self):
+        """Issue 23: the grant rule runs in the server. psql in alice's hands calls the functions
+        spendcap calls, with made-up values: she cannot raise her ceiling past the rule, report
+        less than before or more than her rate allows by the server's clock, heartbeat another
+        role's run, give the ledger's clock, or record a running run herself."""
+        applied = self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        s = self.schema
+        started = []
+        for user in (self.alice, self.bob):
+            started.append(self.start_spendcap(
+                ["run", "--team", "vision", "--rate", "36", "--budget", "0.4", "--sync", "1s",
+                 "--grace", "0s", "--kill-after", "0s", "--ledger", ledger_url(s, user), "--",
+                 "python3", "-c", "import time; time.sleep(120)"],
+                stdout=subprocess.DEVNULL))
+        try:
+            wait_until(lambda: len([r for r in self.pg_runs().values()
+                                    if r["status"] == "running" and r["reported_spend_micros"] > 0])
+                       == 2, 60, what="both runs to heartbeat")
+            runs = self.pg_runs()
+            mine = [r for r in runs.values() if r["db_role"] == self.alice][0]
+            bobs = [r for r in runs.values() if r["db_role"] == self.bob][0]
+
+            def heartbeat(run_id, spend, want, at="NULL"):
+                return ("SELECT %s.spendcap_heartbeat('%s', %s, %d, '[]'::json, %s)"
+                        % (s, run_id, spend, want, at))
+
+            # A ceiling raised through the row function, or a running run recorded by hand.
+            err = self.refused(self.alice, "SELECT %s.spendcap_update_run(json_build_object("
+                               "'id', '%s', 'status', 'running', 'spend_micros', %d, "
+                               "'ceiling_micros', 900000000, 'allowed_micros', 900000000, "
+                               "'reconciled', 0))" % (s, mine["id"], mine["reported_spend_micros"]))
+            self.assertIn("raised only by spendcap_heartbeat", err)
+            err = self.refused(self.alice, "SELECT %s.spendcap_insert_run(json_build_object("
+                               "'id', 'fake', 'status', 'running', 'spend_micros', 0, "
+                               "'ceiling_micros', 900000000, 'reconciled', 0))" % s)
+            self.assertIn("only refused runs", err)
+            # Spend below what it reported, above what 36/h could have spent, another's run, the
+            # ledger's clock given.
+            latest = self.pg_runs()[mine["id"]]["reported_spend_micros"]
+            self.assertIn("below", self.refused(self.alice, heartbeat(mine["id"], latest - 1, 0)))
+            self.assertIn("above what", self.refused(
+                self.alice, heartbeat(mine["id"], 50 * MICROS, 60 * MICROS)))
+            self.assertIn("admitted by " + self.bob, self.refused(
+                self.alice, heartbeat(bobs["id"], latest, 0)))
+            self.assertIn("owner", self.refused(
+                self.alice, heartbeat(mine["id"], latest, 0, at="1e12")))
+            # The internals are not hers to call.
+            for sql in ["SELECT %s.spendcap_reconcile_due(1e12)" % s,
+                        "SELECT %s.spendcap_plan_grant(r, 1, '[]', true) FROM %s.runs r" % (s, s),
+                        "SELECT %s.spendcap_lock_scope('team', 'vision')" % s]:
+                self.assertIn("permission denied", self.refused(self.alice, sql), sql)
+            # Asking for $900 gets what the rule allows: the run budget, $0.40. (The spend: what
+            # 36/h allows by now plus a second: above anything her wrapper reported.)
+            most = ("(36 * %d * (extract(epoch FROM clock_timestamp()) - %r + 1) / 3600)::bigint"
+                    % (MICROS, mine["started_at"]))
+            answer = json.loads(psql(heartbeat(mine["id"], most, 900 * MICROS),
+                                     user=self.alice).stdout)
+            self.assertLessEqual(answer["ceiling"], 400000, answer)
+            self.assertEqual(answer["plan"]["binding_kind"], "run", answer)
+            # An admission asking for $900 is held to the team's $1 less what the two hold.
+            held = sum(r["ceiling_micros"] for r in self.pg_runs().values()
+                       if r["status"] == "running")
+            start = json.dumps({"id": "made-up", "team": "vision", "experiment": "",
+                                "project": "", "user_name": "alice", "tags": "{}",
+                                "command": "[]", "fingerprint": "f", "host": "h", "pid": 1,
+                                "mode": "enforce", "reason": "", "rate_micros_per_hour": 36 * MICROS,
+                                "reserve_micros": 10000, "shutdown_ms": 0, "sync_ms": 1000,
+                                "ceiling_micros": 900 * MICROS, "spend_micros": -5})
+            answer = json.loads(psql("SELECT %s.spendcap_admit('%s', %d, '[]'::json, NULL)"
+                                     % (s, start, 900 * MICROS), user=self.alice).stdout)
+            made_up = self.pg_runs()["made-up"]
+            self.assertLessEqual(made_up["ceiling_micros"], 1 * MICROS - held, answer)
+            self.assertEqual(made_up["spend_micros"], 0)
+            self.assertEqual(made_up["db_role"], self.alice)
+            self.assertEqual(made_up["ceiling_micros"], answer["plan"]["ceiling"])
+            # Negative control: the owner may give the ledger's clock (the tests' clock).
+            psql(heartbeat(bobs["id"], self.pg_runs()[bobs["id"]]["reported_spend_micros"], 0,
+                           at="extract(epoch FROM now())"), user=self.owner)
+        finally:
+            for process in started:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=60)
+
     def test_outbox_and_accepted_results_are_each_runners_own(self):
         """The outbox (row-level security) and accepted results (a checked function) on
         PostgreSQL: each runner stores, lists, flushes and accepts only its own; psql in a

@@ -79,6 +79,7 @@ struct RunSettings {
   std::string ledger_url;
   std::map<std::string, std::string> tags;
   std::string team, experiment, project, job_key, user, host;
+  std::string node;  // a multi-node run (--run-id): this node's name; its id is job_key
   std::optional<SpotNotice> spot_notice;   // --spot-notice
   ShutdownTimes on_preemption;             // its times, fitting the notice window
   Nanos exit_window = kDefaultExitWindow;  // --exit-window

@@ -17,10 +17,13 @@
 namespace spendcap {
 
 // The run's webhooks: the policy's (with --webhook-env) and --webhook URLs. Throws Error (125)
-// for an unset variable or a URL that is not http(s), before anything is written to the ledger.
+// for an unset variable, an unreadable url_file/secret_file or a URL that is not http(s), before
+// anything is written to the ledger. The files `locked` names are read with the runner's group;
+// call this before the ledger is opened (the group is dropped for good then).
 std::vector<WebhookTarget> run_webhook_targets(const Policy& policy,
                                                const std::vector<std::string>& urls,
-                                               const Environment& env);
+                                               const Environment& env,
+                                               const std::optional<Policy>& locked = std::nullopt);
 
 // The run's notifier, or null when there is nothing to deliver (no webhook, and no outbox entry of
 // this user that resolves here). Loads libcurl only when not null. Outbox entries that resolve are

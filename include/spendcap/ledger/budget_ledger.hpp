@@ -61,6 +61,8 @@ class BudgetLedger : public Ledger {
   template <class Body>
   auto transact(Access access, Body&& body);
   void reconcile_if_due();
+  // begin_run's answer from a store that ran the grant rule in its server.
+  Admission admission_from_server(const RunRecord& run, ServerGrant server);
 
   std::unique_ptr<LedgerStore> store_;
   bool ignore_other_runs_ = false;

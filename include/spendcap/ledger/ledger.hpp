@@ -327,6 +327,9 @@ struct LedgerOptions {
   std::vector<BudgetRule> budget_caps;
   // False: open only a ledger that exists (a setgid install's ledger is created by its owner).
   bool create_if_missing = true;
+  // PostgreSQL: the connection's password (the policy's ledger_password_file), given to libpq as
+  // a connection parameter, never in a URL; "" for none (the URL's, or libpq's own ways).
+  std::string postgres_password;
 };
 
 }  // namespace spendcap

@@ -75,6 +75,40 @@ struct Usage {
   Money spent, held, live;
 };
 
+// ---- the grant rule in the server ----
+// A budgeted scope of a run in the run's period, as a grant is planned (budget_ledger.cpp).
+struct ScopeState {
+  BudgetRule rule;
+  DayRange days;
+  Usage sums;
+  Money headroom;
+};
+// The grant for a run asking for `want`, and the state of its budgeted scopes.
+struct GrantPlan {
+  RunBudget run_budget;
+  std::vector<ScopeState> scopes;
+  std::optional<ScopeHeadroom> own;  // the run or job scope, when the run has a budget
+  Money job_others;                  // with a job key: other runs' spend and ceilings
+  GrantDecision decision;
+};
+// What a store whose server runs the grant rule itself (PostgreSQL: one call, one round trip)
+// returns for an admission or a heartbeat: the same plan BudgetLedger would have made, and what
+// its messages read.
+struct ServerGrant {
+  std::string error;  // "exists" (admission), "missing" (heartbeat), "no budget"; "" when done
+  GrantPlan plan;
+  double now = 0;               // the ledger's clock at the call
+  bool admitted = false;        // admission: recorded running (else recorded refused)
+  bool fits = false;            // admission: what it may hold covers its reserve
+  bool running = false;         // heartbeat: the run was unfinished
+  std::int64_t unfinished = 0;  // admission: unfinished runs of the binding scope in its period
+  Money job_spent_before;
+  std::optional<Money> job_budget_before;
+  std::optional<StopOrder> stop;
+  Money live_delta, held_delta;  // heartbeat: what it added to its scopes' sums
+  Money ceiling, allowed;        // heartbeat: what the run holds now
+};
+
 enum class Access { read, write };
 
 // The row operations of one transaction.
@@ -175,6 +209,30 @@ class LedgerStore {
   virtual bool caller_is_owner() = 0;
   virtual bool is_personal() = 0;
   virtual std::string owner_name() = 0;
+
+  // The grant rule in the server, when the store has one (else nullopt, and BudgetLedger runs the
+  // rule over transact()). Each is one transaction that reconciles lost runs first, as
+  // BudgetLedger's do; `caps` are LedgerOptions::budget_caps. admit_in_server records `run` (a
+  // new record: status, clock and grant are the server's) running or refused;
+  // heartbeat_in_server reports `spend` and raises the ceiling toward `want`.
+  virtual std::optional<ServerGrant> admit_in_server(const RunRecord& run, Money want,
+                                                     const std::vector<BudgetRule>& caps) {
+    (void)run, (void)want, (void)caps;
+    return std::nullopt;
+  }
+  virtual std::optional<ServerGrant> heartbeat_in_server(const std::string& run_id, Money spend,
+                                                         Money want,
+                                                         const std::vector<BudgetRule>& caps) {
+    (void)run_id, (void)spend, (void)want, (void)caps;
+    return std::nullopt;
+  }
+  // finish_run's final row in one call: `final` carries the final's fields (status, reason, exit
+  // code, spend, elapsed seconds, GPU record, progress report, storage). Returns "written",
+  // "final already" or "missing"; nullopt: no server rule.
+  virtual std::optional<std::string> finish_in_server(const RunRecord& final) {
+    (void) final;
+    return std::nullopt;
+  }
 };
 
 }  // namespace spendcap

@@ -17,30 +17,44 @@ namespace spendcap {
 // ---- targets ----
 
 struct WebhookTarget {
-  // How the policy named it: "env:NAME" (url_env, --webhook-env) or "url:URL" (--webhook URL).
-  // This, never a secret URL, is what the outbox keeps.
+  // How the policy named it: "env:NAME" (url_env, --webhook-env), "file:/PATH" (url_file) or
+  // "url:URL" (--webhook URL). This, never a secret URL, is what the outbox keeps.
   std::string destination;
   std::string url;  // resolved
   std::string format = "json";
   std::vector<std::string> events;
-  std::string secret_env;  // "" when unsigned
-  std::string secret;      // resolved
-  // For messages: "$NAME" or the URL with its credentials redacted.
+  // How the secret was named: "NAME" (secret_env) or "file:/PATH" (secret_file); "" when unsigned.
+  // The outbox keeps this (its secret_env column), never the secret.
+  std::string secret_env;
+  std::string secret;  // resolved
+  // For messages: "$NAME", "file:/PATH", or the URL with its credentials redacted.
   std::string display() const;
   bool wants(const std::string& event) const;
 };
 
-// The targets of the policy's webhooks (url_env and secret_env read from `env`) and of --webhook
-// URLs. Throws Error (125) for a variable that is unset or empty, or a URL that is not http(s).
+// Reads a url_file or secret_file (notify/runner_files.hpp); `runner_held` when the locked policy
+// names the path.
+using SecretFileReader =
+    std::function<std::string(const std::string& path, bool runner_held, const std::string& what)>;
+
+// The targets of the policy's webhooks (url_env and secret_env read from `env`, url_file and
+// secret_file through `read_file`, with the runner's group for the paths in `runner_files`) and of
+// --webhook URLs. Throws Error (125) for a variable that is unset or empty, a file that cannot be
+// read, a URL that is not http(s), or a "whsec_" secret that is not base64.
 std::vector<WebhookTarget> resolve_webhooks(const std::vector<Webhook>& hooks,
                                             const std::vector<std::string>& urls,
-                                            const std::map<std::string, std::string>& env);
+                                            const std::map<std::string, std::string>& env,
+                                            const std::vector<std::string>& runner_files = {},
+                                            const SecretFileReader& read_file = {});
 
-// The target an outbox destination names, or nullopt when it does not resolve in `env`.
+// The target an outbox destination names, or nullopt when it does not resolve in `env`. A
+// runner-held destination or secret ("file:...") resolves only to one of `known` (the run's own
+// targets, read while the runner's group was at hand): it is never read again later.
 std::optional<WebhookTarget> resolve_destination(const std::string& destination,
                                                  const std::string& format,
                                                  const std::string& secret_env,
-                                                 const std::map<std::string, std::string>& env);
+                                                 const std::map<std::string, std::string>& env,
+                                                 const std::vector<WebhookTarget>& known = {});
 
 // Throws Error naming `what` unless `url` is an http:// or https:// URL with a host.
 void require_http_url(const std::string& url, const std::string& what);
@@ -107,9 +121,15 @@ struct DeliveryResult {
   std::string error;  // redacted
 };
 
-// Posts `body` to `target`: signed afresh at each attempt, retried by the rule above, all within
+// Posts `body` to `target`: signed afresh at each attempt (X-Spendcap-Timestamp/-Signature and
+// Standard Webhooks' webhook-id/-timestamp/-signature, notify/standard_webhooks.hpp; webhook-id
+// and webhook-timestamp go on unsigned events too), retried by the rule above, all within
 // `deadline`. `sleep` waits between attempts and returns false when delivery must stop (exit).
-DeliveryResult deliver(HttpClient& http, const WebhookTarget& target, const std::string& body,
-                       Nanos deadline, const std::function<bool(Nanos)>& sleep);
+DeliveryResult deliver(HttpClient& http, const WebhookTarget& target, const std::string& event_id,
+                       const std::string& body, Nanos deadline,
+                       const std::function<bool(Nanos)>& sleep);
+
+// Throws Error naming `what` when `secret` is written "whsec_..." but the rest is not base64.
+void require_signing_key(const std::string& secret, const std::string& what);
 
 }  // namespace spendcap

@@ -35,7 +35,14 @@ std::string new_event_id();
 nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
                              const std::string& event_id, double at);
 
-// {"text": "..."} for Slack and Mattermost incoming webhooks: team, experiment, spend, reason.
+// `text` with & < > written as &amp; &lt; &gt;, the three characters Slack reads as markup
+// (mentions such as <!channel>, links such as <https://x|click>).
+std::string slack_escape(const std::string& text);
+
+// The message for Slack (and Mattermost) incoming webhooks, one a person can act on: who (user,
+// team, experiment, project), spend of which budget, why, where (host, run id), the command. Block
+// Kit: a header and a section of fields, every user text in plain_text objects and escaped; a
+// `text` fallback, escaped, with "mrkdwn": false.
 nlohmann::json slack_payload(const nlohmann::json& payload);
 
 // The exact body posted for `format` ("json" or "slack").

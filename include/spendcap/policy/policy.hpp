@@ -140,11 +140,16 @@ struct Webhook {
   std::string format = "json";  // "json" or "slack"
   std::vector<std::string> events = {"warning", "killed", "refused", "lost"};
   std::optional<std::string> secret_env;
+  // Runner-held instead (issue 19): files only the runner's identity reads (notify/runner_files).
+  std::optional<std::string> url_file;
+  std::optional<std::string> secret_file;
 };
 
 struct Policy {
   std::string currency = "USD";
   std::optional<std::string> ledger;  // "sqlite:/path", a path, or "postgresql://..."
+  // The PostgreSQL ledger's password, in a file only the runner reads (issue 19; runner_files).
+  std::optional<std::string> ledger_password_file;
   bool locked = false;
   Mode mode = Mode::enforce;
   std::map<std::string, PriceSheet> gpu_rates;

@@ -7,10 +7,15 @@
 // out, never written as 0.
 #pragma once
 
+#include <sys/stat.h>
+#include <sys/types.h>
+
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "spendcap/base/money.hpp"
 
@@ -25,9 +30,31 @@ class RunPart;
 struct GpuReport;
 struct SupervisorPlan;
 
+// One of the team's budgets as the ledger holds it (BudgetView), for the team summary's gauges.
+struct TeamBudget {
+  std::string period;  // "month", "week", "day", "total"
+  Money amount, remaining;
+};
+
+// Where the files go. Errors throw (spendcap::Error); the part says the first one once.
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual void write_run(const std::string& name, const std::string& text) = 0;
+  virtual void remove_run(const std::string& name) = 0;
+  // The team summary, updated under its lock file; a squatter's file is replaced, not read.
+  virtual void add_to_team(const std::string& team, const std::string& currency, Money spend,
+                           const std::vector<TeamBudget>& budgets) = 0;
+};
+
+// The directory written with this process's credentials. `runner_group`: the shared runner's
+// directory (files 0660, a file of the runner's group trusted whoever's run wrote it).
+std::unique_ptr<MetricsSink> direct_metrics_sink(std::string dir, bool runner_group);
+
 struct MetricsPlan {
   std::string dir;  // "": no metrics files
   std::string team, experiment;
+  std::shared_ptr<MetricsSink> sink;  // none: direct_metrics_sink(dir, false)
 };
 
 // One snapshot of a run, as its file says it.
@@ -39,23 +66,46 @@ struct RunMetrics {
   std::optional<double> energy_joules;    // x PUE
 };
 
+// The unit part of a metric name for a currency: "USD" -> "usd". A metric refers to one unit, so
+// each currency has its own names (spendcap_run_spend_usd, spendcap_run_spend_eur).
+std::string currency_unit(const std::string& currency);
+
 // A label value escaped as the exposition format asks: backslash, double quote and line feed.
 std::string prometheus_label_value(const std::string& text);
 // The run's file, in the text exposition format.
 std::string run_metrics_text(const RunMetrics& metrics);
-// The team's summary after one more run that spent `spend`: `before` is the file as it was ("" for
-// none); the runs finished and spend total it holds are read back and added to.
+// The team's summary after one more run that spent `spend` in `currency`: `before` is the file as
+// it was ("" for none); the runs finished and each currency's spend total it holds are read back,
+// and this run's spend is added to its own currency's counter only. `budgets`: the team's budget
+// and remaining-budget gauges (in `currency`, the policy's), left out when empty.
 std::string team_summary_text(const std::string& before, const std::string& team,
-                              const std::string& currency, Money spend);
+                              const std::string& currency, Money spend,
+                              const std::vector<TeamBudget>& budgets = {});
+// The spend totals per currency a team summary holds.
+std::map<std::string, Money> team_spend_totals(const std::string& text);
+
+// Whether a file found in the metrics directory may be read back and replaced (a squatter's
+// pre-created file may not): a regular file with one link, writable by nobody outside its
+// owner and group, and owned by spendcap's effective uid, or (on the setgid install, where each
+// user's run writes the team's file) of spendcap's group, which no user holds. "" when trusted,
+// else why not.
+std::string untrusted_metrics_file(const struct stat& status, uid_t euid, gid_t runner_gid,
+                                   bool setgid_install);
+
+// Refuses (Error, 125) a metrics directory that everyone may write (mode o+w) under a locked
+// policy: any user could plant or replace the team files there.
+void check_shared_metrics_dir(const std::string& dir, bool locked);
 // "spendcap_<run id>.prom", "spendcap_team_<team>.prom": bytes outside [A-Za-z0-9_.-] as %XX.
 std::string run_metrics_file(const std::string& run_id);
 std::string team_metrics_file(const std::string& team);
 
 // The part. `ceiling` gives the run's current ceiling; `gpu` is the GPU sampler's report (its
-// summary kept current while the run goes on), none where GPUs are not measured.
+// summary kept current while the run goes on), none where GPUs are not measured; `budgets` the
+// team's budgets from the ledger when the run ends (none when it gives none).
 std::unique_ptr<RunPart> make_metrics_part(boost::asio::io_context& io, const Meter& meter,
                                            const SupervisorPlan& plan,
                                            std::function<Money()> ceiling,
-                                           const std::optional<GpuReport>& gpu);
+                                           const std::optional<GpuReport>& gpu,
+                                           std::function<std::vector<TeamBudget>()> budgets = {});
 
 }  // namespace spendcap

@@ -48,6 +48,9 @@ struct RunOutcome {
   // --checkpoint-dir: its storage spend (part of `spend`) and peak size; none: not measured.
   std::optional<Money> storage_spend;
   std::optional<double> storage_peak_gb;
+  // A multi-node run: the node whose trip stopped the run, and why ("node-a (runaway:stall)");
+  // "" for a single-node run, or one that no node's trip stopped.
+  std::string first_trip;
 };
 
 nlohmann::json to_json(const RunOutcome& outcome);

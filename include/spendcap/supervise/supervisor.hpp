@@ -105,6 +105,10 @@ struct SupervisorPlan {
   MetricsPlan metrics;  // --metrics-dir: the Prometheus textfiles
   // --checkpoint-dir: its storage, charged on top; rate_per_hour includes its maximum's share.
   StoragePlan storage;
+  // A multi-node run (--run-id): the id its nodes share (their job key) and this node's name.
+  // Any trip of this node (budget, guard, spot notice, signal) places a stop order on job:ID, and
+  // the other nodes take it at their next heartbeat: the run stops as one.
+  std::string multi_node_run_id, node;
 };
 
 class Supervisor {

@@ -152,6 +152,15 @@ ALTER TABLE budgets ADD COLUMN member_groups TEXT;
 ALTER TABLE runs ADD COLUMN storage_peak_gb DOUBLE PRECISION;
 ALTER TABLE runs ADD COLUMN storage_spend_micros BIGINT;
 )sql",
+    // v13 (issue 23: the grant rule in the server): the spend of an unfinished run that its
+    // scopes' live sums count. A heartbeat that raises nothing writes only its run's row, so the
+    // usage rows of a hot team are written once a claim, not once a heartbeat; readers add the
+    // difference from the runs (postgres_store.cpp's usage()).
+    R"sql(
+ALTER TABLE runs ADD COLUMN usage_live_micros BIGINT NOT NULL DEFAULT 0;
+UPDATE runs SET usage_live_micros = spend_micros WHERE status = 'running';
+CREATE INDEX runs_running_team ON runs(team, day) WHERE status = 'running';
+)sql",
 };
 
 const char* const kRunColumns =
@@ -211,11 +220,13 @@ std::string routines() {
   return R"sql(
 -- Whether the session's login role owns the ledger: it owns the schema, is a member of the role
 -- that does, or is a superuser.
+-- (PL/pgSQL keeps its plan: a SQL function is planned at every call, and every grant asks.)
 CREATE OR REPLACE FUNCTION spendcap_caller_is_owner() RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-  SELECT pg_has_role(session_user, n.nspowner, 'USAGE')
-  FROM pg_namespace n WHERE n.nspname = current_schema()
-$$;
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT pg_has_role(session_user, n.nspowner, 'USAGE')
+          FROM pg_namespace n WHERE n.nspname = current_schema());
+END $$;
 
 -- The usage rows follow the runs: a run adds to the row of each named scope for its start day
 -- (spent: finished spend; held: an unfinished run's ceiling; live: its reported spend).
@@ -225,7 +236,7 @@ DECLARE
   running boolean := r.status = 'running';
   spent bigint := sign * CASE WHEN running THEN 0 ELSE r.spend_micros END;
   held bigint := sign * CASE WHEN running THEN r.ceiling_micros ELSE 0 END;
-  live bigint := sign * CASE WHEN running THEN r.spend_micros ELSE 0 END;
+  live bigint := sign * CASE WHEN running THEN r.usage_live_micros ELSE 0 END;
   scope record;
 BEGIN
   IF spent = 0 AND held = 0 AND live = 0 THEN RETURN; END IF;
@@ -244,7 +255,11 @@ END $$;
 CREATE OR REPLACE FUNCTION spendcap_runs_usage() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
-  IF TG_OP = 'UPDATE' AND OLD.status = NEW.status AND OLD.spend_micros = NEW.spend_micros
+  -- An unfinished run's own spend is not in the sums (usage_live_micros is): a heartbeat that
+  -- raises nothing leaves them alone.
+  IF TG_OP = 'UPDATE' AND OLD.status = NEW.status
+     AND (NEW.status = 'running' OR OLD.spend_micros = NEW.spend_micros)
+     AND OLD.usage_live_micros = NEW.usage_live_micros
      AND OLD.ceiling_micros = NEW.ceiling_micros AND OLD.day = NEW.day AND OLD.team = NEW.team
      AND OLD.experiment = NEW.experiment AND OLD.project = NEW.project
      AND OLD.user_name = NEW.user_name THEN
@@ -264,12 +279,15 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
   n runs := json_populate_record(NULL::runs, r);
 BEGIN
-  IF NOT spendcap_caller_is_owner() AND NOT (n.status IN ('running', 'refused')
-      AND n.spend_micros = 0 AND n.ceiling_micros >= 0 AND n.reconciled = 0) THEN
-    RAISE EXCEPTION 'a new run starts running or refused, with nothing spent'
-      USING ERRCODE = 'insufficient_privilege';
+  -- A runner admits through spendcap_admit, which decides the ceiling; here it only records a
+  -- run refused before it reached the ledger (record_refused).
+  IF NOT spendcap_caller_is_owner() AND NOT (n.status = 'refused' AND n.spend_micros = 0
+      AND n.ceiling_micros = 0 AND n.allowed_micros = 0 AND n.reconciled = 0) THEN
+    RAISE EXCEPTION 'a runner records only refused runs here, with nothing spent or held (it is '
+      'admitted through spendcap_admit)' USING ERRCODE = 'insufficient_privilege';
   END IF;
   n.db_role := session_user;
+  n.usage_live_micros := CASE WHEN n.status = 'running' THEN n.spend_micros ELSE 0 END;
   INSERT INTO runs SELECT n.*;
 END $$;
 
@@ -300,6 +318,25 @@ BEGIN
         RAISE EXCEPTION 'run % is final: its row cannot change', n.id
           USING ERRCODE = 'insufficient_privilege';
       END IF;
+      -- Its ceiling moves only by the rule (spendcap_heartbeat); while it runs its spend never
+      -- goes below what it reported, and never above what its rate could have spent since
+      -- admission by the server's clock (2 s of slack for the wrapper's).
+      IF n.ceiling_micros <> o.ceiling_micros OR n.allowed_micros <> o.allowed_micros THEN
+        RAISE EXCEPTION 'run %: its ceiling is raised only by spendcap_heartbeat', n.id
+          USING ERRCODE = 'insufficient_privilege';
+      END IF;
+      -- (A final row may be below: measured billing charges busy GPU time, never above the
+      -- allocated spend the heartbeats reported.)
+      IF n.status = 'running' AND n.spend_micros < o.reported_spend_micros THEN
+        RAISE EXCEPTION 'run %: spend % is below the % it reported before', n.id,
+          n.spend_micros, o.reported_spend_micros USING ERRCODE = 'insufficient_privilege';
+      END IF;
+      IF n.spend_micros::numeric > o.rate_micros_per_hour::numeric * (greatest(
+           extract(epoch FROM clock_timestamp())::double precision - o.started_at, 0) + 2)::numeric
+           / 3600 + 1 THEN
+        RAISE EXCEPTION 'run %: spend % is above what % an hour can spend since it was admitted',
+          n.id, n.spend_micros, o.rate_micros_per_hour USING ERRCODE = 'insufficient_privilege';
+      END IF;
     ELSIF NOT (o.status = 'running' AND n.status = 'lost' AND n.reconciled = 1
                AND n.spend_micros = o.ceiling_micros AND n.ceiling_micros = o.ceiling_micros
                AND o.reconcile_at <= extract(epoch FROM clock_timestamp())) THEN
@@ -312,7 +349,10 @@ BEGIN
     END IF;
   END IF;
   UPDATE runs SET )sql" +
-         set_mutable + R"sql( WHERE id = n.id;
+         set_mutable + R"sql(,
+    usage_live_micros = CASE WHEN n.status = 'running' THEN n.spend_micros
+                             ELSE runs.usage_live_micros END
+  WHERE id = n.id;
 END $$;
 
 CREATE OR REPLACE FUNCTION spendcap_place_stop_order(kind text, name text, why text, by text,
@@ -341,6 +381,8 @@ BEGIN
   RETURN cleared;
 END $$;
 
+)sql" + grant_routines() +
+         R"sql(
 -- Marks a finished run's result as the one kept (a runner: only a run it admitted), or replaces
 -- the note.
 CREATE OR REPLACE FUNCTION spendcap_accept_result(accepted_run text, accepted_note text,
@@ -392,7 +434,10 @@ BEGIN
   GRANT EXECUTE ON FUNCTION spendcap_caller_is_owner(), spendcap_insert_run(json),
     spendcap_update_run(json), spendcap_place_stop_order(text, text, text, text, double precision),
     spendcap_clear_stop_orders(text, text, double precision),
-    spendcap_accept_result(text, text, text, double precision) TO spendcap_runner;
+    spendcap_accept_result(text, text, text, double precision),
+    spendcap_admit(json, bigint, json, double precision),
+    spendcap_heartbeat(text, bigint, bigint, json, double precision),
+    spendcap_finish(json, double precision), spendcap_schema_version() TO spendcap_runner;
   -- The id and db_role come from their defaults; of a stored entry only a failed flush's
   -- attempts and error change.
   GRANT SELECT, DELETE ON outbox TO spendcap_runner;
@@ -405,7 +450,14 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_place_stop_order(text, text, text, text, double precision),
   spendcap_clear_stop_orders(text, text, double precision),
   spendcap_accept_result(text, text, text, double precision),
-  spendcap_add_run_usage(runs, integer) FROM PUBLIC;
+  spendcap_add_run_usage(runs, integer),
+  spendcap_admit(json, bigint, json, double precision),
+  spendcap_heartbeat(text, bigint, bigint, json, double precision),
+  spendcap_finish(json, double precision), spendcap_schema_version(),
+  spendcap_clock(double precision), spendcap_lock_scope(text, text),
+  spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
+  spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
+  spendcap_count_unfinished(text, text, bigint, bigint) FROM PUBLIC;
 )sql";
 }
 

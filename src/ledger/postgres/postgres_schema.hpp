@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/ledger/ledger_store.hpp"
+
 namespace spendcap::postgres_schema {
 
 // Migration N (1-based) takes the schema from version N-1 to N. Never edit one that has shipped:
@@ -19,5 +21,14 @@ extern const char* const kRunColumns;
 // The functions, the usage trigger and the roles' grants, for the current schema version: run
 // (CREATE OR REPLACE) after every migration, so a migration never has to restate them.
 std::string routines();
+
+// The grant rule's functions (postgres_grants.cpp): admission and heartbeat in one call each.
+// Part of routines().
+std::string grant_routines();
+
+// The arguments and answers of those functions: a locked policy's caps as the JSON they take, and
+// their JSON answer as BudgetLedger reads it.
+std::string caps_json(const std::vector<BudgetRule>& caps);
+ServerGrant server_grant_of_json(const std::string& text);
 
 }  // namespace spendcap::postgres_schema

@@ -351,8 +351,10 @@ struct PostgresStore::Impl final : StoreTxn {
     if (conn && libpq::api().status(conn) == libpq::CONNECTION_OK) return;
     disconnect();
     // The url's own settings win over these defaults (expand_dbname: later keywords override).
-    const char* keywords[] = {"connect_timeout", "application_name", "dbname", nullptr};
-    const char* values[] = {"5", "spendcap", url.c_str(), nullptr};
+    // A password from ledger_password_file comes after dbname, so it overrides the url's.
+    const char* keywords[] = {"connect_timeout", "application_name", "dbname",
+                              options.password.empty() ? nullptr : "password", nullptr};
+    const char* values[] = {"5", "spendcap", url.c_str(), options.password.c_str(), nullptr};
     conn = libpq::api().connectdb_params(keywords, values, 1);
     if (!conn) throw PgFailure{"", "out of memory", false};
     // The server's notices (a ROLLBACK with nothing to roll back...) are not for the user.
@@ -402,21 +404,25 @@ struct PostgresStore::Impl final : StoreTxn {
   }
 
   // Runs `body` in one transaction, again after a retryable failure, until the retry timeout.
+  // `autocommit`: `body` is one statement, its own transaction (one round trip: the grant
+  // functions), so no BEGIN and COMMIT are sent.
   template <class Body>
-  void transaction(bool write, Body&& body) {
+  void transaction(bool write, Body&& body, bool autocommit = false) {
     auto started = std::chrono::steady_clock::now();
     for (int attempt = 1;; ++attempt) {
       try {
         connect();
-        exec(write ? "BEGIN ISOLATION LEVEL READ COMMITTED"
-                   : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+        if (!autocommit) {
+          exec(write ? "BEGIN ISOLATION LEVEL READ COMMITTED"
+                     : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+        }
         try {
           body();
         } catch (...) {
-          rollback();
+          if (!autocommit) rollback();
           throw;
         }
-        exec("COMMIT");
+        if (!autocommit) exec("COMMIT");
         return;
       } catch (const PgFailure& failure) {
         rollback();
@@ -498,6 +504,15 @@ struct PostgresStore::Impl final : StoreTxn {
   void migrate() {
     const int latest = static_cast<int>(postgres_schema::kMigrations.size());
     int version = 0;
+    // Most opens find the schema current: one statement says so (spendcap_schema_version, since
+    // v13), instead of the migrator's transaction and lock. Any failure (an older schema without
+    // the function, no schema yet) takes the full path below.
+    try {
+      connect();
+      version = static_cast<int>(exec("SELECT spendcap_schema_version()").i64(0, 0));
+      if (version == latest) return;
+    } catch (const PgFailure&) {
+    }
     transaction(true, [&] {
       current_schema();
       // One migrator at a time per schema.
@@ -653,12 +668,17 @@ struct PostgresStore::Impl final : StoreTxn {
          {to_string(scope.kind), scope.name});
   }
 
+  // live: the usage rows count an unfinished run's spend as of its last raise (v13); the runs
+  // give the rest.
   Usage usage(const Scope& scope, DayRange days) override {
-    Result q = exec(
-        "SELECT COALESCE(SUM(spent_micros), 0), COALESCE(SUM(held_micros), 0), "
-        "COALESCE(SUM(live_micros), 0) FROM usage "
-        "WHERE scope_kind = $1 AND scope_name = $2 AND day BETWEEN $3 AND $4",
-        {to_string(scope.kind), scope.name, param(days.first_day), param(days.last_day)});
+    Result q =
+        exec(std::string("SELECT COALESCE(SUM(spent_micros), 0), COALESCE(SUM(held_micros), 0), "
+                         "COALESCE(SUM(live_micros), 0) + (SELECT COALESCE(SUM(spend_micros - "
+                         "usage_live_micros), 0) FROM runs WHERE status = 'running' AND ") +
+                 scope_column(scope.kind) +
+                 " = $2 AND day BETWEEN $3 AND $4) FROM usage "
+                 "WHERE scope_kind = $1 AND scope_name = $2 AND day BETWEEN $3 AND $4",
+             {to_string(scope.kind), scope.name, param(days.first_day), param(days.last_day)});
     return {q.money(0, 0), q.money(0, 1), q.money(0, 2)};
   }
   // The runs table's trigger keeps the usage rows (nobody writes them, runners included); the
@@ -812,6 +832,15 @@ struct PostgresStore::Impl final : StoreTxn {
     }
     return text + "}";
   }
+
+  // The grant functions (postgres_grants.cpp): one statement, one round trip.
+  ServerGrant call_grant(const std::string& sql, const std::vector<Param>& params) {
+    std::string answer;
+    transaction(
+        true, [&] { answer = exec(sql, params).text(0, 0); }, true);
+    return postgres_schema::server_grant_of_json(answer);
+  }
+  Param clock_param() { return wall_clock ? param(wall_clock()) : std::nullopt; }
 };
 
 // ---- PostgresStore ----
@@ -860,6 +889,37 @@ std::string PostgresStore::owner_name() {
   return name;
 }
 
+std::optional<ServerGrant> PostgresStore::admit_in_server(const RunRecord& run, Money want,
+                                                          const std::vector<BudgetRule>& caps) {
+  return impl_->call_grant(
+      "SELECT spendcap_admit($1::json, $2, $3::json, $4)",
+      {run_json(run), param(want), postgres_schema::caps_json(caps), impl_->clock_param()});
+}
+
+std::optional<ServerGrant> PostgresStore::heartbeat_in_server(const std::string& run_id,
+                                                              Money spend, Money want,
+                                                              const std::vector<BudgetRule>& caps) {
+  return impl_->call_grant(
+      "SELECT spendcap_heartbeat($1, $2, $3, $4::json, $5)",
+      {run_id, param(spend), param(want), postgres_schema::caps_json(caps), impl_->clock_param()});
+}
+
+std::optional<std::string> PostgresStore::finish_in_server(const RunRecord& final) {
+  std::string answer;
+  bool null = false;
+  impl_->transaction(
+      true,
+      [&] {
+        Result q = impl_->exec("SELECT spendcap_finish($1::json, $2)",
+                               {run_json(final), impl_->clock_param()});
+        null = q.is_null(0, 0);
+        answer = q.text(0, 0);
+      },
+      true);
+  if (null) return std::string("missing");
+  return std::string(answer == "t" ? "written" : "final already");
+}
+
 int PostgresStore::schema_version() {
   int version = 0;
   impl_->transaction(false, [&] { version = impl_->current_schema_version(); });
@@ -877,20 +937,24 @@ std::vector<std::string> PostgresStore::verify_aggregates() {
   impl_->transaction(false, [&] {
     differences.clear();
     Result q = impl_->exec(R"sql(
-WITH scoped (scope_kind, scope_name, day, status, spend_micros, ceiling_micros) AS (
-  SELECT 'team', team, day, status, spend_micros, ceiling_micros FROM runs WHERE team <> ''
+WITH scoped (scope_kind, scope_name, day, status, spend_micros, ceiling_micros,
+    usage_live_micros) AS (
+  SELECT 'team', team, day, status, spend_micros, ceiling_micros, usage_live_micros FROM runs
+    WHERE team <> ''
   UNION ALL
-  SELECT 'experiment', experiment, day, status, spend_micros, ceiling_micros FROM runs
-    WHERE experiment <> ''
+  SELECT 'experiment', experiment, day, status, spend_micros, ceiling_micros, usage_live_micros
+    FROM runs WHERE experiment <> ''
   UNION ALL
-  SELECT 'project', project, day, status, spend_micros, ceiling_micros FROM runs WHERE project <> ''
+  SELECT 'project', project, day, status, spend_micros, ceiling_micros, usage_live_micros
+    FROM runs WHERE project <> ''
   UNION ALL
-  SELECT 'user', user_name, day, status, spend_micros, ceiling_micros FROM runs WHERE user_name <> ''
+  SELECT 'user', user_name, day, status, spend_micros, ceiling_micros, usage_live_micros
+    FROM runs WHERE user_name <> ''
 ), expected AS (
   SELECT scope_kind, scope_name, day,
     SUM(CASE WHEN status = 'running' THEN 0 ELSE spend_micros END) AS spent_micros,
     SUM(CASE WHEN status = 'running' THEN ceiling_micros ELSE 0 END) AS held_micros,
-    SUM(CASE WHEN status = 'running' THEN spend_micros ELSE 0 END) AS live_micros
+    SUM(CASE WHEN status = 'running' THEN usage_live_micros ELSE 0 END) AS live_micros
   FROM scoped GROUP BY scope_kind, scope_name, day
 )
 SELECT COALESCE(e.scope_kind, a.scope_kind), COALESCE(e.scope_name, a.scope_name),

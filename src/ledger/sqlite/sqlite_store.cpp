@@ -198,6 +198,11 @@ ALTER TABLE budgets ADD COLUMN member_groups TEXT;  -- JSON array of Unix group 
 ALTER TABLE runs ADD COLUMN storage_peak_gb REAL;
 ALTER TABLE runs ADD COLUMN storage_spend_micros INTEGER;  -- part of spend_micros
 )sql",
+    // v13 (issue 23: the grant rule in PostgreSQL's server): nothing changes here; the number
+    // keeps both backends' versions equal.
+    R"sql(
+SELECT 1;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 

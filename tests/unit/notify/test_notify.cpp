@@ -6,6 +6,7 @@
 #include "spendcap/base/sha256.hpp"
 #include "spendcap/notify/delivery.hpp"
 #include "spendcap/notify/payload.hpp"
+#include "spendcap/notify/standard_webhooks.hpp"
 #include "spendcap/notify/webhook_notifier.hpp"
 
 using namespace spendcap;
@@ -195,7 +196,7 @@ TEST_CASE("deliver retries 500 twice then succeeds, signs every attempt, never r
     return true;
   };
   ScriptedHttp flaky({answer(500), answer(500), answer(200)});
-  DeliveryResult result = deliver(flaky, target, "{\"a\":1}", 10s, sleep);
+  DeliveryResult result = deliver(flaky, target, "evt-1", "{\"a\":1}", 10s, sleep);
   CHECK(result.delivered);
   CHECK(result.attempts == 3);
   CHECK(waits.size() == 2);
@@ -203,10 +204,15 @@ TEST_CASE("deliver retries 500 twice then succeeds, signs every attempt, never r
     std::string ts = header(request, "X-Spendcap-Timestamp");
     CHECK(header(request, "X-Spendcap-Signature") ==
           webhook_signature("topsecret", ts, "{\"a\":1}"));
+    // Standard Webhooks beside it: the same id at every attempt, the attempt's timestamp.
+    CHECK(header(request, "webhook-id") == "evt-1");
+    CHECK(header(request, "webhook-timestamp") == ts);
+    CHECK(header(request, "webhook-signature") ==
+          standard_webhooks_signature("topsecret", "evt-1", ts, "{\"a\":1}"));
   }
 
   ScriptedHttp rejecting({answer(400)});
-  result = deliver(rejecting, target, "{}", 10s, sleep);
+  result = deliver(rejecting, target, "evt-2", "{}", 10s, sleep);
   CHECK_FALSE(result.delivered);
   CHECK_FALSE(result.retryable);
   CHECK(result.attempts == 1);
@@ -215,7 +221,7 @@ TEST_CASE("deliver retries 500 twice then succeeds, signs every attempt, never r
   AttemptResult down{true, true};
   down.error = "Failed to connect to http://127.0.0.1:1/x: refused; secret topsecret";
   ScriptedHttp unreachable({down});
-  result = deliver(unreachable, target, "{}", 10s, sleep);
+  result = deliver(unreachable, target, "evt-3", "{}", 10s, sleep);
   CHECK_FALSE(result.delivered);
   CHECK(result.retryable);
   CHECK(result.attempts == 3);
@@ -266,4 +272,96 @@ TEST_CASE("a started notifier delivers on its own thread and reports failures") 
   REQUIRE(lines.size() == 1);
   CHECK(lines[0].find("HTTP 400") != std::string::npos);
   CHECK(lines[0].find("$HOOK") != std::string::npos);
+}
+
+TEST_CASE("base64 matches RFC 4648's vectors and refuses what is not base64") {
+  CHECK(base64_encode("") == "");
+  CHECK(base64_encode("f") == "Zg==");
+  CHECK(base64_encode("fo") == "Zm8=");
+  CHECK(base64_encode("foo") == "Zm9v");
+  CHECK(base64_encode("foob") == "Zm9vYg==");
+  CHECK(base64_encode("fooba") == "Zm9vYmE=");
+  CHECK(base64_encode("foobar") == "Zm9vYmFy");
+  for (const char* text : {"", "f", "fo", "foo", "foob", "fooba", "foobar"}) {
+    CHECK(base64_decode(base64_encode(text)) == std::string(text));
+  }
+  std::string all;
+  for (int c = 0; c < 256; ++c) all += static_cast<char>(c);
+  CHECK(base64_decode(base64_encode(all)) == all);
+  CHECK_FALSE(base64_decode("Zm9"));  // not a multiple of 4
+  CHECK_FALSE(base64_decode("Zm9v!A=="));
+  CHECK_FALSE(base64_decode("Z=9v"));  // padding in the middle
+  CHECK_FALSE(base64_decode("Zg==Zm9v"));
+}
+
+TEST_CASE("Standard Webhooks: whsec_ keys are base64, others their bytes; v1 over id.ts.body") {
+  // The spec's example secret form; the key is what follows whsec_, decoded.
+  std::string key(32, '\x07');
+  std::string whsec = "whsec_" + base64_encode(key);
+  CHECK(standard_webhooks_key(whsec) == key);
+  CHECK(standard_webhooks_key("plain-secret") == std::string("plain-secret"));
+  CHECK_FALSE(standard_webhooks_key("whsec_not base64!"));
+  Sha256Digest mac = hmac_sha256(key, "msg_1.1674087231.{\"a\":1}");
+  std::string expected =
+      "v1," + base64_encode(std::string(reinterpret_cast<const char*>(mac.data()), mac.size()));
+  CHECK(standard_webhooks_signature(key, "msg_1", "1674087231", "{\"a\":1}") == expected);
+  // Negative controls: another id, timestamp or body gives another signature.
+  CHECK(standard_webhooks_signature(key, "msg_2", "1674087231", "{\"a\":1}") != expected);
+  CHECK(standard_webhooks_signature(key, "msg_1", "1674087232", "{\"a\":1}") != expected);
+  CHECK(standard_webhooks_signature(key, "msg_1", "1674087231", "{\"a\":2}") != expected);
+  CHECK_THROWS_AS(require_signing_key("whsec_%%%", "webhook $HOOK"), Error);
+  CHECK_NOTHROW(require_signing_key(whsec, "webhook $HOOK"));
+}
+
+namespace {
+
+// Every string in `node` that is a "text" of an object whose type is not plain_text.
+void non_plain_texts(const nlohmann::json& node, std::vector<std::string>& out) {
+  if (node.is_object()) {
+    if (node.contains("text") && node["text"].is_string() &&
+        node.value("type", "") != "plain_text") {
+      out.push_back(node["text"]);
+    }
+    for (const auto& [key, value] : node.items()) non_plain_texts(value, out);
+  } else if (node.is_array()) {
+    for (const auto& value : node) non_plain_texts(value, out);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Slack: user text escaped, in plain_text, mrkdwn off; a message a person acts on") {
+  RunFacts facts;
+  facts.run_id = "11111111-2222-4333-8444-555555555555";
+  facts.team = "vision & <!here>";
+  facts.experiment = "<!channel> *urgent* <https://x|click>";
+  facts.project = "p>q";
+  facts.user = "ada";
+  facts.host = "gpu1";
+  facts.command = {"python3", "<@U123>.py"};
+  facts.tags = {{"k", "<!everyone>"}};
+  facts.budget = Money{2'000'000};
+  RunEvent event{"killed", "budget:run", "run", "stopped <b>", Money{2'000'000}, 124, true};
+  nlohmann::json slack = slack_payload(event_payload(facts, event, "e", 1'700'000'100));
+  std::string body = slack.dump();
+  for (const char* raw : {"<!channel>", "<!here>", "<!everyone>", "<https://", "<@U123>", "p>q"}) {
+    CHECK(body.find(raw) == std::string::npos);
+  }
+  CHECK(body.find("&lt;!channel&gt; *urgent* &lt;https://x|click&gt;") != std::string::npos);
+  CHECK(body.find("vision &amp; &lt;!here&gt;") != std::string::npos);
+  CHECK(slack["mrkdwn"] == false);
+  // The only text outside plain_text objects is the fallback, read with mrkdwn off.
+  std::vector<std::string> texts;
+  non_plain_texts(slack, texts);
+  REQUIRE(texts.size() == 1);
+  CHECK(texts[0] == slack["text"]);
+  // Who, what team, which budget, why, where.
+  for (const char* part : {"User: ada", "Team: vision", "2 USD of the run budget 2 USD",
+                           "Why: budget:run", "host gpu1", facts.run_id.c_str()}) {
+    CHECK(body.find(part) != std::string::npos);
+  }
+  // Negative control: the escaping is what makes the difference.
+  CHECK(slack_escape("<!channel>") == "&lt;!channel&gt;");
+  CHECK(slack_escape("a&b") == "a&amp;b");
+  CHECK(nlohmann::json{{"text", facts.experiment}}.dump().find("<!channel>") != std::string::npos);
 }

@@ -45,6 +45,8 @@ struct PostgresOptions {
   // How long a transaction is retried after lost connections, deadlocks and serialization
   // failures before it throws.
   Nanos retry_timeout = std::chrono::seconds(10);
+  // The connection's password (ledger_password_file); "" for none. Never printed.
+  std::string password;
 };
 
 class PostgresStore final : public LedgerStore {
@@ -64,6 +66,12 @@ class PostgresStore final : public LedgerStore {
   // A PostgreSQL ledger is shared: its budgets change only through `spendcap budgets apply`.
   bool is_personal() override { return false; }
   std::string owner_name() override;
+  // The grant rule in the server (spendcap_admit, spendcap_heartbeat): one round trip each.
+  std::optional<ServerGrant> admit_in_server(const RunRecord& run, Money want,
+                                             const std::vector<BudgetRule>& caps) override;
+  std::optional<ServerGrant> heartbeat_in_server(const std::string& run_id, Money spend, Money want,
+                                                 const std::vector<BudgetRule>& caps) override;
+  std::optional<std::string> finish_in_server(const RunRecord& final) override;
 
   // ---- for tests, benchmarks and `ledger copy` ----
   int schema_version();

@@ -234,13 +234,17 @@ TEST_CASE("SqliteLedger: a private file in new directories, a group file in a sh
 TEST_CASE("SqliteLedger: the schema is versioned and migrated once") {
   TempDir dir;
   std::string path = dir.file("ledger.db");
+  // Branches append migrations (numbered by position): the version is whatever this build's
+  // latest is, at least v10's, and the same after reopening.
+  int version = 0;
   {
     SqliteLedger ledger(path, {});
-    CHECK(ledger.schema_version() == 9);
+    version = ledger.schema_version();
+    CHECK(version >= 10);
   }
   {
     SqliteLedger reopened(path, {});
-    CHECK(reopened.schema_version() == 9);
+    CHECK(reopened.schema_version() == version);
   }
   RawDb(path).exec("INSERT INTO schema_version (version) VALUES (99)");
   CHECK_THROWS_WITH_AS(SqliteLedger(path, {}), doctest::Contains("is newer than this spendcap's"),

@@ -1,0 +1,26 @@
+// Metrics on a shared runner (issue 19, item 4). On the setgid install the metrics directory is
+// root:spendcap 2770: only the runner's group writes it, so users can neither pre-create nor
+// replace the team files, and whichever user's run ends updates them (files 0660, group spendcap).
+// spendcap drops that group for good once the ledger is open (cli/ledger_group.hpp), so the files
+// are written by a small writer process forked before that, while nothing of the user's run exists
+// yet and spendcap has one thread: it keeps the group, takes no input but the supervisor's
+// messages over a socket pair (name and text of a run file, a team update), writes only
+// spendcap_*.prom and spendcap_team_*.lock names in that one directory, and exits when the socket
+// closes. It is double-forked, so it is not a child of the supervisor (a subreaper that waits for
+// its children to be gone when the guard is lost), and it ignores the terminal's signals (a Ctrl-C
+// must not lose the final team update). Not dumpable (a setgid process), so the user cannot reach
+// into it; a user may SIGKILL it (their uid), which stops the metrics, never the enforcement.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "spendcap/supervise/metrics_part.hpp"
+
+namespace spendcap {
+
+// Starts the writer for `dir` with the runner's (saved) group. Throws Error (125) naming the
+// directory when it is not a directory of the runner's group that only that group writes.
+std::shared_ptr<MetricsSink> start_runner_metrics_writer(const std::string& dir);
+
+}  // namespace spendcap

@@ -1,0 +1,539 @@
+// The grant rule in the server (issue 23): admission and heartbeats as one call each, so that a
+// runner makes one round trip per heartbeat and cannot choose its own ceiling. Every function
+// here mirrors BudgetLedger (budget_ledger.cpp) and decide_grant (grant_rule.cpp) step by step;
+// the conformance suite runs both on the same cases. Contract in postgres_schema.hpp.
+#include "postgres_schema.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace spendcap::postgres_schema {
+
+std::string grant_routines() {
+  return R"sql(
+-- stale_after(sync) in seconds (ledger.cpp): max(3 x sync, sync + 2 s), from whole milliseconds
+-- as the C++ does it (nanoseconds, then one division), so both give the same doubles.
+CREATE OR REPLACE FUNCTION spendcap_stale_seconds(sync_ms bigint) RETURNS double precision
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT greatest(3 * sync_ms * 1000000, sync_ms * 1000000 + 2000000000)::double precision / 1e9
+$$;
+
+-- reconcile_at (grant_rule.cpp), with time_to_cost's rounding up to whole nanoseconds.
+CREATE OR REPLACE FUNCTION spendcap_reconcile_at(hb double precision, ceiling bigint,
+    spend bigint, rate bigint, shutdown_ms bigint, sync_ms bigint) RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  stale double precision := spendcap_stale_seconds(sync_ms);
+  shutdown double precision := (shutdown_ms * 1000000)::double precision / 1e9;
+  ns numeric := 0;
+BEGIN
+  IF rate <= 0 THEN RETURN hb + stale + shutdown; END IF;
+  IF ceiling - spend > 0 THEN
+    ns := div((ceiling - spend)::numeric * 3600000000000 + rate - 1, rate);
+    ns := least(ns, 9223372036854775807);
+  END IF;
+  RETURN hb + greatest(stale, ns::bigint::double precision / 1e9 + shutdown);
+END $$;
+
+-- The days of the period that contains `day` (period_days).
+CREATE OR REPLACE FUNCTION spendcap_period_days(period text, day bigint,
+    OUT first_day bigint, OUT last_day bigint)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  weekday bigint;
+  d date;
+BEGIN
+  IF period = 'day' THEN
+    first_day := day; last_day := day;
+  ELSIF period = 'week' THEN
+    weekday := ((day + 3) % 7 + 7) % 7;
+    first_day := day - weekday; last_day := day - weekday + 6;
+  ELSIF period = 'month' THEN
+    d := date '1970-01-01' + day::integer;
+    first_day := date_trunc('month', d)::date - date '1970-01-01';
+    last_day := (date_trunc('month', d) + interval '1 month')::date - date '1970-01-01' - 1;
+  ELSE
+    first_day := -9223372036854775808; last_day := 9223372036854775807;
+  END IF;
+END $$;
+
+-- The ledger's clock: the server's, or (the ledger's owner only: the tests' clock) the one given.
+CREATE OR REPLACE FUNCTION spendcap_clock(at double precision) RETURNS double precision
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF at IS NULL THEN RETURN extract(epoch FROM clock_timestamp())::double precision; END IF;
+  IF NOT spendcap_caller_is_owner() THEN
+    RAISE EXCEPTION 'only the ledger''s owner may give the ledger''s clock'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN at;
+END $$;
+
+-- The scope lock of lock_scopes (postgres_store.cpp): the same key, so that the server's
+-- functions and the client's transactions exclude each other.
+-- (PL/pgSQL, not SQL, here and below: PostgreSQL plans a SQL function's body at every call that it
+-- cannot inline, and PL/pgSQL keeps its plans; 1.9 ms against 0.1 ms a call, measured.)
+CREATE OR REPLACE FUNCTION spendcap_lock_scope(kind text, name text) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name,
+                                                 0));
+END $$;
+
+-- A run's named scopes in BudgetLedger's sorted order (team < experiment < project < user: one
+-- of each kind, so the order of kinds is the order).
+CREATE OR REPLACE FUNCTION spendcap_named_scopes(r runs)
+RETURNS TABLE (k integer, kind text, name text)
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF r.team <> '' THEN k := 1; kind := 'team'; name := r.team; RETURN NEXT; END IF;
+  IF r.experiment <> '' THEN
+    k := 2; kind := 'experiment'; name := r.experiment; RETURN NEXT;
+  END IF;
+  IF r.project <> '' THEN k := 3; kind := 'project'; name := r.project; RETURN NEXT; END IF;
+  IF r.user_name <> '' THEN k := 4; kind := 'user'; name := r.user_name; RETURN NEXT; END IF;
+END $$;
+
+-- Charges every lost run that is due its ceiling (reconcile in budget_ledger.cpp).
+CREATE OR REPLACE FUNCTION spendcap_reconcile_due(now double precision) RETURNS integer
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  s record;
+  charged integer;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND reconcile_at <= now) THEN
+    RETURN 0;
+  END IF;
+  FOR s IN SELECT DISTINCT n.k, n.kind, n.name COLLATE "C" AS name
+      FROM runs r, LATERAL spendcap_named_scopes(r) n
+      WHERE r.status = 'running' AND r.reconcile_at <= now
+        AND now - r.heartbeat_at > spendcap_stale_seconds(r.sync_ms)
+      ORDER BY 1, 3 LOOP
+    PERFORM spendcap_lock_scope(s.kind, s.name);
+  END LOOP;
+  UPDATE runs SET status = 'lost', reconciled = 1, reason = 'lost: no heartbeat',
+    spend_micros = ceiling_micros, finished_at = reconcile_at
+  WHERE status = 'running' AND reconcile_at <= now
+    AND now - heartbeat_at > spendcap_stale_seconds(sync_ms);
+  GET DIAGNOSTICS charged = ROW_COUNT;
+  RETURN charged;
+END $$;
+
+-- The budget rule in force for a scope: its row, lowered by a locked policy's cap
+-- (rule_in_force). caps: [{"kind", "name", "amount", "period", "max_run"}].
+CREATE OR REPLACE FUNCTION spendcap_rule_in_force(kind text, name text, caps json,
+    OUT amount bigint, OUT period text, OUT max_run bigint)
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+DECLARE
+  b budgets;
+  c json;
+BEGIN
+  SELECT * INTO b FROM budgets WHERE scope_kind = kind AND scope_name = name;
+  SELECT e INTO c FROM json_array_elements(COALESCE(caps, '[]'::json)) e
+    WHERE e->>'kind' = kind AND e->>'name' = name LIMIT 1;
+  IF c IS NULL THEN
+    amount := b.amount_micros; period := b.period; max_run := b.max_run_micros;
+    RETURN;
+  END IF;
+  period := c->>'period';
+  max_run := (c->>'max_run')::bigint;
+  amount := (c->>'amount')::bigint;
+  IF b.scope_kind IS NULL THEN RETURN; END IF;
+  amount := least(b.amount_micros, amount);
+  IF b.max_run_micros IS NOT NULL THEN
+    max_run := CASE WHEN max_run IS NULL THEN b.max_run_micros
+                    ELSE least(b.max_run_micros, max_run) END;
+  END IF;
+END $$;
+
+-- plan_grant and decide_grant: takes the scopes' locks (unless `no_locks`: a heartbeat that asks
+-- for nothing more), reads what the grant depends on and returns the plan as JSON:
+-- {"scopes": [{kind, name, amount, period, first, last, spent, held, live, headroom}],
+--  "run_budget", "lowered_by_kind", "lowered_by_name", "own_kind", "own_name", "own_headroom",
+--  "job_others", "ceiling", "allowed", "binding_kind", "binding_name"}.
+CREATE OR REPLACE FUNCTION spendcap_plan_grant(r runs, want bigint, caps json, no_locks boolean)
+RETURNS json
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  s record;
+  rule record;
+  days record;
+  sums record;
+  holding boolean := r.status = 'running';
+  own_ceiling bigint := CASE WHEN holding THEN r.ceiling_micros ELSE 0 END;
+  old_allowed bigint := CASE WHEN holding THEN r.allowed_micros ELSE 0 END;
+  scopes json[] := '{}';
+  headroom bigint;
+  run_budget bigint := r.budget_micros;
+  lowered_kind text;
+  lowered_name text;
+  job_others bigint := 0;
+  own_kind text;
+  own_name text;
+  own_headroom bigint;
+  lim bigint := want;
+  binding_kind text;
+  binding_name text;
+  allowed bigint;
+  ceiling bigint;
+BEGIN
+  IF NOT no_locks THEN
+    FOR s IN SELECT * FROM spendcap_named_scopes(r) LOOP
+      PERFORM spendcap_lock_scope(s.kind, s.name);
+    END LOOP;
+  END IF;
+  FOR s IN SELECT * FROM spendcap_named_scopes(r) LOOP
+    SELECT * INTO rule FROM spendcap_rule_in_force(s.kind, s.name, caps);
+    IF rule.amount IS NULL THEN CONTINUE; END IF;
+    SELECT * INTO days FROM spendcap_period_days(rule.period, r.day);
+    SELECT COALESCE(SUM(spent_micros), 0)::bigint AS spent,
+           COALESCE(SUM(held_micros), 0)::bigint AS held,
+           COALESCE(SUM(live_micros), 0)::bigint AS live INTO sums
+      FROM usage WHERE scope_kind = s.kind AND scope_name = s.name
+        AND day BETWEEN days.first_day AND days.last_day;
+    headroom := rule.amount - (sums.spent + sums.held - own_ceiling);
+    IF headroom < lim THEN
+      lim := headroom; binding_kind := s.kind; binding_name := s.name;
+    END IF;
+    IF rule.max_run IS NOT NULL AND (run_budget IS NULL OR rule.max_run < run_budget) THEN
+      run_budget := rule.max_run; lowered_kind := s.kind; lowered_name := s.name;
+    END IF;
+    scopes := scopes || json_build_object('kind', s.kind, 'name', s.name,
+      'amount', rule.amount, 'period', rule.period, 'first', days.first_day,
+      'last', days.last_day, 'spent', sums.spent, 'held', sums.held, 'live', sums.live,
+      'headroom', headroom);
+  END LOOP;
+  IF run_budget IS NOT NULL THEN
+    IF COALESCE(r.job_key, '') <> '' THEN
+      SELECT COALESCE(SUM(CASE WHEN status = 'running' THEN ceiling_micros
+                               ELSE spend_micros END), 0)::bigint INTO job_others
+        FROM runs WHERE job_key = r.job_key AND id <> r.id;
+      own_kind := 'job'; own_name := r.job_key;
+    ELSE
+      own_kind := 'run'; own_name := r.id;
+    END IF;
+    own_headroom := run_budget - job_others;
+    IF own_headroom < lim THEN
+      lim := own_headroom; binding_kind := own_kind; binding_name := own_name;
+    END IF;
+  END IF;
+  allowed := greatest(old_allowed, greatest(lim, 0));
+  IF allowed >= want THEN binding_kind := NULL; binding_name := NULL; END IF;
+  ceiling := CASE WHEN r.mode = 'enforce' THEN greatest(own_ceiling, allowed)
+                  ELSE greatest(own_ceiling, want) END;
+  RETURN json_build_object('scopes', array_to_json(scopes), 'run_budget', run_budget,
+    'lowered_by_kind', lowered_kind, 'lowered_by_name', lowered_name, 'own_kind', own_kind,
+    'own_name', own_name, 'own_headroom', own_headroom, 'job_others', job_others,
+    'ceiling', ceiling, 'allowed', allowed, 'binding_kind', binding_kind,
+    'binding_name', binding_name);
+END $$;
+
+-- The oldest active stop order on any scope of the run (stop_scopes), as JSON, or NULL.
+CREATE OR REPLACE FUNCTION spendcap_first_stop_order(r runs) RETURNS json
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT json_build_object('id', id, 'kind', scope_kind, 'name', scope_name,
+      'reason', reason, 'placed_by', placed_by, 'placed_at', placed_at)
+    FROM stop_orders WHERE cleared_at IS NULL AND (
+      (scope_kind = 'team' AND scope_name = r.team)
+      OR (scope_kind = 'experiment' AND scope_name = r.experiment)
+      OR (scope_kind = 'project' AND scope_name = r.project)
+      OR (scope_kind = 'user' AND scope_name = r.user_name)
+      OR (scope_kind = 'job' AND scope_name = COALESCE(r.job_key, ''))
+      OR (scope_kind = 'run' AND scope_name = r.id))
+    ORDER BY id LIMIT 1);
+END $$;
+
+-- Unfinished runs of a scope that started in [first, last] (count_unfinished).
+CREATE OR REPLACE FUNCTION spendcap_count_unfinished(kind text, name text, first bigint,
+    last bigint) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT count(*) FROM runs WHERE status = 'running' AND day BETWEEN first AND last AND
+    CASE kind WHEN 'team' THEN team WHEN 'experiment' THEN experiment
+      WHEN 'project' THEN project WHEN 'user' THEN user_name END = name);
+END $$;
+
+-- Admission (BudgetLedger::begin_run) in one call. `r` is the run's record as the client built
+-- it (run_json); the server sets its clock, status, ceiling and login role. Returns
+-- {"error"} ("exists", "no budget") or {"now", "admitted", "fits", "plan", "stop",
+-- "unfinished", "job_spent_before", "job_budget_before"}. A refused run is recorded refused, with
+-- the reason; the message is the client's (refusal_message), from what this returns.
+CREATE OR REPLACE FUNCTION spendcap_admit(r json, want bigint, caps json, at double precision)
+RETURNS json
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  n runs := json_populate_record(NULL::runs, r);
+  now double precision := spendcap_clock(at);
+  plan json;
+  stop json;
+  fits boolean;
+  unfinished bigint := 0;
+  job_spent bigint := 0;
+  job_budget bigint;
+  sc json;
+BEGIN
+  IF want < 0 OR n.rate_micros_per_hour < 0 OR n.reserve_micros < 0
+     OR COALESCE(n.budget_micros, 0) < 0 THEN
+    RAISE EXCEPTION 'run %: negative amount of money', n.id
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  PERFORM spendcap_reconcile_due(now);
+  IF EXISTS (SELECT 1 FROM runs WHERE id = n.id) THEN
+    RETURN json_build_object('error', 'exists');
+  END IF;
+  n.status := 'refused';
+  n.reason := COALESCE(n.reason, '');
+  n.started_at := now;
+  n.heartbeat_at := now;
+  n.day := floor(now / 86400.0)::bigint;
+  n.spend_micros := 0; n.ceiling_micros := 0; n.allowed_micros := 0; n.reported_spend_micros := 0;
+  n.usage_live_micros := 0;
+  n.reconciled := 0; n.overrun := 0; n.finished_at := NULL; n.exit_code := NULL;
+  n.would_stop_at := NULL; n.would_stop_reason := '';
+  n.db_role := session_user;
+  plan := spendcap_plan_grant(n, want, caps, false);
+  IF plan->>'run_budget' IS NULL AND json_array_length(plan->'scopes') = 0 THEN
+    RETURN json_build_object('error', 'no budget');
+  END IF;
+  IF COALESCE(n.job_key, '') <> '' THEN
+    SELECT COALESCE(SUM(CASE WHEN status <> 'running' THEN spend_micros ELSE 0 END), 0)::bigint
+      INTO job_spent FROM runs WHERE job_key = n.job_key AND id <> n.id;
+    SELECT budget_micros INTO job_budget FROM runs
+      WHERE job_key = n.job_key AND id <> n.id AND budget_micros IS NOT NULL
+      ORDER BY started_at DESC LIMIT 1;
+  END IF;
+  stop := spendcap_first_stop_order(n);
+  fits := (plan->>'allowed')::bigint > n.reserve_micros;
+  IF plan->>'binding_kind' IS NOT NULL THEN
+    FOR sc IN SELECT * FROM json_array_elements(plan->'scopes') LOOP
+      IF sc->>'kind' = plan->>'binding_kind' AND sc->>'name' = plan->>'binding_name' THEN
+        unfinished := spendcap_count_unfinished(sc->>'kind', sc->>'name', (sc->>'first')::bigint,
+                                                (sc->>'last')::bigint);
+      END IF;
+    END LOOP;
+  END IF;
+  IF stop IS NOT NULL THEN
+    n.reason := 'refused: stop order on ' || (stop->>'kind') || ':' || (stop->>'name');
+    n.finished_at := now;
+  ELSIF NOT fits AND n.mode = 'enforce' THEN
+    n.reason := 'refused: budget' || COALESCE(' ' || (plan->>'binding_kind') || ':'
+                                              || (plan->>'binding_name'), '');
+    n.finished_at := now;
+  ELSE
+    n.status := 'running';
+    n.ceiling_micros := (plan->>'ceiling')::bigint;
+    n.allowed_micros := (plan->>'allowed')::bigint;
+    n.reconcile_at := spendcap_reconcile_at(now, n.ceiling_micros, 0, n.rate_micros_per_hour,
+                                            n.shutdown_ms, n.sync_ms);
+  END IF;
+  IF n.status <> 'running' THEN n.reconcile_at := 0; END IF;
+  INSERT INTO runs SELECT n.*;
+  RETURN json_build_object('now', now, 'admitted', n.status = 'running', 'fits', fits,
+    'plan', plan, 'stop', stop, 'unfinished', unfinished, 'job_spent_before', job_spent,
+    'job_budget_before', job_budget);
+END $$;
+
+-- A heartbeat (BudgetLedger::heartbeat) in one call: the spend reported, the ceiling raised by
+-- the rule. A runner's login role heartbeats only the runs it admitted, never reports less than
+-- it reported before, nor more than the run's rate could have spent by the server's clock since
+-- admission (2 s of slack for the wrapper's clock). A heartbeat that asks for no more than it
+-- holds takes no scope lock and writes only the run's row (usage's live sums follow at the next
+-- raise or the final row: usage_live_micros). Returns {"now", "running", "plan", "stop",
+-- "live_delta", "held_delta", "ceiling", "allowed"}.
+CREATE OR REPLACE FUNCTION spendcap_heartbeat(run_id text, spend bigint, want bigint, caps json,
+                                              at double precision) RETURNS json
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  now double precision := spendcap_clock(at);
+  o runs;
+  plan json;
+  stop json;
+  raise_needed boolean;
+  new_ceiling bigint;
+  new_allowed bigint;
+BEGIN
+  PERFORM spendcap_reconcile_due(now);
+  SELECT * INTO o FROM runs WHERE id = run_id;
+  IF NOT FOUND THEN RETURN json_build_object('error', 'missing'); END IF;
+  IF NOT spendcap_caller_is_owner() THEN
+    IF o.db_role <> session_user THEN
+      RAISE EXCEPTION 'run % was admitted by %, not by %', run_id, o.db_role, session_user
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF o.status = 'running' AND spend < o.reported_spend_micros THEN
+      RAISE EXCEPTION 'run %: reports spend % below the % it reported before', run_id, spend,
+        o.reported_spend_micros USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF o.status = 'running' AND spend::numeric > o.rate_micros_per_hour::numeric
+         * (greatest(now - o.started_at, 0) + 2)::numeric / 3600 + 1 THEN
+      RAISE EXCEPTION 'run %: reports spend % above what % an hour can spend since it was admitted',
+        run_id, spend, o.rate_micros_per_hour USING ERRCODE = 'insufficient_privilege';
+    END IF;
+  END IF;
+  IF want < 0 OR spend < 0 THEN
+    RAISE EXCEPTION 'run %: negative amount of money', run_id
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  raise_needed := o.status <> 'running' OR want > o.allowed_micros OR want > o.ceiling_micros;
+  plan := spendcap_plan_grant(o, want, caps, NOT raise_needed);
+  stop := spendcap_first_stop_order(o);
+  IF o.status <> 'running' THEN
+    RETURN json_build_object('now', now, 'running', false, 'plan', plan, 'stop', stop,
+      'live_delta', 0, 'held_delta', 0, 'ceiling', o.ceiling_micros,
+      'allowed', o.allowed_micros);
+  END IF;
+  new_ceiling := (plan->>'ceiling')::bigint;
+  new_allowed := (plan->>'allowed')::bigint;
+  UPDATE runs SET spend_micros = spend, reported_spend_micros = spend,
+    ceiling_micros = new_ceiling, allowed_micros = new_allowed, heartbeat_at = now,
+    usage_live_micros = CASE WHEN raise_needed THEN spend ELSE usage_live_micros END,
+    reconcile_at = spendcap_reconcile_at(now, new_ceiling, spend, o.rate_micros_per_hour,
+                                         o.shutdown_ms, o.sync_ms)
+  WHERE id = run_id;
+  -- live_delta: the run's own spend since the live sums last counted it.
+  RETURN json_build_object('now', now, 'running', true, 'plan', plan, 'stop', stop,
+    'live_delta', spend - o.usage_live_micros, 'held_delta', new_ceiling - o.ceiling_micros,
+    'ceiling', new_ceiling, 'allowed', new_allowed);
+END $$;
+
+-- The final row (BudgetLedger::finish_run) in one call. `r` carries the final's fields (status,
+-- reason, exit code, spend, elapsed seconds, GPU record, progress report, storage); the rest is
+-- the stored row's. Written through spendcap_update_run, so its checks hold for a runner. Returns
+-- NULL when the run is not in the ledger, false when it was final already (and not a reconciled
+-- lost run, whose real spend replaces its charge).
+CREATE OR REPLACE FUNCTION spendcap_finish(r json, at double precision) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  n runs := json_populate_record(NULL::runs, r);
+  now double precision := spendcap_clock(at);
+  m runs;
+  s record;
+BEGIN
+  PERFORM spendcap_reconcile_due(now);
+  SELECT * INTO m FROM runs WHERE id = n.id;
+  IF NOT FOUND THEN RETURN NULL; END IF;
+  IF m.status <> 'running' AND m.reconciled = 0 THEN RETURN false; END IF;
+  FOR s IN SELECT * FROM spendcap_named_scopes(m) LOOP
+    PERFORM spendcap_lock_scope(s.kind, s.name);
+  END LOOP;
+  m.status := n.status; m.reason := n.reason; m.exit_code := n.exit_code;
+  m.spend_micros := n.spend_micros; m.elapsed_seconds := n.elapsed_seconds;
+  IF n.gpu_measured IS NOT NULL THEN
+    m.gpu_measured := n.gpu_measured; m.gpu_not_measured := n.gpu_not_measured;
+    m.gpu_devices := n.gpu_devices; m.gpu_allocated_seconds := n.gpu_allocated_seconds;
+    m.gpu_busy_seconds := n.gpu_busy_seconds; m.gpu_idle_spend_micros := n.gpu_idle_spend_micros;
+    m.gpu_energy_kwh := n.gpu_energy_kwh; m.gpu_co2_kg := n.gpu_co2_kg;
+    m.gpu_energy_cost_micros := n.gpu_energy_cost_micros; m.gpu_sources := n.gpu_sources;
+    m.gpu_timeline := n.gpu_timeline;
+  ELSE
+    m.gpu_measured := NULL;  -- update_run keeps the stored record
+  END IF;
+  m.metric_name := n.metric_name; m.metric_value := n.metric_value; m.units := n.units;
+  m.egress_gb := n.egress_gb;
+  m.storage_peak_gb := n.storage_peak_gb; m.storage_spend_micros := n.storage_spend_micros;
+  m.reconciled := 0;
+  m.overrun := CASE WHEN n.spend_micros > m.ceiling_micros THEN 1 ELSE 0 END;
+  m.finished_at := COALESCE(m.finished_at, now);
+  PERFORM spendcap_update_run(row_to_json(m));
+  RETURN true;
+END $$;
+
+-- The schema's version in one round trip (opening a ledger that needs no migration).
+CREATE OR REPLACE FUNCTION spendcap_schema_version() RETURNS integer
+LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (SELECT COALESCE(MAX(version), 0) FROM schema_version);
+END $$;
+)sql";
+}
+
+}  // namespace spendcap::postgres_schema
+
+namespace spendcap::postgres_schema {
+
+namespace {
+
+Money micros_of(const nlohmann::json& value) {
+  return value.is_null() ? Money{} : Money{value.get<std::int64_t>()};
+}
+
+std::optional<Scope> scope_of(const nlohmann::json& kind, const nlohmann::json& name) {
+  if (kind.is_null() || name.is_null()) return std::nullopt;
+  auto parsed = parse_scope_kind(kind.get<std::string>());
+  if (!parsed) return std::nullopt;
+  return Scope{*parsed, name.get<std::string>()};
+}
+
+GrantPlan plan_of(const nlohmann::json& p) {
+  GrantPlan plan;
+  for (const nlohmann::json& s : p.at("scopes")) {
+    ScopeState state;
+    state.rule.scope = *scope_of(s.at("kind"), s.at("name"));
+    state.rule.amount = micros_of(s.at("amount"));
+    state.rule.period = parse_period(s.at("period").get<std::string>()).value_or(Period::total);
+    state.days = {s.at("first").get<std::int64_t>(), s.at("last").get<std::int64_t>()};
+    state.sums = {micros_of(s.at("spent")), micros_of(s.at("held")), micros_of(s.at("live"))};
+    state.headroom = micros_of(s.at("headroom"));
+    plan.scopes.push_back(std::move(state));
+  }
+  if (!p.at("run_budget").is_null()) plan.run_budget.amount = micros_of(p.at("run_budget"));
+  plan.run_budget.lowered_by = scope_of(p.at("lowered_by_kind"), p.at("lowered_by_name"));
+  if (auto own = scope_of(p.at("own_kind"), p.at("own_name"))) {
+    plan.own = ScopeHeadroom{*own, micros_of(p.at("own_headroom"))};
+  }
+  plan.job_others = micros_of(p.at("job_others"));
+  plan.decision.ceiling = micros_of(p.at("ceiling"));
+  plan.decision.allowed = micros_of(p.at("allowed"));
+  plan.decision.binding = scope_of(p.at("binding_kind"), p.at("binding_name"));
+  return plan;
+}
+
+}  // namespace
+
+std::string caps_json(const std::vector<BudgetRule>& caps) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const BudgetRule& cap : caps) {
+    list.push_back({{"kind", to_string(cap.scope.kind)},
+                    {"name", cap.scope.name},
+                    {"amount", cap.amount.micros},
+                    {"period", to_string(cap.period)},
+                    {"max_run", cap.max_run ? nlohmann::json(cap.max_run->micros) : nullptr}});
+  }
+  return list.dump();
+}
+
+ServerGrant server_grant_of_json(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  ServerGrant grant;
+  if (j.contains("error")) {
+    grant.error = j.at("error").get<std::string>();
+    return grant;
+  }
+  grant.plan = plan_of(j.at("plan"));
+  grant.now = j.at("now").get<double>();
+  grant.admitted = j.value("admitted", false);
+  grant.fits = j.value("fits", false);
+  grant.running = j.value("running", false);
+  grant.unfinished = j.value("unfinished", std::int64_t{0});
+  grant.job_spent_before = micros_of(j.value("job_spent_before", nlohmann::json()));
+  if (j.contains("job_budget_before") && !j.at("job_budget_before").is_null()) {
+    grant.job_budget_before = micros_of(j.at("job_budget_before"));
+  }
+  if (j.contains("stop") && !j.at("stop").is_null()) {
+    const nlohmann::json& s = j.at("stop");
+    StopOrder order;
+    order.id = s.at("id").get<std::int64_t>();
+    order.scope = scope_of(s.at("kind"), s.at("name")).value_or(Scope{ScopeKind::run, ""});
+    order.reason = s.at("reason").get<std::string>();
+    order.placed_by = s.at("placed_by").get<std::string>();
+    order.placed_at = s.at("placed_at").get<double>();
+    grant.stop = order;
+  }
+  grant.live_delta = micros_of(j.value("live_delta", nlohmann::json()));
+  grant.held_delta = micros_of(j.value("held_delta", nlohmann::json()));
+  grant.ceiling = micros_of(j.value("ceiling", nlohmann::json()));
+  grant.allowed = micros_of(j.value("allowed", nlohmann::json()));
+  return grant;
+}
+
+}  // namespace spendcap::postgres_schema

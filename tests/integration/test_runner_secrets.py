@@ -1,0 +1,129 @@
+"""Secrets held by the runner (issue 19, item 3), on the real setgid install
+(scripts/install-shared-runner.sh, as test_shared_runner does it: a private mount namespace with
+/etc overlaid, real users created here and removed after). The locked policy's webhook names a
+url_file and a secret_file, root:spendcap 0640: a user with neither variable runs, the event
+arrives at a real HTTP server on 127.0.0.1 signed (Standard Webhooks, verified with the spec's
+algorithm), and the secret is in no file the user can read, not in the job's environment
+(/proc/PID/environ), not in any argv the user can see, not in the output, and not in the ledger
+(the outbox names the file). A secret file everyone may read is refused."""
+import json
+import os
+import socket
+import unittest
+
+from test_shared_runner import LOCKED, WHY_NOT, SharedRunnerSetup
+from test_webhook_standards import key_of, spec_verify, headers_of
+from test_webhooks import Endpoint
+
+SECRET = "whsec_" + "c2VjcmV0LWtleS1vZi10aGUtcnVubmVyLTAxMjM0NTY3"  # base64 of 33 bytes
+URL_FILE, SECRET_FILE = "/etc/spendcap/hook.url", "/etc/spendcap/hook.secret"
+DOWN_FILE = "/etc/spendcap/down.url"
+
+# The job: its own environment, what it finds of the secret in every /proc/PID/{environ,cmdline}
+# it can read, and whether it can open the runner's files.
+JOB = r"""
+import json, os, sys
+secret, out = sys.stdin.readline().strip(), sys.argv[1]
+report = {"environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
+          "found_in": [], "opened": []}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    for name in ("environ", "cmdline"):
+        try:
+            data = open("/proc/%s/%s" % (pid, name), "rb").read()
+        except OSError:
+            continue
+        if secret.encode() in data:
+            report["found_in"].append("/proc/%s/%s" % (pid, name))
+for path in sys.argv[2:]:
+    try:
+        open(path).read(); report["opened"].append(path)
+    except OSError:
+        pass
+json.dump(report, open(out, "w"))
+"""
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class RunnerSecretsTest(SharedRunnerSetup):
+    locked_policy = dict(LOCKED, webhooks=[
+        {"url_file": URL_FILE, "secret_file": SECRET_FILE, "events": ["finished"]},
+        {"url_file": DOWN_FILE, "secret_file": SECRET_FILE, "events": ["finished"]}])
+
+    def setUp(self):
+        super().setUp()
+        self.endpoint = Endpoint([200])
+        self.addCleanup(self.endpoint.close)
+        self.down_url = "http://127.0.0.1:%d/down-token-%s" % (closed_port(), os.getpid())
+        for path, text in ((URL_FILE, self.endpoint.url), (SECRET_FILE, SECRET),
+                           (DOWN_FILE, self.down_url)):
+            result = self.inside(["sh", "-c", 'umask 077; printf "%s\\n" "$1" > "$0" && '
+                                  'chown root:spendcap "$0" && chmod 0640 "$0"', path, text])
+            self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_a_user_without_variables_runs_and_the_event_is_signed(self):
+        user = self.users[0]
+        out = os.path.join(self.tmp, user, "job.json")
+        # The job learns the secret on its stdin, so that no argv of the test's own holds it.
+        result = self.inside([self.bin, "run", "--team", "vision", "--", "python3", "-c", JOB,
+                              out, URL_FILE, SECRET_FILE], user=user, env=self.user_env(user),
+                             input=SECRET + "\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        # Signed, and verified with the spec's algorithm; a wrong key fails (negative control).
+        self.assertEqual(len(self.endpoint.requests), 1, result.stderr)
+        request = self.endpoint.requests[0]
+        self.assertEqual(json.loads(request["body"])["event"], "finished")
+        self.assertTrue(spec_verify(key_of(SECRET), headers_of(request), request["body"]))
+        self.assertFalse(spec_verify(b"not the key", headers_of(request), request["body"]))
+        # The user cannot read the files, and the secret is nowhere the user or the job sees.
+        for path in (URL_FILE, SECRET_FILE):
+            read = self.inside(["cat", path], user=user, env=self.user_env(user))
+            self.assertNotEqual(read.returncode, 0)
+            self.assertIn("Permission denied", read.stderr)
+        with open(out) as f:
+            job = json.load(f)
+        self.assertEqual(job["opened"], [])
+        self.assertNotIn(SECRET, job["environ"])
+        self.assertNotIn(self.endpoint.url, job["environ"])
+        self.assertEqual(job["found_in"], [])
+        for text in (result.stdout, result.stderr):
+            self.assertNotIn(SECRET, text)
+            self.assertNotIn(self.endpoint.url, text)
+            self.assertNotIn("down-token", text)
+        # The undeliverable webhook's event is in the outbox, named by its file only.
+        rows = json.loads(self.root_sql(
+            "SELECT json_group_array(json_object('destination', destination, 'secret',"
+            " secret_env)) FROM outbox"))
+        self.assertEqual(rows, [{"destination": "file:" + DOWN_FILE,
+                                 "secret": "file:" + SECRET_FILE}], result.stderr)
+        with open(self.ledger, "rb") as f:
+            ledger_bytes = f.read()
+        for wal in (self.ledger + "-wal",):
+            if os.path.exists(wal):
+                with open(wal, "rb") as f:
+                    ledger_bytes += f.read()
+        self.assertNotIn(SECRET.encode(), ledger_bytes)
+        self.assertNotIn(b"down-token", ledger_bytes)
+        # Nothing in the user's own files either.
+        for root, _, files in os.walk(os.path.join(self.tmp, user)):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    self.assertNotIn(SECRET.encode(), f.read(), name)
+
+    def test_a_secret_file_everyone_reads_is_refused(self):
+        self.inside(["chmod", "0644", SECRET_FILE])
+        result = self.spendcap(self.users[0], ["run", "--team", "vision", "--", "true"])
+        self.assertEqual(result.returncode, 125, result.stderr)
+        self.assertIn("everyone may read it", result.stderr)
+        self.assertNotIn(SECRET, result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
