@@ -1,30 +1,42 @@
 #!/bin/sh
-# Installs spendcap for a shared runner whose users cannot rewrite the ledger (README, "Shared
-# runner"). Idempotent; run as root:
+# Installs spendcap for a shared runner whose users do not trust each other (README, "Installing a
+# shared runner" and "Threat model"). Idempotent; run as root:
 #
-#   scripts/install-shared-runner.sh [--binary BUILT] [--bin PATH] [--ledger-dir DIR]
-#                                    [--policy-file LOCKED] [--group NAME] [POLICY]
-#                                    [--metrics-dir MDIR [--metrics-reader USER]]
+#   scripts/install-shared-runner.sh [--binary BUILT] [--bin PATH] [--runner PATH]
+#       [--ledger-dir DIR] [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
+#       [--metrics-dir MDIR [--metrics-reader USER]] [POLICY]
 #
-# It creates the group (default spendcap; users are NOT added to it), installs BUILT (default
-# build/spendcap) as PATH (default /usr/local/bin/spendcap) root:GROUP mode 2755, creates DIR
-# (default /var/lib/spendcap) root:GROUP 2770 and the ledger DIR/ledger.db root:GROUP 0660, and
-# writes POLICY (default policies/shared-runner.json) as the locked LOCKED (default
-# /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file; then applies the locked
-# budgets to the ledger. spendcap holds the group only while it opens the ledger.
+# It creates the group (default spendcap; users are NOT added to it) and the service user (default
+# spendcap, in that group, no login), installs BUILT (default build/spendcap) as the front PATH
+# (default /usr/local/bin/spendcap, root 0755: what users run) and as the runner PATH (default
+# /usr/local/lib/spendcap/spendcap-runner, setuid root, root:GROUP 4755), and names both in
+# /etc/spendcap/runner.json (root 0644). Runs then have their supervisor and guard under the
+# service user, out of the users' reach, and the job as the user (process/privileged_run.hpp).
+# It creates DIR (default /var/lib/spendcap) root:GROUP 2770 and the ledger DIR/ledger.db
+# root:GROUP 0660, writes POLICY (default policies/shared-runner.json) as the locked LOCKED
+# (default /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file, and applies
+# the locked budgets to the ledger.
 # With --metrics-dir, MDIR (node_exporter's textfile directory) is made root:GROUP 2770 and the
 # locked policy's "metrics_dir" names it: only spendcap's metrics writer (which keeps the group)
 # writes there, files 0660. --metrics-reader USER (node_exporter's user) gets read access through
 # an ACL (u:USER:rx on MDIR, default u:USER:r on its files), not through the group (the group
 # writes the ledger). Needs setfacl (Debian's acl).
+#
+# --setgid-only installs the older layout instead: PATH setgid GROUP (2755), no runner. It keeps
+# users from rewriting the ledger, but not from stopping their own run's enforcement (README,
+# "Threat model"); the tests use it as the negative control.
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 binary="$here/build/spendcap"
 bin=/usr/local/bin/spendcap
+runner=/usr/local/lib/spendcap/spendcap-runner
 ledger_dir=/var/lib/spendcap
 policy_file=/etc/spendcap/policy.json
+runner_config=/etc/spendcap/runner.json
 group=spendcap
+user=spendcap
+setgid_only=0
 policy="$here/policies/shared-runner.json"
 metrics_dir=""
 metrics_reader=""
@@ -33,12 +45,15 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
+    --runner) runner=$2; shift 2 ;;
     --ledger-dir) ledger_dir=$2; shift 2 ;;
     --policy-file) policy_file=$2; shift 2 ;;
     --group) group=$2; shift 2 ;;
+    --user) user=$2; shift 2 ;;
+    --setgid-only) setgid_only=1; shift ;;
     --metrics-dir) metrics_dir=$2; shift 2 ;;
     --metrics-reader) metrics_reader=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "install-shared-runner: unknown option $1" >&2; exit 2 ;;
     *) policy=$1; shift ;;
   esac
@@ -50,14 +65,44 @@ fi
 [ -x "$binary" ] || { echo "install-shared-runner: no built spendcap at $binary (build it first)" >&2; exit 1; }
 [ -r "$policy" ] || { echo "install-shared-runner: cannot read the policy $policy" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "install-shared-runner: needs python3 to write the policy" >&2; exit 1; }
+case "$runner" in /*) ;; *) echo "install-shared-runner: --runner must be an absolute path" >&2; exit 2 ;; esac
 
 getent group "$group" >/dev/null || groupadd --system "$group"
 
-# The binary: setgid, so that only its code opens the ledger with the group.
-install -d -m 0755 "$(dirname "$bin")"
-install -o root -g "$group" -m 2755 "$binary" "$bin.new"
-mv -f "$bin.new" "$bin"
-chmod 2755 "$bin"  # some filesystems clear setgid on rename; set it again
+# Installs BUILT as $1 with owner $2 and mode $3; a file already in place (the Debian package's)
+# only gets the owner and mode. Some filesystems clear set-id bits on rename: set them again.
+place() {
+  if [ "$(readlink -f "$binary")" != "$(readlink -f "$1")" ] && ! cmp -s "$binary" "$1"; then
+    install -d -m 0755 "$(dirname "$1")"
+    install -o root -g "$2" -m "$3" "$binary" "$1.new"
+    mv -f "$1.new" "$1"
+  fi
+  chown root:"$2" "$1"
+  chmod "$3" "$1"
+}
+
+install -d -o root -g root -m 0755 "$(dirname "$policy_file")" "$(dirname "$runner_config")"
+if [ "$setgid_only" = 1 ]; then
+  # The older layout: setgid, so that only its code opens the ledger with the group.
+  place "$bin" "$group" 2755
+  rm -f "$runner_config" "$runner"
+else
+  getent passwd "$user" >/dev/null ||
+    useradd --system --no-create-home --home-dir / --shell /usr/sbin/nologin --gid "$group" "$user"
+  [ "$(id -u "$user")" -ne 0 ] || { echo "install-shared-runner: the service user must not be root" >&2; exit 1; }
+  place "$bin" root 0755
+  place "$runner" "$group" 4755
+  python3 - "$runner" "$user" "$runner_config.new" <<'PY'
+import json, sys
+runner, user, out = sys.argv[1:]
+with open(out, "w") as f:
+    json.dump({"runner": runner, "user": user}, f, indent=2)
+    f.write("\n")
+PY
+  chown root:root "$runner_config.new"
+  chmod 0644 "$runner_config.new"
+  mv -f "$runner_config.new" "$runner_config"
+fi
 
 # The ledger: a directory only root and the group can enter, a file root owns.
 install -d -o root -g "$group" -m 2770 "$ledger_dir"
@@ -88,7 +133,6 @@ if [ -n "$metrics_dir" ]; then
 fi
 
 # The locked policy, naming that ledger; root-owned 0644 in a directory only root writes.
-install -d -o root -g root -m 0755 "$(dirname "$policy_file")"
 python3 - "$policy" "$ledger" "$policy_file.new" "$metrics_dir" <<'PY'
 import json, sys
 source, ledger, out, metrics_dir = sys.argv[1:]
@@ -111,4 +155,8 @@ mv -f "$policy_file.new" "$policy_file"
 for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
   [ -e "$file" ] && chown root:"$group" "$file" && chmod 0660 "$file"
 done
-echo "installed $bin (setgid $group), ledger $ledger, locked policy $policy_file"
+if [ "$setgid_only" = 1 ]; then
+  echo "installed $bin (setgid $group, no privileged runner), ledger $ledger, locked policy $policy_file"
+else
+  echo "installed $bin (front) and $runner (runner, setuid root; runs as $user), ledger $ledger, locked policy $policy_file"
+fi

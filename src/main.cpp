@@ -21,6 +21,7 @@
 #include "spendcap/cli/runs.hpp"
 #include "spendcap/cli/webhooks.hpp"
 #include "spendcap/process/launcher.hpp"
+#include "spendcap/process/privileged_run.hpp"
 
 namespace {
 
@@ -267,6 +268,9 @@ void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A shared-runner install: the front, the runner's keeper, or the runner's supervisor, already
+  // dropped to the service user (process/privileged_run.hpp).
+  if (std::optional<int> done = spendcap::enter_shared_runner(argc, argv)) return *done;
   // Installed setgid for a shared ledger: act as the caller until the ledger is opened
   // (cli/ledger_group.hpp).
   try {

@@ -1,4 +1,5 @@
 #include "spendcap/cli/run.hpp"
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/cli/report_commands.hpp"
 
 #include <fcntl.h>
@@ -34,6 +35,7 @@
 #include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/privileged_run.hpp"
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/metrics_part.hpp"
@@ -982,7 +984,7 @@ void check_status_file_path(const std::string& path) {
     throw Error(flag, directory + " is not a directory", "give a path in a directory");
   }
   // The file is written as a temporary file in the directory, then renamed over the path.
-  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
+  if (access_as_user(directory.c_str(), W_OK | X_OK) != 0) {
     throw Error(flag, "cannot write in " + directory + ": " + errno_text(errno),
                 "give a path in a directory you can write");
   }
@@ -1053,7 +1055,7 @@ void check_metrics_dir(const std::string& dir) {
   }
   if (!S_ISDIR(status.st_mode)) throw Error(flag, "is not a directory", "give a directory");
   // On the setgid install the runner's metrics writer checks it with the group (below).
-  if (!installed_setgid() && ::access(dir.c_str(), W_OK | X_OK) != 0) {
+  if (!installed_setgid() && access_as_user(dir.c_str(), W_OK | X_OK) != 0) {
     throw Error(flag, "cannot write in it: " + errno_text(errno), "give a directory you can write");
   }
 }
@@ -1067,7 +1069,9 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   block_stop_signals(true);
   for (int signal : kIgnoredBySupervisor) ::signal(signal, SIG_IGN);
   Reporter reporter(request.quiet, request.title, open_log(request));
-  Environment env = current_environment();
+  // Under the privileged runner: the front's environment (the job's), not the runner's own.
+  const RunnerRun* runner = runner_run();
+  Environment env = runner ? runner->environment : current_environment();
   refuse_redirecting_environment(env);
   TestSwitches switches = TestSwitches::from(env);
   RunSettings settings =
@@ -1138,7 +1142,9 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   // Everything the guard needs is decided before it is forked.
   std::optional<Cgroup> cgroup;
-  if (!switches.no_cgroup) {
+  if (runner) {
+    cgroup = runner->cgroup;  // made by the runner as root; the keeper removes it
+  } else if (!switches.no_cgroup) {
     std::string why_not;
     cgroup = Cgroup::create("spendcap-" + run_id, &why_not);
   }
@@ -1173,6 +1179,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
+  if (runner) {
+    plan.isolation += "; supervisor and guard run as " + runner->service_user +
+                      " (privileged runner: the user cannot signal, stop or ptrace them)";
+  }
   plan.ledger = ledger->url();
   plan.guards = make_guard_plan(request, settings, run_dir);
   RespawnLoopGuard respawn =

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/stop_rule.hpp"
@@ -262,7 +263,7 @@ RunRecord new_record(const RunStart& start, double now) {
   run.fingerprint = start.fingerprint;
   run.host = start.host;
   run.pid = start.pid;
-  run.uid = start.uid.value_or(static_cast<std::int64_t>(::getuid()));
+  run.uid = start.uid.value_or(static_cast<std::int64_t>(acting_uid()));
   run.mode = start.mode;
   run.rate_per_hour = start.rate_per_hour;
   run.pricing = start.pricing;

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/files.hpp"
 #include "spendcap/base/money.hpp"
@@ -138,7 +139,7 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
 SpoolReplayer SpoolReplayer::current() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-  return {static_cast<std::int64_t>(::getuid()), name};
+  return {static_cast<std::int64_t>(acting_uid()), name};
 }
 
 namespace {

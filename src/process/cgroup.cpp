@@ -26,10 +26,10 @@ bool write_file(const std::string& path, const char* text) {
 
 }  // namespace
 
-std::optional<std::string> own_cgroup_dir(std::string* why_not) {
-  auto fail = [&](std::string why) -> std::optional<std::string> {
+bool locate_cgroup_v2(std::string* mount_point_out, std::string* own_dir, std::string* why_not) {
+  auto fail = [&](std::string why) {
     if (why_not) *why_not = std::move(why);
-    return std::nullopt;
+    return false;
   };
   // The v2 hierarchy may be mounted alone (/sys/fs/cgroup) or beside v1 ("hybrid",
   // /sys/fs/cgroup/unified); mountinfo says where, and with which root.
@@ -56,8 +56,18 @@ std::optional<std::string> own_cgroup_dir(std::string* why_not) {
   }
   if (own.empty()) return fail("this process is in no cgroup v2 group");
   if (mount_root != "/" && own.rfind(mount_root, 0) == 0) own = own.substr(mount_root.size());
-  std::string dir = mount_point + (own == "/" ? "" : own);
-  if (::access(dir.c_str(), W_OK) != 0) return fail(dir + " is not writable: " + errno_text(errno));
+  *mount_point_out = mount_point;
+  *own_dir = mount_point + (own == "/" ? "" : own);
+  return true;
+}
+
+std::optional<std::string> own_cgroup_dir(std::string* why_not) {
+  std::string mount_point, dir;
+  if (!locate_cgroup_v2(&mount_point, &dir, why_not)) return std::nullopt;
+  if (::access(dir.c_str(), W_OK) != 0) {
+    if (why_not) *why_not = dir + " is not writable: " + errno_text(errno);
+    return std::nullopt;
+  }
   return dir;
 }
 
@@ -120,6 +130,7 @@ bool Cgroup::holds(pid_t pid) const {
 }
 
 bool Cgroup::kill() const {
+  if (kill_fd_ >= 0) return ::pwrite(kill_fd_, "1", 1, 0) == 1;
   return write_file(path_ + "/cgroup.kill", "1");
 }
 

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/exit_code.hpp"
 
@@ -69,6 +70,10 @@ struct ExecSetup {
     // The guard ignores SIGTTOU, and this child still does: tcsetpgrp from a background group
     // would otherwise stop it.
     if (spec->take_terminal) ::tcsetpgrp(STDIN_FILENO, ::getpid());
+    // Before PDEATHSIG: a change of credentials clears it.
+    if (spec->run_as && !become_caller(*spec->run_as)) {
+      return bp::error_code(errno ? errno : EPERM, bp::system_category());
+    }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The guard may have died between fork and prctl: then PDEATHSIG will never fire.
     if (::getppid() != guard_pid) ::_exit(to_int(ExitCode::internal));
@@ -198,7 +203,9 @@ Launched launch_command(const LaunchSpec& spec) {
   }
 
   // The child joins the cgroup by clone3; this fd is its way in where the kernel refuses that.
-  if (cgroup_dir_fd >= 0) {
+  if (spec.cgroup_procs_fd >= 0) {
+    cgroup_procs_fd = spec.cgroup_procs_fd;
+  } else if (cgroup_dir_fd >= 0) {
     cgroup_procs_fd = ::open((spec.cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
   }
   ExecSetup setup{&spec, ::getpid(), cgroup_procs_fd};
@@ -214,7 +221,7 @@ Launched launch_command(const LaunchSpec& spec) {
     process.detach();  // the guard reaps; the destructor would SIGKILL an undetached process
   }
   if (cgroup_dir_fd >= 0) ::close(cgroup_dir_fd);
-  if (cgroup_procs_fd >= 0) ::close(cgroup_procs_fd);
+  if (cgroup_procs_fd >= 0 && cgroup_procs_fd != spec.cgroup_procs_fd) ::close(cgroup_procs_fd);
   return launched;
 }
 
@@ -229,7 +236,7 @@ std::string resolve_executable(const std::string& name, const std::string& path_
       *err = EISDIR;
       return false;
     }
-    if (::access(path.c_str(), X_OK) != 0) {
+    if (access_as_user(path.c_str(), X_OK) != 0) {
       *err = errno;
       return false;
     }

@@ -9,14 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <linux/capability.h>
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/credentials.hpp"
 #include "spendcap/process/escalation.hpp"
 #include "spendcap/process/pid_namespace.hpp"
 #include "spendcap/process/process_tree.hpp"
@@ -136,9 +139,11 @@ int poll_timeout(std::optional<TimePoint> wake) {
 }
 
 [[noreturn]] void guard_main(const LaunchSpec& spec, const Cgroup* cgroup,
-                             const GuardOptions& options, int control_fd, int events_fd) {
+                             const GuardOptions& options, int control_fd, int events_fd,
+                             const std::vector<int>& own_fds = {}) {
   std::vector<int> keep = spec.inherited.fds;
   keep.insert(keep.end(), {0, 1, 2, control_fd, events_fd});
+  keep.insert(keep.end(), own_fds.begin(), own_fds.end());
   close_all_but(keep);
   if (options.subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   for (int signal : kGuardIgnoredSignals) ::signal(signal, SIG_IGN);
@@ -164,6 +169,8 @@ int poll_timeout(std::optional<TimePoint> wake) {
     ::_exit(EXIT_SUCCESS);
   }
   send(events_fd, GuardEventKind::launched, launched.pid, 0, false);
+  // The runner's guard: CAP_SETUID and CAP_SETGID were for the launch only. Fails closed.
+  if (spec.run_as && !lower_capabilities(cap_bit(CAP_KILL))) ::kill(launched.pid, SIGKILL);
   if (launched.exec_errno) {
     send(events_fd, GuardEventKind::launch_failed, launched.pid, launched.exec_errno, false);
   }
@@ -199,12 +206,174 @@ int poll_timeout(std::optional<TimePoint> wake) {
   }
 }
 
+// ---- the privileged runner's guard, forked early ----
+
+// The one guard prefork_guard made, until start_guard hands it its spec.
+struct Preforked {
+  bool active = false;
+  pid_t pid = -1;
+  int spec_fd = -1;
+  int events_fd = -1;
+  int control_fd = -1;
+};
+Preforked preforked;
+
+// The spec as length-prefixed fields: what the supervisor decides (command, environment,
+// terminal, timings, run directory), nothing the guard takes on trust beyond running it as the
+// caller.
+constexpr size_t kMaxSpecBytes = size_t{64} << 20;
+
+void put(std::string& out, const std::string& field) {
+  auto size = static_cast<std::uint32_t>(field.size());
+  out.append(reinterpret_cast<const char*>(&size), sizeof size);
+  out += field;
+}
+
+std::string encode_spec(const LaunchSpec& spec, const GuardOptions& options) {
+  std::string out;
+  put(out, spec.executable);
+  put(out, spec.take_terminal ? "1" : "0");
+  put(out, options.subreaper ? "1" : "0");
+  put(out, std::to_string(options.stale_after.count()));
+  put(out, std::to_string(options.orphan_kill_after.count()));
+  put(out, options.run_dir);
+  put(out, std::to_string(spec.argv.size()));
+  for (const std::string& arg : spec.argv) put(out, arg);
+  put(out, std::to_string(spec.env.size()));
+  for (const std::string& entry : spec.env) put(out, entry);
+  return out;
+}
+
+struct Reader {
+  const std::string& in;
+  size_t at = 0;
+  bool ok = true;
+  std::string next() {
+    std::uint32_t size = 0;
+    if (!ok || in.size() - at < sizeof size) return ok = false, std::string();
+    std::memcpy(&size, in.data() + at, sizeof size);
+    at += sizeof size;
+    if (in.size() - at < size) return ok = false, std::string();
+    std::string field = in.substr(at, size);
+    at += size;
+    return field;
+  }
+  long long number() {
+    std::string text = next();
+    char* end = nullptr;
+    long long value = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < 0) ok = false;
+    return value;
+  }
+};
+
+bool decode_spec(const std::string& in, LaunchSpec* spec, GuardOptions* options) {
+  Reader r{in};
+  spec->executable = r.next();
+  spec->take_terminal = r.next() == "1";
+  options->subreaper = r.next() == "1";
+  options->stale_after = Nanos(r.number());
+  options->orphan_kill_after = Nanos(r.number());
+  options->run_dir = r.next();
+  long long argc = r.number();
+  for (long long i = 0; r.ok && i < argc; ++i) spec->argv.push_back(r.next());
+  long long envc = r.number();
+  for (long long i = 0; r.ok && i < envc; ++i) spec->env.push_back(r.next());
+  return r.ok && r.at == in.size() && !spec->argv.empty() && !spec->executable.empty();
+}
+
+bool read_all(int fd, std::string* out) {
+  char buffer[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out->append(buffer, static_cast<size_t>(n));
+    if (out->size() > kMaxSpecBytes) return false;
+  }
+}
+
+[[noreturn]] void preforked_guard_main(const PreforkedGuard& setup, int spec_fd, int control_fd,
+                                       int events_fd) {
+  try {
+    switch_to_service(setup.caller, setup.service_uid, setup.service_gid,
+                      cap_bit(CAP_KILL) | cap_bit(CAP_SETUID) | cap_bit(CAP_SETGID));
+  } catch (...) {
+    ::_exit(to_int(ExitCode::internal));
+  }
+  std::string message;
+  // EOF before any byte: the supervisor ended the run before its launch (refused, failed).
+  if (!read_all(spec_fd, &message) || message.empty()) ::_exit(0);
+  ::close(spec_fd);
+  LaunchSpec spec;
+  GuardOptions options;
+  if (!decode_spec(message, &spec, &options)) ::_exit(to_int(ExitCode::internal));
+  spec.inherited = setup.inherited;
+  spec.cgroup_dir = setup.cgroup_dir;
+  spec.cgroup_procs_fd = setup.cgroup_procs_fd;
+  spec.run_as = &setup.caller;
+  Cgroup cgroup(setup.cgroup_dir, setup.cgroup_kill_fd);
+  guard_main(spec, &cgroup, options, control_fd, events_fd,
+             {setup.cgroup_procs_fd, setup.cgroup_kill_fd});
+}
+
 }  // namespace
+
+void prefork_guard(const PreforkedGuard& setup) {
+  if (int threads = count_threads(); threads > 1) {
+    throw Error("guard", "the runner already runs " + std::to_string(threads) + " threads",
+                "the guard must be forked before any thread starts (a bug in spendcap)");
+  }
+  int spec[2], control[2], events[2];
+  if (::pipe2(spec, O_CLOEXEC) != 0 || ::pipe2(control, O_CLOEXEC) != 0 ||
+      ::pipe2(events, O_CLOEXEC) != 0) {
+    throw Error("guard", "pipe: " + errno_text(errno));
+  }
+  std::string why_not;
+  pid_t pid = fork_into_pid_namespace(&why_not);
+  if (pid < 0) {
+    throw Error("privileged runner", "cannot make the run's PID namespace: " + why_not,
+                "the runner must be setuid root (scripts/install-shared-runner.sh)");
+  }
+  if (pid == 0) {
+    ::close(spec[1]);
+    ::close(control[1]);
+    ::close(events[0]);
+    preforked_guard_main(setup, spec[0], control[0], events[1]);
+  }
+  ::close(spec[0]);
+  ::close(control[0]);
+  ::close(events[1]);
+  preforked = Preforked{true, pid, spec[1], events[0], control[1]};
+}
 
 GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const GuardOptions& options) {
   if (int threads = count_threads(); threads > 1) {
     throw Error("guard", "spendcap already runs " + std::to_string(threads) + " threads",
                 "the guard must be forked before any thread starts (a bug in spendcap)");
+  }
+  if (preforked.active) {
+    preforked.active = false;
+    std::string message = encode_spec(spec, options);
+    for (size_t at = 0; at < message.size();) {
+      ssize_t n = ::write(preforked.spec_fd, message.data() + at, message.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        throw Error("guard", "the runner's guard is gone: " + errno_text(errno),
+                    "see the runner's install (scripts/install-shared-runner.sh)");
+      }
+      at += static_cast<size_t>(n);
+    }
+    ::close(preforked.spec_fd);
+    GuardHandle handle;
+    handle.pid = preforked.pid;
+    handle.isolated = true;
+    handle.events_fd = preforked.events_fd;
+    handle.control_fd = preforked.control_fd;
+    ::fcntl(handle.events_fd, F_SETFL, O_NONBLOCK);
+    ::fcntl(handle.control_fd, F_SETFL, O_NONBLOCK);
+    return handle;
   }
   int control[2], events[2];
   if (::pipe2(control, O_CLOEXEC) != 0) throw Error("guard", "pipe: " + errno_text(errno));

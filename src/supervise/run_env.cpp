@@ -1,4 +1,6 @@
 #include "spendcap/supervise/run_env.hpp"
+
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/base/text.hpp"
 
 #include <pwd.h>
@@ -22,7 +24,7 @@ std::string host_name() {
 }
 
 std::string user_name() {
-  uid_t uid = ::getuid();
+  uid_t uid = acting_uid();  // the caller, also under the privileged runner
   if (passwd* entry = ::getpwuid(uid)) return entry->pw_name;
   return std::to_string(uid);
 }

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/ledger/async_ledger.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/kill_path.hpp"
@@ -742,7 +743,7 @@ class Supervisor::Impl {
   }
 
   bool checkpoint_written() {
-    if (::access(plan_.checkpoint_done_path.c_str(), F_OK) != 0) return false;
+    if (access_as_user(plan_.checkpoint_done_path.c_str(), F_OK) != 0) return false;
     if (kill_path_.checkpoint_done()) inotify_->close();
     return true;
   }

@@ -24,6 +24,7 @@ INSTALLED = [
     "usr/share/doc/spendcap/policies/policy.schema.json",
     "usr/share/doc/spendcap/policies/README.md",
     "usr/share/spendcap/install-shared-runner.sh",
+    "usr/lib/spendcap/spendcap-runner",
 ]
 
 

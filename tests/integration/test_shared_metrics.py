@@ -69,7 +69,7 @@ class SharedMetricsTest(SharedRunnerSetup):
     def test_two_users_keep_the_team_file_right_and_only_the_reader_reads_it(self):
         info = os.stat(self.mdir)
         self.assertEqual(oct(info.st_mode & 0o7777), oct(0o2770))
-        self.assertEqual(info.st_gid, os.stat(self.bin).st_gid)
+        self.assertEqual(info.st_gid, os.stat(self.ledger_dir).st_gid)
         spends = []
         for user in self.users:
             spend, result = self.run_as(user)

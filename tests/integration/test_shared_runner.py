@@ -1,8 +1,10 @@
-"""The setgid shared runner (issue 7, item 2): scripts/install-shared-runner.sh installs spendcap
-setgid `spendcap` with a ledger directory root:spendcap 2770 and a locked policy naming it; two real
-users who are not in the group run jobs within the team budget, yet neither they (sqlite3), nor
-their jobs, nor `budgets apply`, nor `stop --clear` on the other's order can rewrite the ledger,
-and a budget row raised in the ledger does not raise the amount in force.
+"""The shared runner (issue 7, item 2; issue 19, item 1): scripts/install-shared-runner.sh installs
+the front (plain 0755) and the setuid runner, the service user `spendcap`, a ledger directory
+root:spendcap 2770 and a locked policy naming it; two real users who are not in the group run jobs
+within the team budget, yet neither they (sqlite3), nor their jobs, nor `budgets apply`, nor
+`stop --clear` on the other's order can rewrite the ledger, and a budget row raised in the ledger
+does not raise the amount in force. (test_shared_runner_attacks.py: what the privileged runner
+adds, against the setgid-only layout as the negative control.)
 
 Needs root, useradd, sqlite3, setpriv, nsenter and mount namespaces: /etc is overlaid in a private
 mount namespace (held by one process, entered with nsenter), so the group and the locked policy
@@ -79,13 +81,15 @@ with open(out, "w") as f:
 class SharedRunnerSetup(unittest.TestCase):
     """The runner without tests (test_user_view_admin reuses it with its own locked policy)."""
     locked_policy = LOCKED
+    setgid_only = False  # the older layout (install-shared-runner.sh --setgid-only)
+    user_count = 2
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="spendcap-shared-")
         os.chmod(self.tmp, 0o755)
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.users = []
-        for _ in range(2):
+        for _ in range(self.user_count):
             name = "sc" + uuid.uuid4().hex[:10]
             subprocess.run(["useradd", "--no-create-home", "--user-group", name], check=True)
             self.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
@@ -111,15 +115,24 @@ class SharedRunnerSetup(unittest.TestCase):
         self.assertIsNone(self.holder.poll(), "the /etc overlay could not be mounted")
 
         self.bin = os.path.join(self.tmp, "bin", "spendcap")
+        self.runner = os.path.join(self.tmp, "lib", "spendcap-runner")
         self.ledger_dir = os.path.join(self.tmp, "ledger")
         self.ledger = os.path.join(self.ledger_dir, "ledger.db")
         policy = os.path.join(self.tmp, "runner.json")
         with open(policy, "w") as f:
             json.dump(self.locked_policy, f)
-        for _ in range(2):  # idempotent
+        for attempt in range(6):  # idempotent; twice, and again if another useradd held the lock
+            if attempt >= 2:
+                wait_until(lambda: not os.path.exists("/etc/passwd.lock"), 30,
+                           what="another useradd's lock on /etc/passwd")
             result = self.inside(["sh", INSTALL, "--binary", SPENDCAP, "--bin", self.bin,
-                                  "--ledger-dir", self.ledger_dir, policy])
+                                  "--runner", self.runner, "--ledger-dir", self.ledger_dir] +
+                                 (["--setgid-only"] if self.setgid_only else []) + [policy])
+            if result.returncode != 0 and "lock" in result.stderr and attempt < 5:
+                continue
             self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
+            if attempt >= 1:
+                break
 
     def inside(self, argv, user=None, env=None, input=None):
         if env is None:  # the setgid binary refuses variables that would redirect it (tests' own)
@@ -155,14 +168,21 @@ class SharedRunnerSetup(unittest.TestCase):
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
 class SharedRunnerTest(SharedRunnerSetup):
     def test_the_install(self):
-        info = os.stat(self.bin)
-        self.assertEqual(oct(info.st_mode & 0o7777), oct(0o2755))
+        front = os.stat(self.bin)
+        self.assertEqual((oct(front.st_mode & 0o7777), front.st_uid), (oct(0o755), 0))
+        info = os.stat(self.runner)
+        self.assertEqual(oct(info.st_mode & 0o7777), oct(0o4755))
         self.assertEqual(info.st_uid, 0)
+        config = self.inside(["cat", "/etc/spendcap/runner.json"])
+        self.assertEqual(json.loads(config.stdout), {"runner": self.runner, "user": "spendcap"})
+        service = self.inside(["id", "-u", "spendcap"])
+        self.assertEqual(service.returncode, 0, service.stderr)
+        self.assertNotEqual(service.stdout.strip(), "0")
         directory = os.stat(self.ledger_dir)
         self.assertEqual(oct(directory.st_mode & 0o7777), oct(0o2770))
         ledger = os.stat(self.ledger)
         self.assertEqual((ledger.st_uid, oct(ledger.st_mode & 0o777)), (0, oct(0o660)))
-        self.assertEqual(ledger.st_gid, info.st_gid, "the ledger's group is the binary's")
+        self.assertEqual(ledger.st_gid, info.st_gid, "the ledger's group is the runner's")
         self.assertEqual(directory.st_gid, info.st_gid)
         group = self.inside(["getent", "group", str(info.st_gid)]).stdout
         self.assertTrue(group.startswith("spendcap:"), group)
@@ -179,7 +199,7 @@ class SharedRunnerTest(SharedRunnerSetup):
                 report = json.load(f)
             self.assertEqual(report["opened_rw"], [], "the job opened the ledger for writing")
             self.assertEqual(len(set(report["resgid"])), 1, "the job holds no other group")
-            self.assertNotEqual(report["resgid"][0], os.stat(self.bin).st_gid)
+            self.assertNotEqual(report["resgid"][0], os.stat(self.runner).st_gid)
             # sqlite3 as the user: the directory keeps it out.
             sql = self.inside(["sqlite3", self.ledger,
                                "UPDATE budgets SET amount_micros = amount_micros * 10"],

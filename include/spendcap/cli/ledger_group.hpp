@@ -16,6 +16,10 @@
 // refuses the test and redirect variables, and a locked /etc/spendcap/policy.json must name the
 // ledger (a --ledger other than its ledger is refused by the policy layering).
 //
+// The syscalls themselves are process/credentials.hpp's (start_groups, set_aside_group,
+// raise_group, drop_group_for_good). Under the privileged runner (process/privileged_run.hpp) the
+// supervisor starts with the same gids (real the caller's, effective and saved the ledger's), so
+// everything here works there unchanged.
 // Process-wide credentials: call from the main thread before any thread is started.
 #pragma once
 

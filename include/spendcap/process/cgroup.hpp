@@ -21,6 +21,9 @@ class Cgroup {
 
   // An existing cgroup directory (tests).
   explicit Cgroup(std::string path) : path_(std::move(path)) {}
+  // One the privileged runner made, with its cgroup.kill opened there: write permission on a
+  // cgroup file is checked at open, so the dropped supervisor and guard can still kill the tree.
+  Cgroup(std::string path, int kill_fd) : path_(std::move(path)), kill_fd_(kill_fd) {}
 
   const std::string& path() const { return path_; }
   std::string procs_file() const { return path_ + "/cgroup.procs"; }
@@ -36,9 +39,14 @@ class Cgroup {
 
  private:
   std::string path_;
+  int kill_fd_ = -1;
 };
 
 // The writable cgroup v2 directory this process is in, or nullopt (with the reason).
 std::optional<std::string> own_cgroup_dir(std::string* why_not);
+
+// Where the cgroup v2 hierarchy is mounted and the directory of this process's cgroup in it,
+// writable or not. False (with the reason) when there is none.
+bool locate_cgroup_v2(std::string* mount_point, std::string* own_dir, std::string* why_not);
 
 }  // namespace spendcap

@@ -8,6 +8,9 @@
 //   4. the run's cgroup: the child is created in it (clone3 with CLONE_INTO_CGROUP), or on older
 //      kernels writes "0" to its cgroup.procs before the command can fork;
 //   5. the signal mask and dispositions spendcap inherited (SIG_IGN from nohup stays ignored).
+// Under the privileged runner (LaunchSpec::run_as) the child first becomes the caller (groups,
+// gids, uids, no capabilities: credentials.hpp), and only then arms PDEATHSIG, which a change of
+// credentials clears; it joins the cgroup through the runner's cgroup.procs (open-time rights).
 // The launcher is Boost's default one with the fork made a clone3 into the cgroup (launcher.cpp
 // says why). Then detach(): the guard is the one reaper, so the process object's wait()/running()
 // are never called. Every fd spendcap inherited stays open in the job (make's jobserver, Slurm's
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "spendcap/base/exit_code.hpp"
+#include "spendcap/process/credentials.hpp"
 
 namespace spendcap {
 
@@ -43,6 +47,10 @@ struct LaunchSpec {
   Inherited inherited;
   std::string cgroup_dir;  // the run's cgroup, or "" without one
   bool take_terminal = false;
+  // The privileged runner's guard only: whom the command runs as, and the run's cgroup.procs
+  // opened by the runner (not owned by the spec; -1: open cgroup_dir's).
+  const Identity* run_as = nullptr;
+  int cgroup_procs_fd = -1;
 };
 
 struct Launched {

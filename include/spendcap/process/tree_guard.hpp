@@ -109,6 +109,23 @@ struct GuardHandle {
 // made, the guard is forked without one and GuardHandle::why_not_isolated says why.
 GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const GuardOptions& options);
 
+// The privileged runner's guard (process/privileged_run.hpp). Forked by the runner while it is
+// still root, into its own PID and mount namespaces, it becomes the service user at once
+// (credentials.hpp), keeping CAP_KILL, and CAP_SETUID and CAP_SETGID until the launch, and waits;
+// start_guard then sends it the spec over a pipe instead of forking. Whom the command runs as,
+// the fds it inherits and the run's cgroup are fixed here, from the runner, never taken from the
+// spec the supervisor sends. Throws Error; call as root, single-threaded.
+struct PreforkedGuard {
+  Identity caller;
+  uid_t service_uid = 0;
+  gid_t service_gid = 0;
+  std::string cgroup_dir;
+  int cgroup_procs_fd = -1;  // opened by the runner (root)
+  int cgroup_kill_fd = -1;   // opened by the runner (root)
+  Inherited inherited;
+};
+void prefork_guard(const PreforkedGuard& setup);
+
 // Writes one order to the guard's control pipe (non-blocking; a full pipe or a gone guard drops
 // it: the guard acts on the last deadline it read). Never throws.
 void send_guard_order(int control_fd, GuardOrderKind kind, std::int64_t value) noexcept;

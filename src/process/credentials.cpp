@@ -1,0 +1,198 @@
+#include "spendcap/process/credentials.hpp"
+
+#include <grp.h>
+#include <linux/capability.h>
+#include <sys/fsuid.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "spendcap/base/error.hpp"
+
+namespace spendcap {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& install, const std::string& what) {
+  throw Error(install, what + ": " + errno_text(errno),
+              "check the install (scripts/install-shared-runner.sh)");
+}
+
+bool set_capabilities(std::uint64_t permitted, std::uint64_t effective) noexcept {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  data[0].permitted = static_cast<std::uint32_t>(permitted);
+  data[1].permitted = static_cast<std::uint32_t>(permitted >> 32);
+  data[0].effective = static_cast<std::uint32_t>(effective);
+  data[1].effective = static_cast<std::uint32_t>(effective >> 32);
+  return ::syscall(SYS_capset, &header, data) == 0;
+}
+
+bool get_capabilities(std::uint64_t* permitted, std::uint64_t* effective,
+                      std::uint64_t* inheritable) noexcept {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  *permitted = data[0].permitted | (std::uint64_t{data[1].permitted} << 32);
+  *effective = data[0].effective | (std::uint64_t{data[1].effective} << 32);
+  *inheritable = data[0].inheritable | (std::uint64_t{data[1].inheritable} << 32);
+  return true;
+}
+
+bool ids_are(uid_t ruid, uid_t euid, uid_t suid, gid_t rgid, gid_t egid, gid_t sgid) noexcept {
+  uid_t r = 0, e = 0, s = 0;
+  gid_t gr = 0, ge = 0, gs = 0;
+  return ::getresuid(&r, &e, &s) == 0 && ::getresgid(&gr, &ge, &gs) == 0 && r == ruid &&
+         e == euid && s == suid && gr == rgid && ge == egid && gs == sgid;
+}
+
+}  // namespace
+
+// ---- the setgid ledger group ----
+
+const StartGroups& start_groups() {
+  static StartGroups groups = [] {
+    StartGroups g;
+    g.real = ::getgid();
+    g.ledger = ::getegid();
+    return g;
+  }();
+  return groups;
+}
+
+void set_aside_group() {
+  if (::setegid(start_groups().real) != 0) fail("setgid install", "cannot set the group aside");
+}
+
+void raise_group() {
+  if (::setegid(start_groups().ledger) != 0) {
+    fail("setgid install", "cannot raise the group to open the ledger");
+  }
+}
+
+// Root may regain any group (it has CAP_SETGID), so the "no way back" check is for everyone else.
+void drop_group_for_good() {
+  const StartGroups& g = start_groups();
+  if (::setresgid(g.real, g.real, g.real) != 0) fail("setgid install", "cannot drop the group");
+  gid_t real = 0, effective = 0, saved = 0;
+  if (::getresgid(&real, &effective, &saved) != 0 || real != g.real || effective != g.real ||
+      saved != g.real) {
+    fail("setgid install", "the group was not dropped");
+  }
+  if (::geteuid() != 0 && !(effective_capabilities() & cap_bit(CAP_SETGID)) &&
+      ::setegid(g.ledger) == 0) {
+    errno = EPERM;
+    fail("setgid install", "the group could be regained after the drop");
+  }
+}
+
+// ---- the privileged runner ----
+
+Identity caller_identity() {
+  Identity caller;
+  caller.uid = ::getuid();
+  caller.gid = ::getgid();
+  int count = ::getgroups(0, nullptr);
+  if (count > 0) {
+    caller.groups.resize(static_cast<size_t>(count));
+    count = ::getgroups(count, caller.groups.data());
+    caller.groups.resize(count > 0 ? static_cast<size_t>(count) : 0);
+  }
+  return caller;
+}
+
+std::uint64_t effective_capabilities() noexcept {
+  std::uint64_t permitted = 0, effective = 0, inheritable = 0;
+  if (!get_capabilities(&permitted, &effective, &inheritable)) return ~std::uint64_t{0};
+  return effective;
+}
+
+bool lower_capabilities(std::uint64_t keep) noexcept {
+  if (!set_capabilities(keep, keep)) return false;
+  std::uint64_t permitted = 0, effective = 0, inheritable = 0;
+  if (!get_capabilities(&permitted, &effective, &inheritable) || permitted != keep ||
+      effective != keep || inheritable != 0) {
+    errno = EPERM;
+    return false;
+  }
+  return true;
+}
+
+void switch_to_service(const Identity& caller, uid_t service_uid, gid_t service_gid,
+                       std::uint64_t keep) {
+  const char* what = "privileged runner";
+  if (::geteuid() != 0) {
+    errno = EPERM;
+    fail(what, "the runner is not running as root (is it installed setuid root?)");
+  }
+  if (service_uid == 0 || service_uid == caller.uid) {
+    errno = EINVAL;
+    fail(what, "the service user must be neither root nor the caller");
+  }
+  // KEEPCAPS: the permitted set survives the uid change below; it is cleared again by exec.
+  if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) fail(what, "PR_SET_KEEPCAPS");
+  if (::setgroups(caller.groups.size(), caller.groups.data()) != 0) fail(what, "setgroups");
+  if (::setresgid(caller.gid, service_gid, service_gid) != 0) fail(what, "setresgid");
+  if (::setresuid(service_uid, service_uid, service_uid) != 0) fail(what, "setresuid");
+  // The filesystem uid needs CAP_SETUID once more, then only `keep` is left.
+  std::uint64_t with_setuid = keep | cap_bit(CAP_SETUID);
+  if (!set_capabilities(with_setuid, with_setuid)) fail(what, "capset");
+  ::setfsuid(caller.uid);
+  if (::prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) fail(what, "PR_SET_KEEPCAPS");
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+    fail(what, "clearing the ambient capabilities");
+  }
+  if (!lower_capabilities(keep)) fail(what, "lowering the capabilities");
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
+
+  // Re-read everything; any difference fails closed.
+  errno = EPERM;
+  if (!ids_are(service_uid, service_uid, service_uid, caller.gid, service_gid, service_gid)) {
+    fail(what, "the ids are not the service user's after the switch");
+  }
+  if (static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) != caller.uid) {
+    fail(what, "the filesystem uid is not the caller's");
+  }
+  if (::getgroups(0, nullptr) != static_cast<int>(caller.groups.size())) {
+    fail(what, "the supplementary groups are not the caller's");
+  }
+  if (!(keep & cap_bit(CAP_SETUID)) && ::setuid(0) == 0) {
+    fail(what, "root could be regained after the switch");
+  }
+}
+
+void reduce_to_setgid(const Identity& caller, gid_t ledger_gid) {
+  const char* what = "privileged runner";
+  if (::setresgid(caller.gid, ledger_gid, ledger_gid) != 0) fail(what, "setresgid");
+  if (::setresuid(caller.uid, caller.uid, caller.uid) != 0) fail(what, "setresuid");
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
+  errno = EPERM;
+  if (!ids_are(caller.uid, caller.uid, caller.uid, caller.gid, ledger_gid, ledger_gid)) {
+    fail(what, "the ids are not the caller's after the switch");
+  }
+  if (caller.uid != 0 && (effective_capabilities() != 0 || ::setuid(0) == 0)) {
+    fail(what, "root could be regained after the switch");
+  }
+}
+
+bool become_caller(const Identity& caller) noexcept {
+  if (::setgroups(caller.groups.size(), caller.groups.data()) != 0) return false;
+  if (::setresgid(caller.gid, caller.gid, caller.gid) != 0) return false;
+  if (::setresuid(caller.uid, caller.uid, caller.uid) != 0) return false;
+  // A change between two non-root uids keeps the capabilities: drop them all explicitly.
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (!set_capabilities(0, 0)) return false;
+  std::uint64_t permitted = 0, effective = 0, inheritable = 0;
+  if (!get_capabilities(&permitted, &effective, &inheritable) || permitted || effective ||
+      !ids_are(caller.uid, caller.uid, caller.uid, caller.gid, caller.gid, caller.gid) ||
+      static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) != caller.uid) {
+    errno = EPERM;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace spendcap
