@@ -375,7 +375,8 @@ BEGIN
 END $$;
 
 -- Stop orders, accepted results and lost runs' events: who may (issue 19).
-)sql" + access_routines() +
+)sql" + grant_routines() +
+         access_routines() +
          R"sql(
 -- The webhook outbox: each login role sees, stores, retries and deletes only its own entries; the
 -- ledger's owner all of them.
