@@ -83,9 +83,9 @@ _spendcap() {
     runs) options="--since --until --team --experiment --user --status --limit --json --format
                    $ledger" ;;
     accept) options="--note $ledger" ;;
-    report) options="--by --since --until --team --experiment --format --baseline --metric
+    report) options="--by --since --until --team --experiment --format --csv-raw --baseline --metric
                      --metric-goal $ledger" ;;
-    estimate) options="--step-time --steps --params --tokens --peak-tflops --mfu --rate --gpu --gpus
+    estimate) options="--step-time --steps --gpu-hours --params --tokens --peak-tflops --mfu --rate --gpu --gpus
                        --instance --instances --pricing --interruptions-per-100h
                        --lost-per-interruption --team --experiment --compare --bytes-per-param
                        --activations-gb --serving --price-per-hour --rps --utilisation

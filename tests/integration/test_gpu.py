@@ -187,7 +187,7 @@ class GpuTest(GpuRunner):
         self.assertIn("GPU: not measured (no NVML library", shown.stdout)
         missing = self.run_spendcap(["show", "no-such-run"])
         self.assertEqual(missing.returncode, 125)
-        self.assertIn("run no-such-run", missing.stderr)
+        self.assertIn("show no-such-run: no such run", missing.stderr)
 
     def test_without_nvml_the_run_works_and_says_not_measured(self):
         result, status = self.gpu_run([], 0.2, library=self.path("no-such-libnvidia-ml.so.1"))
