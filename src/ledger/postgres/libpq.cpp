@@ -47,7 +47,11 @@ Loaded load() {
 }  // namespace
 
 const Api& api() {
-  static const Loaded loaded = load();
+  // Never unloaded: the async ledger's worker is detached when it is stuck retrying an unreachable
+  // server (async_ledger.cpp), and it may still be inside libpq when the process exits. A static
+  // object's destructor would dlclose libpq under it (a SIGSEGV in exit, seen once with the server
+  // halted); the kernel reclaims the mapping at exit anyway.
+  static const Loaded& loaded = *new Loaded(load());
   return loaded.api;
 }
 
