@@ -137,6 +137,12 @@ class SpendcapTest(unittest.TestCase):
         env.update(extra or {})
         return env
 
+    def run_ok(self, args, code=0):
+        """run_spendcap, asserting its exit status (0 unless `code`)."""
+        result = self.run_spendcap(args)
+        self.assertEqual(result.returncode, code, result.stderr)
+        return result
+
     def run_spendcap(self, args, extra_env=None, timeout=120):
         """Runs `spendcap ARGS` to its end; returns a CompletedProcess with text stdout/stderr.
         Output goes through files, not pipes: a process that escaped the tree (the negative

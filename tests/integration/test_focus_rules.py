@@ -135,11 +135,6 @@ class FocusRulesTest(LedgerTest):
         super().setUp()
         self.write_policy(POLICY)
 
-    def run_ok(self, args, code=0):
-        result = self.run_spendcap(args)
-        self.assertEqual(result.returncode, code, result.stderr)
-        return result
-
     def seed(self):
         """One run of each pricing; returns {name: run id}."""
         runs = {

@@ -124,11 +124,6 @@ class ReportTest(LedgerTest):
         super().setUp()
         self.write_policy(POLICY)
 
-    def run_ok(self, args, code=0):
-        result = self.run_spendcap(args)
-        self.assertEqual(result.returncode, code, result.stderr)
-        return result
-
     def seed(self):
         base = ["run", "--rate", "36"]
         self.run_ok(base + ["--team", "vision", "--experiment", "resnet", "--budget", "1",

@@ -106,11 +106,6 @@ class HtmlShowbackTest(LedgerTest):
         super().setUp()
         self.write_policy(POLICY)
 
-    def run_ok(self, args, code=0):
-        result = self.run_spendcap(args)
-        self.assertEqual(result.returncode, code, result.stderr)
-        return result
-
     def chromium(self, *args):
         profile = self.path("chromium-profile")
         os.makedirs(profile, exist_ok=True)
