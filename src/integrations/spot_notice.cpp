@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <system_error>
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
@@ -61,7 +62,13 @@ class SpotNoticePart : public RunPart {
                       "; no spot notices are watched");
       return;
     }
-    poller_ = std::thread([this] { poll(); });
+    try {
+      poller_ = std::thread([this] { poll(); });
+    } catch (const std::system_error& error) {
+      // The job may hold the user's last process slot (RLIMIT_NPROC counts threads).
+      reporter_.error(std::string("--spot-notice: cannot start its thread: ") + error.what() +
+                      "; no spot notices are watched");
+    }
   }
 
   void on_stopping() override { stop(); }

@@ -25,22 +25,6 @@ AsyncLedger::AsyncLedger(std::shared_ptr<Ledger> ledger, Post post)
     : shared_(std::make_shared<Shared>()) {
   shared_->ledger = std::move(ledger);
   shared_->post = std::move(post);
-}
-
-AsyncLedger::~AsyncLedger() {
-  {
-    std::lock_guard lock(shared_->mutex);
-    shared_->stopping = true;
-  }
-  shared_->wake.notify_all();
-  if (worker_.joinable()) worker_.join();
-  // An abandoned worker may finish later: it must not post to an event loop that is gone.
-  std::lock_guard lock(shared_->mutex);
-  shared_->post = nullptr;
-}
-
-void AsyncLedger::start_worker() {
-  if (worker_.joinable()) return;
   worker_ = std::thread([shared = shared_] {
     while (true) {
       std::function<void()> job;
@@ -54,6 +38,18 @@ void AsyncLedger::start_worker() {
       job();
     }
   });
+}
+
+AsyncLedger::~AsyncLedger() {
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->stopping = true;
+  }
+  shared_->wake.notify_all();
+  if (worker_.joinable()) worker_.join();
+  // An abandoned worker may finish later: it must not post to an event loop that is gone.
+  std::lock_guard lock(shared_->mutex);
+  shared_->post = nullptr;
 }
 
 namespace {
@@ -71,7 +67,6 @@ std::string run_catching(const std::function<void(Ledger&)>& work, Ledger& ledge
 
 void AsyncLedger::call(std::function<void(Ledger&)> work,
                        std::function<void(const std::string&)> done) {
-  start_worker();
   {
     std::lock_guard lock(shared_->mutex);
     shared_->queue.push_back([shared = shared_, work = std::move(work), done = std::move(done)] {
@@ -83,7 +78,6 @@ void AsyncLedger::call(std::function<void(Ledger&)> work,
 }
 
 std::string AsyncLedger::call_and_wait(std::function<void(Ledger&)> work, Nanos timeout) {
-  start_worker();
   auto result = std::make_shared<std::promise<std::string>>();
   std::future<std::string> future = result->get_future();
   {

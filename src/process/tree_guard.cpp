@@ -111,7 +111,7 @@ Reaped reap_children(pid_t main_pid, int events_fd) {
 
 // Reads the orders waiting on the control pipe into the watchdog. Returns false when the
 // supervisor is gone (EOF or a broken pipe: SIGKILLed, crashed); the watchdog has been told.
-bool read_orders(int control_fd, Watchdog& watchdog) {
+bool read_orders(int control_fd, Watchdog& watchdog, bool* launch = nullptr) {
   // Every write is one 16-byte record and a pipe never splits one, so reads are whole records.
   GuardOrder orders[16];
   ssize_t n = ::read(control_fd, orders, sizeof orders);
@@ -122,6 +122,7 @@ bool read_orders(int control_fd, Watchdog& watchdog) {
   }
   for (ssize_t i = 0; n > 0 && i < n / static_cast<ssize_t>(sizeof(GuardOrder)); ++i) {
     watchdog.heard(now());
+    if (orders[i].kind == GuardOrderKind::launch && launch) *launch = true;
     if (orders[i].kind == GuardOrderKind::deadline) {
       watchdog.set_deadline(orders[i].value ? std::optional(from_ns(orders[i].value))
                                             : std::nullopt);
@@ -161,6 +162,13 @@ int poll_timeout(std::optional<TimePoint> wake) {
     ::_exit(EXIT_FAILURE);
   }
 
+  // The launch waits for the supervisor's order: its threads are running by then, so a job that
+  // exhausts RLIMIT_NPROC cannot keep them from starting (the control pipe is blocking here).
+  // Gone before it: nothing was launched, nothing is left to clean up.
+  Watchdog watchdog(options.stale_after, options.orphan_kill_after, now());
+  for (bool launch = false; !launch;) {
+    if (!read_orders(control_fd, watchdog, &launch)) ::_exit(EXIT_SUCCESS);
+  }
   Launched launched = launch_command(spec);
   if (launched.pid <= 0) {
     send(events_fd, GuardEventKind::launch_failed, -1,
@@ -176,7 +184,7 @@ int poll_timeout(std::optional<TimePoint> wake) {
   }
 
   LiveProcessTree tree(::getpid(), cgroup);
-  Watchdog watchdog(options.stale_after, options.orphan_kill_after, now());
+  watchdog.heard(now());
   bool orphaned = false;  // the control pipe is at EOF
   while (true) {
     Reaped reaped = reap_children(launched.pid, events_fd);

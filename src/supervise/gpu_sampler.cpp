@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "spendcap/spend/meter.hpp"
@@ -151,9 +152,17 @@ class GpuSampler final : public RunPart {
     shared_->tree = tree_pids();
     GpuAllocation allocation = plan_.allocation;
     if (allocation.entries.empty()) allocation.entries = plan_.allocated;
-    std::thread(nvml_helper, shared_, std::move(allocation), launched_,
-                std::min<Nanos>(interval_, kPollPeriod))
-        .detach();
+    try {
+      std::thread(nvml_helper, shared_, std::move(allocation), launched_,
+                  std::min<Nanos>(interval_, kPollPeriod))
+          .detach();
+    } catch (const std::system_error& error) {
+      // The job already runs and may hold the user's last process slot (RLIMIT_NPROC): the run
+      // goes on unmeasured; enforcement needs no thread of its own.
+      shared_.reset();
+      report_->not_measured = std::string("cannot start the NVML thread: ") + error.what();
+      return;
+    }
     arm();
   }
 

@@ -277,6 +277,8 @@ class Supervisor::Impl {
     reap_children();
     // Stop signals that came while the run was being set up are delivered now.
     block_stop_signals(false);
+    // Every thread of the run is running (reporter, webhooks, ledger worker): the job may start.
+    send_guard_order(guard_.control_fd, GuardOrderKind::launch, 0);
     io_.run();
     return outcome_;
   }

@@ -108,11 +108,15 @@ class ForkBombTest(SpendcapTest):
         # nobody's processes across the machine count against the limit: leave room above what
         # nobody already runs, so spendcap itself (and its guard) can start.
         limit = 200
-        # 36/h with a 0.04 budget: the ceiling is 4 s after the launch; no grace to wait out.
+        # 36/h with a 0.08 budget: the ceiling is 8 s after the launch, the trip 2 s before it; no
+        # grace to wait out. The first heartbeat (the ledger's first call) comes at 3 s, after the
+        # bomb holds every process slot: spendcap's threads must all exist before the launch
+        # (a ledger thread started at that call failed with EAGAIN, "internal error", 125).
         process = subprocess.Popen(
             ["prlimit", "--nproc=%d" % limit, "setpriv", "--reuid=nobody",
              "--regid=%d" % nobody.pw_gid, "--clear-groups", SPENDCAP, "run", "--rate", "36",
-             "--budget", "0.04", "--grace", "0s", "--kill-after", "1s", "--status-file",
+             "--budget", "0.08", "--grace", "0s", "--kill-after", "1s", "--sync", "3s",
+             "--status-file",
              os.path.join(home, "status.json"), "--", "python3",
              os.path.join(FIXTURES, "fork_bomb.py"), ready],
             env=env, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -403,16 +403,16 @@ class UsersWaysOutTest(RunnerCase):
         self.assertNotIn("running", [r[1] for r in self.runs() if r[0] == user])
         wait_until(lambda: not user_processes(self.uids[user]), 15, what="nothing left")
 
-    def test_ctrl_c_ctrl_z_and_fg_in_a_terminal(self):
+    def terminal_shell(self, user):
+        """An interactive bash of `user` on a new pty: (shell, master fd, expect(text), seen(text))."""
+        import fcntl
         import pty
         import select
-        user = self.users[1]
+        import termios
         master, slave = pty.openpty()
 
         def session_with_terminal():
             os.setsid()
-            import fcntl
-            import termios
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         shell = subprocess.Popen(
@@ -440,6 +440,11 @@ class UsersWaysOutTest(RunnerCase):
         def expect(text):
             wait_until(lambda: seen(text), 30, what="%r on the terminal (got %r)" % (text, output))
 
+        return shell, master, expect, seen
+
+    def test_ctrl_c_ctrl_z_and_fg_in_a_terminal(self):
+        user = self.users[1]
+        shell, master, expect, seen = self.terminal_shell(user)
         os.write(master, (self.bin + " run --team vision --budget 5 -- sleep 60\n").encode())
         expect("supervisor and guard run as spendcap")
         os.write(master, b"\x1a")  # Ctrl-Z
@@ -452,6 +457,40 @@ class UsersWaysOutTest(RunnerCase):
         os.write(master, b"exit\n")
         shell.wait(timeout=30)
         self.assertNotIn("running", [r[1] for r in self.runs() if r[0] == user])
+
+    def test_a_job_that_types_ctrl_z_into_its_terminal_still_ends_at_its_budget(self):
+        # TIOCSTI (legacy_tiocsti on Debian 12's kernel) queues input as if typed: ^Z makes the
+        # terminal send SIGTSTP to its foreground process group, a signal no uid check stops.
+        # Whatever it reaches, the trip must come while everything is stopped.
+        user = self.users[0]
+        shell, master, expect, seen = self.terminal_shell(user)
+        status = self.file(user, "status-tiocsti.json")
+        typed = self.file(user, "typed")
+        # It notes the ioctl's refusal; after a ^Z that reaches itself it notes nothing more.
+        injector = ("import fcntl, termios, time; time.sleep(0.5); t = open('%s', 'w')\n"
+                    "try: fcntl.ioctl(0, termios.TIOCSTI, b'\\x1a')\n"
+                    "except OSError as e: t.write('refused: %%s' %% e)\n"
+                    "t.close(); time.sleep(3600)" % typed)
+        os.write(master, ("%s run --team vision --budget %s --status-file %s -- python3 -c \"%s\"\n"
+                          % (self.bin, BUDGET, status, injector)).encode())
+        expect("supervisor and guard run as spendcap")
+        wait_until(lambda: [r[1] for r in self.runs() if r[0] == user] == ["killed"], 40,
+                   what="the trip after the job typed ^Z")
+        with open(typed) as f:
+            refused = f.read()
+        if refused:
+            self.skipTest("this kernel refuses TIOCSTI (dev.tty.legacy_tiocsti = 0): " + refused)
+        row = [r for r in self.runs() if r[0] == user][0]
+        self.assertEqual(row[2], "budget:run")
+        self.assertLessEqual(int(row[3]), int(BUDGET * 1e6))
+        self.assertTrue(seen("job paused"), "the ^Z reached nothing")
+        if seen("Stopped"):  # the ^Z reached the front's process group: the shell has it
+            os.write(master, b"fg\n")
+        os.write(master, b"echo status=$?\n")
+        expect("status=124")
+        os.write(master, b"exit\n")
+        shell.wait(timeout=30)
+        wait_until(lambda: not user_processes(self.uids[user]), 15, what="nothing left")
 
     def test_a_freeze_of_the_users_own_cgroup_does_not_stop_enforcement(self):
         user = self.users[2]

@@ -1,7 +1,9 @@
 // The supervisor's ledger calls run on one worker thread, so that a slow or locked ledger never
 // blocks the event loop (the trip is computed on the supervisor's clock whatever the ledger does).
 // Results come back through `post`, which runs them on the event loop's thread. The worker starts
-// on the first call: a run that ends before its first heartbeat never starts a thread.
+// in the constructor, which the supervisor runs before it lets the guard launch the job: a job
+// that takes the user's last process slot (RLIMIT_NPROC counts threads) cannot stop the ledger's
+// thread from starting mid-run. Throws std::system_error when the thread cannot start.
 #pragma once
 
 #include <condition_variable>
@@ -37,7 +39,6 @@ class AsyncLedger {
 
  private:
   struct Shared;
-  void start_worker();
 
   std::shared_ptr<Shared> shared_;
   std::thread worker_;

@@ -71,6 +71,9 @@ static_assert(sizeof(GuardEvent) == 24);
 enum class GuardOrderKind : std::int32_t {
   tick = 1,      // the supervisor is alive
   deadline = 2,  // value = CLOCK_MONOTONIC ns by which the tree must be gone; 0 = none (warn mode)
+  // Launch the command now. The guard waits for it, so that every thread spendcap needs is
+  // running before the job can take the user's last process slot (RLIMIT_NPROC counts threads).
+  launch = 3,
 };
 struct GuardOrder {
   GuardOrderKind kind;
@@ -104,7 +107,8 @@ struct GuardHandle {
   int control_fd = -1;           // write end: closing it (or dying) tells the guard to clean up
 };
 
-// Forks the guard, which launches `spec` at once. Throws Error if spendcap already has more than
+// Forks the guard, which launches `spec` on the supervisor's launch order (or exits without
+// launching when the control pipe closes first). Throws Error if spendcap already has more than
 // one thread or fork fails. `cgroup` may be null. When a PID namespace is asked for and cannot be
 // made, the guard is forked without one and GuardHandle::why_not_isolated says why.
 GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const GuardOptions& options);
