@@ -12,16 +12,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from spendcap_testlib import free_port
 
 
 class SlurmUnavailable(Exception):
     pass
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SLURM_CONF = """\

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +24,14 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 SPENDCAP = os.environ.get("SPENDCAP_BIN") or os.path.join(REPO, "build", "spendcap")
 MARKER_VARIABLE = "SPENDCAP_TEST_MARKER"
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on (a moment ago): for a server the test
+    starts, or as a port where nothing answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout, interval=0.01, what="the condition"):

@@ -10,23 +10,16 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import unittest
 
-from spendcap_testlib import SPENDCAP, SpendcapTest, wait_until
+from spendcap_testlib import SPENDCAP, SpendcapTest, free_port, wait_until
 
 PG_BIN = os.environ.get("SPENDCAP_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
 WHY_NOT = None if os.path.exists(os.path.join(PG_BIN, "initdb")) else "no PostgreSQL server binaries"
 if not WHY_NOT and os.geteuid() == 0 and not shutil.which("runuser"):
     WHY_NOT = "root without runuser (the server runs as postgres)"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")

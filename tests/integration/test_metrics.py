@@ -6,14 +6,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import unittest
 import urllib.request
 
-from spendcap_testlib import SPENDCAP, LedgerTest, wait_until
+from spendcap_testlib import LedgerTest, SPENDCAP, free_port, wait_until
 
 PROMTOOL = shutil.which("promtool")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
@@ -67,12 +66,6 @@ def units_wrong(samples):
             if match and "_%s" % match.group(1).lower() not in name:
                 wrong.append((name, labels))
     return wrong
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MetricsTest(LedgerTest):

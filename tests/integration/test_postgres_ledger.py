@@ -15,7 +15,7 @@ import unittest
 import urllib.parse
 import uuid
 
-from spendcap_testlib import SPENDCAP, LedgerTest, wait_until
+from spendcap_testlib import LedgerTest, SPENDCAP, free_port, wait_until
 
 PG_URL = os.environ.get("SPENDCAP_TEST_PG_URL")
 SKIP_REASON = ("no PostgreSQL test server: SPENDCAP_TEST_PG_URL is unset (scripts/pg-test-server.sh "
@@ -489,13 +489,6 @@ class ManyHostsTest(PostgresLedgerTest):
         self.assertGreaterEqual(total, 0.8 * 1.2, "refusing everyone is not a pass")
         self.assertTrue(set(codes) <= {120, 124}, codes)
         self.assertIn(124, codes, "some ran until the team budget stopped them")
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

@@ -8,7 +8,6 @@ algorithm), and the secret is in no file the user can read, not in the job's env
 (the outbox names the file). A secret file everyone may read is refused."""
 import json
 import os
-import socket
 import unittest
 
 from test_shared_runner import LOCKED, WHY_NOT, SharedRunnerSetup
@@ -23,6 +22,7 @@ DOWN_FILE = "/etc/spendcap/down.url"
 # it can read, and whether it can open the runner's files.
 JOB = r"""
 import json, os, sys
+from spendcap_testlib import free_port
 secret, out = sys.stdin.readline().strip(), sys.argv[1]
 report = {"environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
           "found_in": [], "opened": []}
@@ -45,12 +45,6 @@ json.dump(report, open(out, "w"))
 """
 
 
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
 class RunnerSecretsTest(SharedRunnerSetup):
     locked_policy = dict(LOCKED, webhooks=[
@@ -61,7 +55,7 @@ class RunnerSecretsTest(SharedRunnerSetup):
         super().setUp()
         self.endpoint = Endpoint([200])
         self.addCleanup(self.endpoint.close)
-        self.down_url = "http://127.0.0.1:%d/down-token-%s" % (closed_port(), os.getpid())
+        self.down_url = "http://127.0.0.1:%d/down-token-%s" % (free_port(), os.getpid())
         for path, text in ((URL_FILE, self.endpoint.url), (SECRET_FILE, SECRET),
                            (DOWN_FILE, self.down_url)):
             result = self.inside(["sh", "-c", 'umask 077; printf "%s\\n" "$1" > "$0" && '

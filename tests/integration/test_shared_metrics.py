@@ -10,13 +10,12 @@ under the locked policy."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import unittest
 import urllib.request
 import uuid
 
-from spendcap_testlib import SPENDCAP, wait_until
+from spendcap_testlib import SPENDCAP, free_port, wait_until
 from test_shared_runner import INSTALL, LOCKED, WHY_NOT, SharedRunnerSetup
 from test_metrics import parse_exposition
 
@@ -24,12 +23,6 @@ NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 PROMTOOL = shutil.which("promtool")
 MISSING = WHY_NOT or (None if shutil.which("setfacl") else "needs setfacl (Debian's acl)")
 TEAM_FILE = "spendcap_team_vision.prom"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @unittest.skipIf(MISSING, MISSING or "")
