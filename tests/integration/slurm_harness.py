@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+
 from spendcap_testlib import free_port
 
 

@@ -13,6 +13,7 @@ import unittest
 from test_shared_runner import LOCKED, WHY_NOT, SharedRunnerSetup
 from test_webhook_standards import key_of, spec_verify, headers_of
 from test_webhooks import Endpoint
+from spendcap_testlib import free_port
 
 SECRET = "whsec_" + "c2VjcmV0LWtleS1vZi10aGUtcnVubmVyLTAxMjM0NTY3"  # base64 of 33 bytes
 URL_FILE, SECRET_FILE = "/etc/spendcap/hook.url", "/etc/spendcap/hook.secret"
@@ -22,7 +23,6 @@ DOWN_FILE = "/etc/spendcap/down.url"
 # it can read, and whether it can open the runner's files.
 JOB = r"""
 import json, os, sys
-from spendcap_testlib import free_port
 secret, out = sys.stdin.readline().strip(), sys.argv[1]
 report = {"environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
           "found_in": [], "opened": []}

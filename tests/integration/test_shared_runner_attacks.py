@@ -377,6 +377,35 @@ class EnvironmentAndPathsTest(RunnerCase):
             self.assertIn("Permission denied", result.stderr)
         self.assertEqual(sorted(os.listdir(root_dir)), ["policy.json"], "something was written")
 
+    def test_the_progress_file_aimed_at_a_file_the_user_cannot_read_is_not_read(self):
+        # The supervisor runs as the service user and reads $SPENDCAP_PROGRESS: a job that swaps it
+        # for a symlink (or a hard link) to a file the user cannot read must get nothing read.
+        user = self.users[1]
+        root_dir = os.path.join(self.tmp, "root-progress")
+        os.mkdir(root_dir, 0o755)
+        secret = os.path.join(root_dir, "progress.jsonl")
+        with open(secret, "w") as f:
+            f.write('{"step": 4242}\n')
+        os.chmod(secret, 0o600)
+        job = ("import os, sys, time\n"
+               "path, how = os.environ['SPENDCAP_PROGRESS'], sys.argv[2]\n"
+               "if os.path.lexists(path): os.unlink(path)\n"
+               "if how == 'write': open(path, 'w').write('{\"step\": 4242}\\n')\n"
+               "else:\n"
+               "    try: getattr(os, how)(sys.argv[1], path)\n"
+               "    except OSError as e: print('refused:', e)\n"
+               "time.sleep(3)\n")
+        steps = {}
+        for how in ("symlink", "link", "write"):  # "write": the negative control, read as usual
+            status = self.file(user, "status-progress-%s.json" % how)
+            result = self.spendcap(user, ["run", "--team", "vision", "--budget", "1",
+                                          "--status-file", status, "--", "python3", "-c", job,
+                                          secret, how])
+            self.assertEqual(result.returncode, 0, result.stderr)
+            with open(status) as f:
+                steps[how] = json.load(f).get("progress", {}).get("step")
+        self.assertEqual(steps, {"symlink": None, "link": None, "write": 4242})
+
     def test_the_users_policy_cannot_loosen_the_locked_one(self):
         user = self.users[2]
         looser = self.file(user, "looser.json")
