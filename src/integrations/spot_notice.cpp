@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/supervise/reporter.hpp"
 
 namespace spendcap {
 
