@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +18,9 @@
 #include "fakes/fake_guard_link.hpp"
 #include "fakes/fake_ledger.hpp"
 #include "fakes/fake_process_tree.hpp"
+#include "spendcap/supervise/start_line.hpp"
 #include "spendcap/supervise/supervisor.hpp"
+#include "test_support.hpp"
 
 using namespace spendcap;
 using namespace spendcap::testing;
@@ -458,4 +461,66 @@ TEST_CASE("settle_end: how each ending reads") {
   RunEnd failed_launch;
   failed_launch.launch_failed = true;
   CHECK(settled(failed_launch).reason == "launch-failed");
+}
+
+TEST_CASE("the checkpoint watch: the file appearing during the grace ends it") {
+  TempDir dir;
+  Rig rig;
+  rig.tree.add(true);  // it catches the checkpoint signal
+  rig.plan.on_trip = ShutdownTimes{seconds(30), Nanos{}};
+  rig.plan.exit_window = Nanos{};
+  rig.plan.checkpoint_done_path = dir.file("checkpoint-done");
+  rig.grant(Money{31'200});  // the reserve is 31 s of burn: the trip comes 0.2 s after launch
+  std::string done = rig.plan.checkpoint_done_path;
+  RunOutcome outcome = rig.run(
+      [&](FakeGuardLink& guard) {
+        guard.launch();
+        guard.when([&] { return sent(rig.tree, SIGUSR1); },
+                   [&, done] {
+                     FILE* file = std::fopen(done.c_str(), "w");
+                     REQUIRE(file != nullptr);
+                     std::fclose(file);
+                     // Not the 30 s grace: the watch ends it (the bound is 5 s).
+                     guard.when([&] { return rig.tree.empty(); }, [&] { guard.empty(); });
+                   });
+      },
+      false);
+  CHECK(outcome.reason == "ledger-unreachable");
+  CHECK(outcome.checkpoint_signalled == 1);
+  CHECK_FALSE(outcome.grace_skipped);
+  CHECK(rig.lines_with("the job wrote its checkpoint: terminating now") == 1);
+  REQUIRE(outcome.trip_to_empty_seconds);
+  CHECK(*outcome.trip_to_empty_seconds < 5);
+}
+
+TEST_CASE("start line: what trips the run first, and when") {
+  RunTerms terms;
+  terms.run_id = "5c0ffee0-0000-4000-8000-000000000000";
+  terms.rate_per_hour = kRate;
+  terms.run_budget = Money{1'000'000};
+  StartFacts facts;
+  facts.reserve = kReserve;
+  facts.launched = TimePoint(hours(1));
+  facts.ceiling = Money{100'000};
+  facts.allowed = facts.ceiling;
+  std::string own = start_line(terms, facts);
+  CHECK(own.rfind("run 5c0ffee0 started: burn $3.60/h, budget $1.00, reserve $0.0010", 0) == 0);
+  CHECK(own.find("; its budget trips in") != std::string::npos);
+  CHECK(own.find("; ceiling $0.1000 granted so far") != std::string::npos);
+
+  // A team budget with less left than the run's own binds first.
+  ScopeUse team;
+  team.scope = Scope{ScopeKind::team, "vision"};
+  team.amount = Money{50'000};
+  team.held = facts.ceiling;
+  facts.scopes = {team};
+  std::string shared = start_line(terms, facts);
+  CHECK(shared.find("(budget:team:vision: $0.0500 left of $0.0500)") != std::string::npos);
+
+  terms.mode = Mode::warn;
+  facts.isolation = "pid namespace";
+  std::string warn = start_line(terms, facts);
+  CHECK(warn.find("; would trip in") != std::string::npos);
+  CHECK(warn.find("(warn mode: nothing is stopped); isolation: pid namespace") !=
+        std::string::npos);
 }
