@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/supervise/reporter.hpp"
 
 namespace spendcap {
 

@@ -13,7 +13,6 @@
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/run_part.hpp"
-#include "spendcap/supervise/supervisor.hpp"
 
 namespace asio = boost::asio;
 
@@ -64,16 +63,17 @@ class ProgressFile {
 class GuardPart final : public RunPart {
  public:
   GuardPart(asio::io_context& io, const Reporter& reporter, const Meter& meter,
-            const SupervisorPlan& plan, std::function<void(const Trip&)> trip,
+            const RunTerms& terms, const GuardPlan& plan, std::function<void(const Trip&)> trip,
             std::optional<ProgressState>& progress_out)
       : timer_(io),
         reporter_(reporter),
         meter_(meter),
-        plan_(plan),
+        plan_(terms),
+        guards_plan_(plan),
         trip_(std::move(trip)),
         progress_out_(progress_out),
-        file_(plan.guards.progress_path) {
-    const GuardPlan& g = plan.guards;
+        file_(plan.progress_path) {
+    const GuardPlan& g = plan;
     if (!g.progress_path.empty()) guards_.push_back(make_projection_guard(g.require_fit));
     if (g.stall_after) guards_.push_back(make_stall_guard(*g.stall_after));
     if (g.burn_rate) {
@@ -125,7 +125,7 @@ class GuardPart final : public RunPart {
                    meter_.spend_at(at),
                    plan_.rate_per_hour,
                    plan_.run_budget,
-                   plan_.guards.progress_path.empty() ? nullptr : &state_,
+                   guards_plan_.progress_path.empty() ? nullptr : &state_,
                    plan_.currency};
     for (auto& guard : guards_) {
       GuardVerdict verdict = guard->check(view);
@@ -152,7 +152,8 @@ class GuardPart final : public RunPart {
   asio::steady_timer timer_;
   const Reporter& reporter_;
   const Meter& meter_;
-  const SupervisorPlan& plan_;
+  const RunTerms& plan_;
+  const GuardPlan& guards_plan_;
   std::function<void(const Trip&)> trip_;
   std::optional<ProgressState>& progress_out_;
   ProgressFile file_;
@@ -168,10 +169,12 @@ class GuardPart final : public RunPart {
 }  // namespace
 
 std::unique_ptr<RunPart> make_guard_part(asio::io_context& io, const Reporter& reporter,
-                                         const Meter& meter, const SupervisorPlan& plan,
+                                         const Meter& meter, const RunTerms& terms,
+                                         const GuardPlan& plan,
                                          std::function<void(const Trip&)> trip,
                                          std::optional<ProgressState>& progress_out) {
-  return std::make_unique<GuardPart>(io, reporter, meter, plan, std::move(trip), progress_out);
+  return std::make_unique<GuardPart>(io, reporter, meter, terms, plan, std::move(trip),
+                                     progress_out);
 }
 
 }  // namespace spendcap

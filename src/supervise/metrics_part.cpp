@@ -18,7 +18,6 @@
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
 #include "spendcap/supervise/run_part.hpp"
-#include "spendcap/supervise/supervisor.hpp"
 
 namespace asio = boost::asio;
 
@@ -190,19 +189,19 @@ class DirectSink final : public MetricsSink {
 
 class MetricsPart final : public RunPart {
  public:
-  MetricsPart(asio::io_context& io, const Meter& meter, const SupervisorPlan& plan,
-              std::function<Money()> ceiling, const std::optional<GpuReport>& gpu,
-              std::function<std::vector<TeamBudget>()> budgets)
+  MetricsPart(asio::io_context& io, const Meter& meter, const RunTerms& terms,
+              const MetricsPlan& plan, std::function<Money()> ceiling,
+              const std::optional<GpuReport>& gpu, std::function<std::vector<TeamBudget>()> budgets)
       : timer_(io),
         meter_(meter),
-        plan_(plan),
+        plan_(terms),
+        metrics_plan_(plan),
         ceiling_(std::move(ceiling)),
         gpu_(gpu),
         budgets_(std::move(budgets)),
-        sink_(plan.metrics.sink
-                  ? plan.metrics.sink
-                  : std::shared_ptr<MetricsSink>(direct_metrics_sink(plan.metrics.dir, false))),
-        name_(run_metrics_file(plan.run_id)) {}
+        sink_(plan.sink ? plan.sink
+                        : std::shared_ptr<MetricsSink>(direct_metrics_sink(plan.dir, false))),
+        name_(run_metrics_file(terms.run_id)) {}
 
   void on_launched(TimePoint) override { update(); }
 
@@ -214,7 +213,7 @@ class MetricsPart final : public RunPart {
     try {
       std::vector<TeamBudget> budgets;
       if (budgets_) budgets = budgets_();
-      sink_->add_to_team(plan_.metrics.team, plan_.currency, spend(), budgets);
+      sink_->add_to_team(metrics_plan_.team, plan_.currency, spend(), budgets);
     } catch (const std::exception& error) {
       complain(error.what());
     }
@@ -227,8 +226,8 @@ class MetricsPart final : public RunPart {
     if (finished_) return;
     RunMetrics m;
     m.run_id = plan_.run_id;
-    m.team = plan_.metrics.team;
-    m.experiment = plan_.metrics.experiment;
+    m.team = metrics_plan_.team;
+    m.experiment = metrics_plan_.experiment;
     m.currency = plan_.currency;
     m.spend = spend();
     m.ceiling = ceiling_();
@@ -258,7 +257,8 @@ class MetricsPart final : public RunPart {
 
   asio::steady_timer timer_;
   const Meter& meter_;
-  const SupervisorPlan& plan_;
+  const RunTerms& plan_;
+  const MetricsPlan& metrics_plan_;
   std::function<Money()> ceiling_;
   const std::optional<GpuReport>& gpu_;
   std::function<std::vector<TeamBudget>()> budgets_;
@@ -462,11 +462,11 @@ std::unique_ptr<MetricsSink> direct_metrics_sink(std::string dir, bool runner_gr
 }
 
 std::unique_ptr<RunPart> make_metrics_part(asio::io_context& io, const Meter& meter,
-                                           const SupervisorPlan& plan,
+                                           const RunTerms& terms, const MetricsPlan& plan,
                                            std::function<Money()> ceiling,
                                            const std::optional<GpuReport>& gpu,
                                            std::function<std::vector<TeamBudget>()> budgets) {
-  return std::make_unique<MetricsPart>(io, meter, plan, std::move(ceiling), gpu,
+  return std::make_unique<MetricsPart>(io, meter, terms, plan, std::move(ceiling), gpu,
                                        std::move(budgets));
 }
 

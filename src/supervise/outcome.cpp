@@ -1,9 +1,11 @@
 #include "spendcap/supervise/outcome.hpp"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -111,6 +113,74 @@ nlohmann::json to_json(const RunOutcome& outcome) {
 void write_status_file(const std::string& path, const RunOutcome& outcome) {
   write_file_atomically(path, plain_json_numbers(dump_json(to_json(outcome), 2)) + "\n", 0644,
                         "--status-file " + path);
+}
+
+void settle_end(RunOutcome& outcome, const RunEnd& end) {
+  int status = end.main_status;
+  if (end.guard_lost) {
+    outcome.status = RunStatus::killed;
+    outcome.reason = "guard-lost";
+    outcome.stopped_by_spendcap = true;
+    outcome.exit_code = to_int(ExitCode::internal);
+  } else if (end.trip) {
+    // SIGTERM is how Slurm and Kubernetes take a node back (preemption, scancel, eviction).
+    bool preempted = end.trip->kind == TripKind::preemption ||
+                     (end.trip->kind == TripKind::signal && end.trip->signal == SIGTERM);
+    outcome.status = preempted ? RunStatus::preempted : RunStatus::killed;
+    outcome.reason = end.trip->reason;
+    outcome.stopped_by_spendcap = true;
+    outcome.exit_code = to_int(exit_code_for(*end.trip));
+    outcome.spendcap_signal = end.trip->signal;
+    outcome.reraise_signal = end.trip->signal;
+  } else if (end.launch_failed && !end.main_exited) {
+    outcome.status = RunStatus::failed;
+    outcome.reason = "launch-failed";
+    outcome.exit_code = to_int(ExitCode::internal);
+  } else {
+    outcome.exit_code = command_exit_status(status);
+    outcome.status = outcome.exit_code == 0 ? RunStatus::succeeded : RunStatus::failed;
+    // A SIGTERM that spendcap did not send is the scheduler's: a plain scancel signals every
+    // process of the job at once, and the job may die of it before spendcap's own is handled.
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) outcome.status = RunStatus::preempted;
+    outcome.reason = "exited";
+    // Ctrl-C on the terminal went to the job alone: dying by the same signal tells the calling
+    // shell to stop its loop, as it would have without spendcap.
+    bool interrupted =
+        WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGQUIT);
+    if (end.gave_terminal && interrupted) outcome.reraise_signal = WTERMSIG(status);
+    // Ctrl-C: the user ended it, it did not fail. The ledger keeps its statuses (killed: ended
+    // by a signal); the reason and the end line say "interrupted".
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) {
+      outcome.status = RunStatus::killed;
+      outcome.reason = "interrupted";
+    }
+  }
+}
+
+std::vector<RunEvent> end_events(const RunOutcome& outcome, const RunEnd& run_end, Nanos elapsed) {
+  std::vector<RunEvent> events;
+  RunEvent end;
+  end.event = run_end.guard_lost ? "lost" : run_end.trip ? "killed" : "finished";
+  // A scheduler or spot reclaim took the node back: not a stop by the budget, nor a finish.
+  if (!run_end.guard_lost && outcome.status == RunStatus::preempted) end.event = "preempted";
+  end.reason = outcome.reason;
+  // "budget:team:vision" tripped the team's budget.
+  if (end.reason.rfind("budget:", 0) == 0) end.scope = end.reason.substr(7);
+  end.spend = outcome.spend;
+  end.exit_code = outcome.exit_code;
+  if (outcome.gpu) end.gpu_utilisation = outcome.gpu->summary.mean_utilisation();
+  end.ended = true;
+  end.message =
+      to_string(outcome.status) + " (" + outcome.reason + ") after " + format_duration(elapsed);
+  if (!outcome.first_trip.empty()) end.message += "; the run's first trip: " + outcome.first_trip;
+  events.push_back(end);
+  if (outcome.spend > outcome.ceiling && outcome.ceiling > Money{}) {
+    end.event = "overrun";
+    end.message = format_money(outcome.spend - outcome.ceiling, outcome.currency) +
+                  " above its ceiling " + format_money(outcome.ceiling, outcome.currency);
+    events.push_back(end);
+  }
+  return events;
 }
 
 }  // namespace spendcap

@@ -26,7 +26,6 @@
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/run_part.hpp"
-#include "spendcap/supervise/supervisor.hpp"
 
 namespace asio = boost::asio;
 
@@ -142,13 +141,13 @@ int open_connector(std::string& why_not) {
 
 class RespawnPart final : public RunPart {
  public:
-  RespawnPart(asio::io_context& io, const Reporter& reporter, const SupervisorPlan& plan,
-              pid_t root, std::function<void(const Trip&)> trip)
+  RespawnPart(asio::io_context& io, const Reporter& reporter, const RunTerms& terms,
+              const RespawnPlan& plan, pid_t root, std::function<void(const Trip&)> trip)
       : timer_(io),
         events_(io),
         reporter_(reporter),
-        plan_(plan),
-        rules_(*plan.guards.respawn),
+        plan_(terms),
+        rules_(plan),
         root_(root),
         trip_(std::move(trip)),
         tracker_(rules_.max_restarts, rules_.window) {
@@ -378,7 +377,7 @@ class RespawnPart final : public RunPart {
   asio::steady_timer timer_;
   asio::posix::stream_descriptor events_;
   const Reporter& reporter_;
-  const SupervisorPlan& plan_;
+  const RunTerms& plan_;
   RespawnPlan rules_;
   pid_t root_;
   std::function<void(const Trip&)> trip_;
@@ -409,9 +408,9 @@ class RespawnPart final : public RunPart {
 }  // namespace
 
 std::unique_ptr<RunPart> make_respawn_part(asio::io_context& io, const Reporter& reporter,
-                                           const SupervisorPlan& plan, pid_t root,
-                                           std::function<void(const Trip&)> trip) {
-  return std::make_unique<RespawnPart>(io, reporter, plan, root, std::move(trip));
+                                           const RunTerms& terms, const RespawnPlan& plan,
+                                           pid_t root, std::function<void(const Trip&)> trip) {
+  return std::make_unique<RespawnPart>(io, reporter, terms, plan, root, std::move(trip));
 }
 
 }  // namespace spendcap

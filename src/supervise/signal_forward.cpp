@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/signals.hpp"
 #include "spendcap/policy/policy.hpp"
-#include "spendcap/supervise/supervisor.hpp"
 
 namespace spendcap {
 

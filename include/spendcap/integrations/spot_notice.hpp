@@ -20,7 +20,7 @@
 #include "spendcap/base/duration.hpp"
 #include "spendcap/integrations/http_get.hpp"
 #include "spendcap/spend/trip.hpp"
-#include "spendcap/supervise/supervisor.hpp"
+#include "spendcap/supervise/run_part.hpp"
 
 namespace spendcap {
 

@@ -18,13 +18,13 @@
 #include "spendcap/guards/progress.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/respawn_part.hpp"
+#include "spendcap/supervise/run_terms.hpp"
 
 namespace spendcap {
 
 class Meter;
 class Reporter;
 class RunPart;
-struct SupervisorPlan;
 
 // Progress lines on stderr at most this often: a job that reports every step must not flood it.
 inline constexpr Nanos kProgressLineEvery = std::chrono::seconds(10);
@@ -47,7 +47,8 @@ struct GuardPlan {
 // `trip` stops the run (the supervisor's single trip); `progress_out` receives what the progress
 // file said, at the end, when it said anything.
 std::unique_ptr<RunPart> make_guard_part(boost::asio::io_context& io, const Reporter& reporter,
-                                         const Meter& meter, const SupervisorPlan& plan,
+                                         const Meter& meter, const RunTerms& terms,
+                                         const GuardPlan& plan,
                                          std::function<void(const Trip&)> trip,
                                          std::optional<ProgressState>& progress_out);
 

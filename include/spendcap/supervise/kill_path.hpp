@@ -18,6 +18,8 @@
 // noexcept and best-effort, as the rest of the kill path.
 #pragma once
 
+#include <signal.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -38,6 +40,18 @@ class KillPathTimer {
   // due when it was replaced must not reach on_timer().
   virtual void arm(TimePoint at) = 0;
   virtual void cancel() = 0;
+};
+
+// What the kill path of a run is given: the shutdown times by cause, the checkpoint signal, the
+// file that ends the grace early, and the exit window after it.
+struct KillPlan {
+  ShutdownTimes on_trip;             // --grace, --kill-after
+  ShutdownTimes on_signal;           // when SIGTERM/SIGINT/SIGHUP to spendcap starts the kill path
+  ShutdownTimes on_preemption;       // the times that fit a preemption notice's window
+  int checkpoint_signal = SIGUSR1;   // 0 = none
+  std::string checkpoint_done_path;  // $SPENDCAP_CHECKPOINT_DONE
+  // After the checkpoint is written, how long the main process has to exit before SIGTERM.
+  Nanos exit_window = kDefaultExitWindow;
 };
 
 enum class KillPhase { running, grace, terminating, killing, draining, done };

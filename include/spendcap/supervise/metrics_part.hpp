@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "spendcap/base/money.hpp"
+#include "spendcap/supervise/run_terms.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -28,7 +29,6 @@ namespace spendcap {
 class Meter;
 class RunPart;
 struct GpuReport;
-struct SupervisorPlan;
 
 // One of the team's budgets as the ledger holds it (BudgetView), for the team summary's gauges.
 struct TeamBudget {
@@ -103,7 +103,7 @@ std::string team_metrics_file(const std::string& team);
 // summary kept current while the run goes on), none where GPUs are not measured; `budgets` the
 // team's budgets from the ledger when the run ends (none when it gives none).
 std::unique_ptr<RunPart> make_metrics_part(boost::asio::io_context& io, const Meter& meter,
-                                           const SupervisorPlan& plan,
+                                           const RunTerms& terms, const MetricsPlan& plan,
                                            std::function<Money()> ceiling,
                                            const std::optional<GpuReport>& gpu,
                                            std::function<std::vector<TeamBudget>()> budgets = {});

@@ -5,12 +5,15 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "spendcap/base/money.hpp"
 #include "spendcap/guards/progress.hpp"
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/notify/notifier.hpp"
+#include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
 
 namespace spendcap {
@@ -52,6 +55,23 @@ struct RunOutcome {
   // "" for a single-node run, or one that no node's trip stopped.
   std::string first_trip;
 };
+
+// How the run ended, as the supervisor saw it when the tree was empty.
+struct RunEnd {
+  bool guard_lost = false;     // the guard died before the tree was empty
+  std::optional<Trip> trip;    // the trip that stopped the run
+  bool launch_failed = false;  // the guard could not fork the command (no exit status)
+  bool main_exited = false;    // the guard reported the main process's exit
+  int main_status = 0;         // its wait status
+  bool gave_terminal = false;  // the command's group had the terminal
+};
+
+// The outcome's status, reason, exit code and signals, from how the run ended.
+void settle_end(RunOutcome& outcome, const RunEnd& end);
+
+// The run's end, for the webhooks: killed (lost, the guard gone; preempted), else finished; and an
+// overrun besides, when the spend passed a ceiling. `elapsed`: launch until the tree was empty.
+std::vector<RunEvent> end_events(const RunOutcome& outcome, const RunEnd& end, Nanos elapsed);
 
 nlohmann::json to_json(const RunOutcome& outcome);
 

@@ -23,12 +23,12 @@
 
 #include "spendcap/base/duration.hpp"
 #include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/run_terms.hpp"
 
 namespace spendcap {
 
 class Reporter;
 class RunPart;
-struct SupervisorPlan;
 
 struct RespawnPlan {
   int max_restarts = 10;
@@ -38,7 +38,7 @@ struct RespawnPlan {
 };
 
 std::unique_ptr<RunPart> make_respawn_part(boost::asio::io_context& io, const Reporter& reporter,
-                                           const SupervisorPlan& plan, pid_t root,
-                                           std::function<void(const Trip&)> trip);
+                                           const RunTerms& terms, const RespawnPlan& plan,
+                                           pid_t root, std::function<void(const Trip&)> trip);
 
 }  // namespace spendcap

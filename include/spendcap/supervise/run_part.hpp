@@ -4,9 +4,19 @@
 // started, when the run began to shut down, and when it ended. Called from the event loop only.
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <string>
+
 #include "spendcap/base/duration.hpp"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace spendcap {
+
+class Reporter;
 
 class RunPart {
  public:
@@ -21,5 +31,10 @@ class RunPart {
   // The tree is empty: cancel everything; no callback may act after this.
   virtual void on_finish() = 0;
 };
+
+// Starts the run's preemption-notice part (--spot-notice) on the supervisor's loop; the part calls
+// `preempt(reason)` on that loop when the machine is being taken back.
+using PreemptionPartFactory = std::function<std::unique_ptr<RunPart>(
+    boost::asio::io_context& io, Reporter& reporter, std::function<void(std::string)> preempt)>;
 
 }  // namespace spendcap

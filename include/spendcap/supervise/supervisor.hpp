@@ -1,7 +1,12 @@
-// The supervisor: the event loop of one run (Boost.Asio, one thread), tying together the guard's
-// reports, the meter, the ledger's grants, the trip timer, signals to spendcap and the kill path:
+// The supervisor: the event loop of one run (Boost.Asio, one thread). It is a loop over parts
+// (run_part.hpp): it reads the guard's reports through a GuardLink (guard_link.hpp), and tells
+// every part, in order, that the command started, that the run shuts down, that the tree is
+// empty. Its own are the trip (one, whatever the cause), signals to spendcap, the reaper, and the
+// run's outcome; the parts are the heartbeat and grants (heartbeat_part.hpp), job control
+// (job_control.hpp), the checkpoint watch (checkpoint_watch.hpp), the thresholds, the title, the
+// GPU sampler, the runaway guards, metrics, storage, the preemption notice and signal forwarding.
 //
-//   trip (budget, stop order, ledger unreachable, signal)
+//   trip (budget, stop order, ledger unreachable, runaway, signal, preemption)
 //     -> checkpoint signal to the processes that catch it (none: the grace is skipped)
 //     -> grace, ended early by the main process exiting or $SPENDCAP_CHECKPOINT_DONE appearing
 //     -> SIGTERM + SIGCONT to the tree -> kill-after -> SIGKILL, repeated until the guard reports
@@ -28,23 +33,19 @@
 #include "spendcap/process/tree_guard.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
+#include "spendcap/supervise/guard_link.hpp"
 #include "spendcap/supervise/guard_part.hpp"
+#include "spendcap/supervise/heartbeat_part.hpp"
+#include "spendcap/supervise/job_control.hpp"
+#include "spendcap/supervise/kill_path.hpp"
 #include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/run_part.hpp"
+#include "spendcap/supervise/run_terms.hpp"
 #include "spendcap/supervise/storage_part.hpp"
 
-namespace boost::asio {
-class io_context;
-}
-
 namespace spendcap {
-
-// Starts the run's preemption-notice part (--spot-notice) on the supervisor's loop; the part calls
-// `preempt(reason)` on that loop when the machine is being taken back.
-using PreemptionPartFactory = std::function<std::unique_ptr<RunPart>(
-    boost::asio::io_context& io, Reporter& reporter, std::function<void(std::string)> preempt)>;
 
 // The stop signals (base/signals.hpp's kStopSignals) stay blocked from the start of `spendcap run`
 // until the event loop handles them, and again while the final row is written, so none is lost and
@@ -57,43 +58,23 @@ int take_pending_stop_signal();
 // (`kill -TSTP spendcap` pauses the job, and spendcap goes on accruing and enforcing); SIGPIPE (a
 // closed stderr), SIGTTOU and SIGTTIN (a terminal owned by the job), SIGUSR1, SIGUSR2 and SIGALRM
 // are ignored, so none of them can stop or kill spendcap; once the job runs, SIGUSR1, SIGUSR2 and
-// the --forward signals are passed on to the tree's catchers (signal_forward.hpp).
-//
-// Job control on a terminal: when the job has the terminal and Ctrl-Z stops it, spendcap stops
-// itself too (SIGTSTP), so the shell prints "Stopped" and gets its prompt back; `fg` and `bg`
-// resume both. Spend goes on while paused (the GPUs are still held), so the trip stays armed: a
-// waker process SIGCONTs spendcap a heartbeat before the trip, and spendcap then enforces it in
-// the background (the trip SIGCONTs the tree, as the kill path does, so the job can checkpoint).
+// the --forward signals are passed on to the tree's catchers (signal_forward.hpp). Job control on
+// a terminal: job_control.hpp.
 inline constexpr int kIgnoredBySupervisor[] = {SIGPIPE, SIGTTOU, SIGTTIN,
                                                SIGUSR1, SIGUSR2, SIGALRM};
 
-struct SupervisorPlan {
-  std::string run_id;
+// What `spendcap run` decides for the supervisor: the run's terms and each part's own plan (the
+// parts take only theirs), and what the supervisor itself uses.
+struct SupervisorPlan : RunTerms, HeartbeatPlan, JobControlPlan, KillPlan {
   std::string label;  // "team demo, experiment quickstart" for the start line
-  std::string currency = "USD";
-  Money rate_per_hour;
-  std::optional<Money> run_budget;  // the run's own budget (for its warnings), if it has one
-  Grant grant;                      // the first grant, from admission
-  ShutdownTimes on_trip;            // --grace, --kill-after
-  ShutdownTimes on_signal;          // when SIGTERM/SIGINT/SIGHUP to spendcap starts the kill path
-  int checkpoint_signal = SIGUSR1;  // 0 = none
-  Mode mode = Mode::enforce;
-  std::vector<double> warn_at = {0.5, 0.8, 0.95};
-  Nanos sync = std::chrono::seconds(5);
-  Nanos claim_horizon = std::chrono::minutes(5);
-  Nanos interval = std::chrono::seconds(1);
-  std::string checkpoint_done_path;  // $SPENDCAP_CHECKPOINT_DONE
-  bool gave_terminal = false;        // the command's group was made the terminal's foreground
   // For the start line: "pid namespace", or "none: the job can signal spendcap".
   std::string isolation;
   // Builds the tree rooted at `root`: the guard, or spendcap itself if the guard dies.
   std::function<std::unique_ptr<ProcessTree>(pid_t root)> make_tree;
-  // A preemption notice (--spot-notice): its part, and the shutdown times that fit the notice
-  // window. A SIGTERM to spendcap (the scheduler's preemption) also ends the run as preempted.
+  // A preemption notice (--spot-notice): its part; KillPlan::on_preemption holds the shutdown
+  // times that fit the notice window. A SIGTERM to spendcap (the scheduler's preemption) also ends
+  // the run as preempted.
   PreemptionPartFactory preemption_part;
-  ShutdownTimes on_preemption;
-  // After the checkpoint is written, how long the main process has to exit before SIGTERM.
-  Nanos exit_window = kDefaultExitWindow;
   // Signals to spendcap passed on to the tree's catchers: SIGUSR1, SIGUSR2 and --forward.
   std::vector<int> forward_signals;
   // For the start line: the ledger in use (its URL or path).
@@ -105,15 +86,15 @@ struct SupervisorPlan {
   MetricsPlan metrics;  // --metrics-dir: the Prometheus textfiles
   // --checkpoint-dir: its storage, charged on top; rate_per_hour includes its maximum's share.
   StoragePlan storage;
-  // A multi-node run (--run-id): the id its nodes share (their job key) and this node's name.
-  // Any trip of this node (budget, guard, spot notice, signal) places a stop order on job:ID, and
-  // the other nodes take it at their next heartbeat: the run stops as one.
-  std::string multi_node_run_id, node;
 };
 
 class Supervisor {
  public:
   Supervisor(SupervisorPlan plan, GuardHandle guard, Reporter& reporter,
+             std::shared_ptr<Ledger> ledger);
+  // The same over seams, for unit tests: the guard behind `guard`, the terminal behind `terminal`.
+  Supervisor(SupervisorPlan plan, std::unique_ptr<GuardLink> guard,
+             std::unique_ptr<Terminal> terminal, Reporter& reporter,
              std::shared_ptr<Ledger> ledger);
   ~Supervisor();
 

@@ -1,0 +1,33 @@
+// The line a run starts with: its burn rate, budget and reserve, when (and by what) it trips, its
+// isolation and its ledger. Pure: computed from the run's terms and what it holds at launch.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spendcap/ledger/ledger.hpp"
+#include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/run_terms.hpp"
+
+namespace spendcap {
+
+struct StartFacts {
+  std::string label;      // "team demo, experiment quickstart"
+  std::string isolation;  // "pid namespace", or "none: the job can signal spendcap"
+  std::string ledger;     // the ledger in use (its URL or path)
+  ShutdownTimes on_trip;  // --grace, --kill-after
+  Money reserve;
+  TimePoint launched;
+  Money ceiling, allowed;
+  std::optional<Scope> binding;
+  std::vector<ScopeUse> scopes;  // every budgeted scope of the run, from admission
+};
+
+// "run 3f2a9c1e started (team demo): burn $3.60/h, budget $1.00, reserve ...; trips in ...".
+std::string start_line(const RunTerms& terms, const StartFacts& facts);
+
+// A budget trip's reason: "budget:run", "budget:job:KEY", "budget:team:vision".
+std::string budget_reason(const Scope& scope);
+
+}  // namespace spendcap
