@@ -1,4 +1,4 @@
-#include "spendcap/cli/lost_runs.hpp"
+#include "spendcap/run/lost_runs.hpp"
 
 #include <optional>
 
