@@ -123,7 +123,7 @@ int notify_test_command(const NotifyTestRequest& request) {
                 "add one to the policy's \"webhooks\", or give --webhook-env NAME");
   }
   RunFacts facts;
-  facts.run_id = "00000000-0000-4000-8000-000000000000";
+  facts.id = "00000000-0000-4000-8000-000000000000";
   facts.user = user_name();
   facts.host = host_name();
   facts.currency = loaded.policy.currency;

@@ -52,19 +52,9 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
   return ledger;
 }
 
-RunStart make_run_start(const RunSettings& settings, const std::vector<std::string>& command,
-                        const std::string& run_id) {
-  RunStart run;
-  run.id = run_id;
-  run.job_key = settings.job_key;
-  run.team = settings.team;
-  run.experiment = settings.experiment;
-  run.project = settings.project;
-  run.user = settings.user;
-  run.host = settings.host;
-  run.tags = settings.tags;
-  run.command = command;
-  run.fingerprint = command_fingerprint(settings.team, settings.experiment, command);
+RunStart make_run_start(const RunSettings& settings) {
+  RunStart run{settings.identity};
+  run.fingerprint = command_fingerprint(run.team, run.experiment, run.command);
   run.pid = ::getpid();
   run.mode = settings.mode;
   run.rate_per_hour = settings.rate_per_hour;
@@ -79,8 +69,8 @@ RunStart make_run_start(const RunSettings& settings, const std::vector<std::stri
 }
 
 // Refused at admission (120): says why, and writes the status file.
-int refuse(const RunRequest& request, const RunSettings& settings, const std::string& run_id,
-           const Admission& admission, const Reporter& reporter) {
+int refuse(const RunRequest& request, const RunSettings& settings, const Admission& admission,
+           const Reporter& reporter) {
   // The run's own budget cannot even hold the shutdown reserve: no other run is to blame, and
   // the fix is in the caller's flags.
   Money reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
@@ -98,7 +88,7 @@ int refuse(const RunRequest& request, const RunSettings& settings, const std::st
   }
   reporter.error("refused: " + refusal);
   RunOutcome refused;
-  refused.run_id = run_id;
+  refused.run_id = settings.identity.id;
   refused.status = RunStatus::refused;
   refused.reason = reserve_too_big ? "reserve-exceeds-budget" : "refused";
   refused.exit_code = to_int(ExitCode::refused);
@@ -129,29 +119,20 @@ void warn_about_reserve(const RunSettings& settings, const Admission& admission,
 // A job key's budget is the latest --budget: raising (or lowering) it is said, never silent.
 void say_job_budget_change(const RunSettings& settings, const Admission& admission,
                            const Reporter& reporter) {
-  if (settings.job_key.empty() || !settings.budget || !admission.job_budget_before) return;
+  if (settings.identity.job_key.empty() || !settings.budget || !admission.job_budget_before) return;
   const Money before = *admission.job_budget_before;
   if (*settings.budget == before) return;
   const std::string& currency = settings.loaded.policy.currency;
   reporter.line(std::string("--budget ") + format_money(*settings.budget, currency) +
                 (before < *settings.budget ? " raises" : " lowers") + " the budget of job " +
-                settings.job_key + " from " + format_money(before, currency) +
+                settings.identity.job_key + " from " + format_money(before, currency) +
                 " (its earlier runs spent " +
                 format_money(admission.job_spent_before.value_or(Money{}), currency) + ")");
 }
 
 // What the webhooks say about the run (notify/payload.hpp).
-RunFacts run_facts(const RunSettings& settings, const std::vector<std::string>& command,
-                   const std::string& run_id, const Admission& admission) {
-  RunFacts facts;
-  facts.run_id = run_id;
-  facts.team = settings.team;
-  facts.experiment = settings.experiment;
-  facts.project = settings.project;
-  facts.user = settings.user;
-  facts.host = settings.host;
-  facts.tags = settings.tags;
-  facts.command = command;
+RunFacts run_facts(const RunSettings& settings, const Admission& admission) {
+  RunFacts facts{settings.identity};
   facts.currency = settings.loaded.policy.currency;
   facts.budget = admission.run_budget ? admission.run_budget : settings.budget;
   facts.rate_per_hour = settings.rate_per_hour;
@@ -214,11 +195,11 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, Run
       return run.status == RunStatus::failed && run.user == user_name();
     });
     if (!own && !ledger.caller_is_owner()) {
-      if (settings.team.empty()) {
+      if (settings.identity.team.empty()) {
         throw Error("--clear-crash-loop", "the failures are another user's and the run has no team",
                     "ask their user or the ledger's owner to clear it");
       }
-      require_membership(ledger, {Scope{ScopeKind::team, settings.team}},
+      require_membership(ledger, {Scope{ScopeKind::team, settings.identity.team}},
                          "clear the crash loop of its runs");
     }
     std::string by = user_name() + "@" + host_name();
@@ -237,10 +218,10 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, Run
         verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");
     refused.run_budget = settings.budget;
     if (verdict.send_refused_event && !webhooks.empty()) {
-      tell_refused(std::move(webhooks), run_facts(settings, request.command, start.id, refused),
-                   ledger, env, reporter, kCrashLoopReason, "", verdict.message);
+      tell_refused(std::move(webhooks), run_facts(settings, refused), ledger, env, reporter,
+                   kCrashLoopReason, "", verdict.message);
     }
-    return refuse(request, settings, start.id, refused, reporter);
+    return refuse(request, settings, refused, reporter);
   }
   if (verdict.backoff > Nanos{}) {
     reporter.line(verdict.message);

@@ -89,7 +89,7 @@ void require_estimate_fits(const RunRequest& request, const RunSettings& setting
                     money_text(settings.budget->units(), currency),
                 "raise --budget or shorten the run", ExitCode::refused);
   }
-  for (const BudgetFit& f : budget_fits(ledger, named_scopes(settings), e.cost)) {
+  for (const BudgetFit& f : budget_fits(ledger, named_scopes(settings.identity), e.cost)) {
     if (!f.fits) {
       throw Error("--estimate-steps " + *request.estimate_steps,
                   "the estimate " + estimate + " does not fit " + f.scope + ", " +

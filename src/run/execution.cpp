@@ -39,15 +39,15 @@ std::vector<std::string> secret_variables(const Policy& policy) {
   return names;
 }
 
-std::string run_label(const RunSettings& settings) {
+std::string run_label(const RunIdentity& identity) {
   std::string label;
   auto add = [&label](const char* name, const std::string& value) {
     if (!value.empty()) label += (label.empty() ? "" : ", ") + std::string(name) + " " + value;
   };
-  add("team", settings.team);
-  add("experiment", settings.experiment);
-  add("project", settings.project);
-  add("job", settings.job_key);
+  add("team", identity.team);
+  add("experiment", identity.experiment);
+  add("project", identity.project);
+  add("job", identity.job_key);
   return label;
 }
 
@@ -74,22 +74,22 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
 }
 
 // What the guard launches: the command, its environment, the fds and signals spendcap inherited.
-LaunchSpec make_launch_spec(const RunRequest& request, const std::string& executable,
-                            const RunSettings& settings, const Environment& env,
-                            const Inherited& inherited, const std::string& run_id,
+LaunchSpec make_launch_spec(const std::string& executable, const RunSettings& settings,
+                            const Environment& env, const Inherited& inherited,
                             const Admission& admission, const RunDir& run_dir,
                             const std::string& cgroup_dir) {
-  JobIdentity identity{run_id,
-                       settings.team,
-                       settings.experiment,
-                       settings.project,
+  const RunIdentity& run = settings.identity;
+  JobIdentity identity{run.id,
+                       run.team,
+                       run.experiment,
+                       run.project,
                        admission.run_budget ? to_decimal(*admission.run_budget) : "",
                        signal_name(settings.checkpoint_signal),
                        run_dir.checkpoint_done(),
                        run_dir.progress()};
   LaunchSpec spec;
   spec.executable = executable;
-  spec.argv = request.command;
+  spec.argv = run.command;
   spec.env = job_environment(env, identity, secret_variables(settings.loaded.policy));
   spec.inherited = inherited;
   spec.cgroup_dir = cgroup_dir;
@@ -97,11 +97,11 @@ LaunchSpec make_launch_spec(const RunRequest& request, const std::string& execut
   return spec;
 }
 
-SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
-                         const Admission& admission, const RunDir& run_dir, bool gave_terminal) {
+SupervisorPlan make_plan(const RunSettings& settings, const Admission& admission,
+                         const RunDir& run_dir, bool gave_terminal) {
   SupervisorPlan plan;
-  plan.run_id = run_id;
-  plan.label = run_label(settings);
+  plan.run_id = settings.identity.id;
+  plan.label = run_label(settings.identity);
   plan.currency = settings.loaded.policy.currency;
   plan.rate_per_hour = settings.rate_per_hour;
   plan.run_budget = admission.run_budget;
@@ -117,7 +117,7 @@ SupervisorPlan make_plan(const RunSettings& settings, const std::string& run_id,
   plan.checkpoint_done_path = run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
   if (!settings.node.empty()) {
-    plan.multi_node_run_id = settings.job_key;
+    plan.multi_node_run_id = settings.identity.job_key;
     plan.node = settings.node;
   }
   if (settings.spot_notice) {
@@ -185,13 +185,13 @@ GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings
   if (policy.guards.stall) plan.stall_after = policy.guards.stall->after;
   // The burn-rate guard: on where the experiment's budget says what it expects per hour.
   auto experiments = policy.budgets.find(ScopeKind::experiment);
-  if (!settings.experiment.empty() && experiments != policy.budgets.end()) {
-    auto spec = experiments->second.find(settings.experiment);
+  if (!settings.identity.experiment.empty() && experiments != policy.budgets.end()) {
+    auto spec = experiments->second.find(settings.identity.experiment);
     if (spec != experiments->second.end() && spec->second.expected_per_hour) {
       BurnRateCheck check;
       check.factor = policy.guards.burn_rate.value_or(BurnRateGuard{}).factor;
       check.expected_per_hour = *spec->second.expected_per_hour;
-      check.experiment = settings.experiment;
+      check.experiment = settings.identity.experiment;
       plan.burn_rate = check;
     }
   }
@@ -207,7 +207,7 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   const Environment& env = job.env;
   const RunnerRun* runner = job.runner;
   const TestSwitches& switches = job.switches;
-  const std::string& run_id = job.facts.run_id;
+  const std::string& run_id = settings.identity.id;
   const Admission& admission = job.admission;
   const RunDir& run_dir = job.run_dir;
   RunFacts& facts = job.facts;
@@ -219,8 +219,8 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
     std::string why_not;
     cgroup = Cgroup::create("spendcap-" + run_id, &why_not);
   }
-  LaunchSpec spec = make_launch_spec(request, job.executable, settings, env, inherited, run_id,
-                                     admission, run_dir, cgroup ? cgroup->path() : "");
+  LaunchSpec spec = make_launch_spec(job.executable, settings, env, inherited, admission, run_dir,
+                                     cgroup ? cgroup->path() : "");
 
   // Orphans of the tree re-parent to the guard; should the guard die, to spendcap.
   if (!switches.no_subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -248,7 +248,7 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   reporter.write_in_background();
   if (notifier) notifier->start();  // its thread only once the guard is forked
 
-  SupervisorPlan plan = make_plan(settings, run_id, admission, run_dir, spec.take_terminal);
+  SupervisorPlan plan = make_plan(settings, admission, run_dir, spec.take_terminal);
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
   if (runner) {
     plan.isolation += "; supervisor and guard run as " + runner->service_user +
@@ -268,12 +268,12 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   plan.notifier = notifier.get();
   plan.gpu = make_gpu_plan(settings.loaded.policy, env);
   // --gpus N (with --gpu): how many GPUs the run holds, even where no variable names them.
-  if (auto gpus = settings.tags.find("gpus"); gpus != settings.tags.end()) {
+  if (auto gpus = settings.identity.tags.find("gpus"); gpus != settings.identity.tags.end()) {
     plan.gpu.allocation.count = std::stoi(gpus->second);
   }
   if (settings.loaded.policy.metrics_dir) {
-    plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.team,
-                               settings.experiment, job.metrics_sink};
+    plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.identity.team,
+                               settings.identity.experiment, job.metrics_sink};
   }
   plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
   plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
@@ -296,7 +296,7 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   if (cgroup) cgroup->remove();
   // The webhooks get at most their deadline; what is left waits in the outbox.
   if (notifier) finish_run_notifier(*notifier, *ledger, facts, recorded, reporter);
-  say_summary(outcome, admission, settings.job_key, reporter);
+  say_summary(outcome, admission, settings.identity.job_key, reporter);
   int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
   if (signal) {
     reporter.flush();

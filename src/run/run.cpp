@@ -72,7 +72,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   auto path = env.find("PATH");
   std::string executable =
       resolve_executable(request.command.front(), path == env.end() ? "" : path->second);
-  std::string run_id = new_run_id();
+  const std::string& run_id = settings.identity.id;
   RunDir run_dir(env, run_id);
   // Webhook variables and URLs are checked before anything is written to the ledger.
   std::vector<WebhookTarget> webhooks = run_webhook_targets(
@@ -86,21 +86,21 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
   require_estimate_fits(request, settings, *ledger);  // --estimate-steps (estimate_fit.hpp)
-  require_membership(*ledger, named_scopes(settings), "charge runs to it");
-  RunStart start = make_run_start(settings, request.command, run_id);
+  require_membership(*ledger, named_scopes(settings.identity), "charge runs to it");
+  RunStart start = make_run_start(settings);
   start.webhooks = lost_event_webhooks(webhooks);  // lost_runs.hpp
   if (int code = check_crash_loop(request, settings, start, *ledger, webhooks, env, reporter))
     return code;
   Admission admission = ledger->begin_run(start);
   // Its admission reconciled what was due: their lost events are queued (lost_runs.hpp).
   tell_lost_runs(*ledger, settings.loaded.policy.currency);
-  RunFacts facts = run_facts(settings, request.command, run_id, admission);
+  RunFacts facts = run_facts(settings, admission);
   if (!admission.admitted) {
     if (!webhooks.empty()) {
       tell_refused(std::move(webhooks), facts, *ledger, env, reporter, admission.refusal,
                    admission.refused_by ? to_string(*admission.refused_by) : "", admission.refusal);
     }
-    return refuse(request, settings, run_id, admission, reporter);
+    return refuse(request, settings, admission, reporter);
   }
   AdmittedRun admitted(*ledger, run_id);
   warn_about_reserve(settings, admission, reporter);

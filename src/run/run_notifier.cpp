@@ -69,7 +69,7 @@ void finish_run_notifier(WebhookNotifier& notifier, Ledger& ledger, const RunFac
     for (const auto& [id, why] : left.outbox_failed) ledger.note_outbox_failure(id, why);
     int spooled = 0;
     for (const PendingDelivery& delivery : left.undelivered) {
-      auto entry = outbox_entry_for(delivery, facts.run_id, facts.user);
+      auto entry = outbox_entry_for(delivery, facts.id, facts.user);
       if (!entry) {
         reporter.error("webhook " + delivery.target.display() + ": " + delivery.event +
                        " event lost: its --webhook URL holds credentials, which the outbox never "

@@ -228,14 +228,14 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
     per_instance += *gpus_price;
     gpus_per_instance = *gpus_price;
     source = std::to_string(gpus) + " x " + *d.gpu;
-    settings.tags["gpu"] = *d.gpu;
-    settings.tags["gpus"] = std::to_string(gpus);
+    settings.identity.tags["gpu"] = *d.gpu;
+    settings.identity.tags["gpus"] = std::to_string(gpus);
   }
   if (d.instance) {
     per_instance +=
         price_of(policy.instance_rates, *d.instance, d.pricing, "--instance", "instance");
     source += (source.empty() ? "" : " + ") + *d.instance;
-    settings.tags["instance"] = *d.instance;
+    settings.identity.tags["instance"] = *d.instance;
   }
   auto rate = checked_times(per_instance, instances);
   if (!rate || per_instance > kMaxMoney) {
@@ -260,7 +260,7 @@ void require_a_locked_budget(const RunSettings& settings) {
   if (!settings.loaded.locked_policy) return;
   const auto& budgets = settings.loaded.locked_policy->budgets;
   if (budgets.empty()) return;
-  for (const Scope& scope : named_scopes(settings)) {
+  for (const Scope& scope : named_scopes(settings.identity)) {
     auto named = budgets.find(scope.kind);
     if (named != budgets.end() && named->second.count(scope.name)) return;
   }
@@ -367,9 +367,10 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
       throw Error("--tag " + tag, "not KEY=VALUE", "write it like --tag lr=3e-4");
     }
     require_printable_name(tag.substr(0, eq), "--tag");
-    settings.tags[tag.substr(0, eq)] = tag.substr(eq + 1);
+    settings.identity.tags[tag.substr(0, eq)] = tag.substr(eq + 1);
   }
-  for (const auto& [key, value] : scheduler_tags(env)) settings.tags.try_emplace(key, value);
+  for (const auto& [key, value] : scheduler_tags(env))
+    settings.identity.tags.try_emplace(key, value);
   resolve_rate(request, env, settings);
 
   const Defaults& d = policy.defaults;
@@ -395,22 +396,25 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   settings.warn_at = d.warn_at;
   settings.ledger_url = policy.ledger ? *policy.ledger : default_ledger_url();
   require_money_fits(request, settings);
-  settings.team = request.team;
-  settings.experiment = request.experiment;
-  settings.project = request.project;
-  settings.job_key = request.job_key;
+  settings.identity.id = new_run_id();
+  settings.identity.team = request.team;
+  settings.identity.experiment = request.experiment;
+  settings.identity.project = request.project;
+  settings.identity.job_key = request.job_key;
+  settings.identity.command = request.command;
   if (request.exit_window) {
     settings.exit_window = parse_duration_or_throw(*request.exit_window, "--exit-window");
   }
   for (const std::string& name : request.forward) {
     settings.forward_signals.push_back(forwardable_signal_or_throw(name));
   }
-  settings.user = user_name();
-  settings.host = host_name();
-  if (auto joined = resolve_multi_node_run(request.run_id, settings.job_key, env, settings.host)) {
+  settings.identity.user = user_name();
+  settings.identity.host = host_name();
+  if (auto joined = resolve_multi_node_run(request.run_id, settings.identity.job_key, env,
+                                           settings.identity.host)) {
     // One run over many wrappers: its id is their job key, and each row says its node.
-    settings.job_key = joined->id;
-    settings.tags["node"] = joined->node;
+    settings.identity.job_key = joined->id;
+    settings.identity.tags["node"] = joined->node;
     settings.node = joined->node;
   }
   settings.webhook_urls = request.webhook_urls;

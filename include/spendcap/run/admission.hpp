@@ -21,13 +21,11 @@ namespace spendcap {
 std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestSwitches& switches,
                                         const Reporter& reporter);
 
-// What the ledger is asked to admit.
-RunStart make_run_start(const RunSettings& settings, const std::vector<std::string>& command,
-                        const std::string& run_id);
+// What the ledger is asked to admit: the run's identity, its rate, reserve and first claim.
+RunStart make_run_start(const RunSettings& settings);
 
-// What the webhooks say about the run (notify/payload.hpp).
-RunFacts run_facts(const RunSettings& settings, const std::vector<std::string>& command,
-                   const std::string& run_id, const Admission& admission);
+// What the webhooks say about the run (notify/payload.hpp): its identity and what it costs.
+RunFacts run_facts(const RunSettings& settings, const Admission& admission);
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
@@ -43,8 +41,8 @@ void tell_refused(std::vector<WebhookTarget> webhooks, const RunFacts& facts, Le
 
 // Refused at admission (120): says why, and writes the status file. Re-raises a stop signal that
 // came meanwhile.
-int refuse(const RunRequest& request, const RunSettings& settings, const std::string& run_id,
-           const Admission& admission, const Reporter& reporter);
+int refuse(const RunRequest& request, const RunSettings& settings, const Admission& admission,
+           const Reporter& reporter);
 
 // "the shutdown reserve $0.71 is 71% of the budget $1.00": a budget mostly eaten by the reserve
 // stops the run soon after it starts.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "spendcap/integrations/spot_notice.hpp"
+#include "spendcap/ledger/run_identity.hpp"
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/run/request.hpp"
 #include "spendcap/spend/trip.hpp"
@@ -30,9 +31,9 @@ struct RunSettings {
   Nanos interval{}, sync{}, claim_horizon{};
   std::vector<double> warn_at;
   std::string ledger_url;
-  std::map<std::string, std::string> tags;
-  std::string team, experiment, project, job_key, user, host;
-  std::string node;  // a multi-node run (--run-id): this node's name; its id is job_key
+  // Which run, whose, where, its tags and command: what every record of the run takes whole.
+  RunIdentity identity;
+  std::string node;  // a multi-node run (--run-id): this node's name; its id is identity.job_key
   std::optional<SpotNotice> spot_notice;   // --spot-notice
   ShutdownTimes on_preemption;             // its times, fitting the notice window
   Nanos exit_window = kDefaultExitWindow;  // --exit-window
@@ -43,6 +44,8 @@ struct RunSettings {
   Money gpu_rate_per_hour;
 };
 
+// The settings, with the run's identity complete (a new run id). Throws Error (125) naming the
+// flag or the policy path at fault.
 RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
                                  const PolicySearch& search);
 

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "spendcap/run/admission.hpp"
 #include "spendcap/run/settings.hpp"
 #include "spendcap/run/summary.hpp"
 #include "test_support.hpp"
@@ -56,10 +57,10 @@ TEST_CASE("the burn rate comes from the policy's prices for --gpu, --gpus and --
   CHECK(settings.rate_per_hour == Money::from_micros(8'500'000));
   CHECK(settings.gpu_rate_per_hour == Money::from_micros(8'000'000));
   CHECK(settings.rate_source == "2 x a100 + cpu-8 on_demand");
-  CHECK(settings.tags.at("gpu") == "a100");
-  CHECK(settings.tags.at("gpus") == "2");
-  CHECK(settings.tags.at("instance") == "cpu-8");
-  CHECK(settings.team == "vision");
+  CHECK(settings.identity.tags.at("gpu") == "a100");
+  CHECK(settings.identity.tags.at("gpus") == "2");
+  CHECK(settings.identity.tags.at("instance") == "cpu-8");
+  CHECK(settings.identity.team == "vision");
 
   request.pricing = "spot";
   request.instance.reset();
@@ -92,6 +93,46 @@ TEST_CASE("a run needs a command and a burn rate") {
   RunRequest zero = request_for();
   zero.rate = "0";
   CHECK(settings_error(zero, policy).why() == "a run needs a burn rate above 0");
+}
+
+TEST_CASE("the run's identity is made once and taken whole by its ledger start and its webhooks") {
+  PolicyFixture policy;
+  RunRequest request = request_for({"python3", "train.py"});
+  request.rate = "36";
+  request.team = "vision";
+  request.experiment = "sweep";
+  request.project = "p";
+  request.job_key = "job-1";
+  request.tags = {"lr=3e-4"};
+  RunSettings settings = resolve_run_settings(request, {}, policy.search);
+  const RunIdentity& identity = settings.identity;
+  CHECK(identity.id.size() == 36);
+  CHECK(identity.command == request.command);
+  CHECK(identity.tags.at("lr") == "3e-4");
+  CHECK(identity.job_key == "job-1");
+  CHECK_FALSE(identity.user.empty());
+  CHECK_FALSE(identity.host.empty());
+  CHECK(resolve_run_settings(request, {}, policy.search).identity.id != identity.id);
+
+  auto same = [&identity](const RunIdentity& other) {
+    CHECK(other.id == identity.id);
+    CHECK(other.job_key == identity.job_key);
+    CHECK(other.team == identity.team);
+    CHECK(other.experiment == identity.experiment);
+    CHECK(other.project == identity.project);
+    CHECK(other.user == identity.user);
+    CHECK(other.host == identity.host);
+    CHECK(other.tags == identity.tags);
+    CHECK(other.command == identity.command);
+  };
+  RunStart start = make_run_start(settings);
+  same(start);
+  CHECK(start.rate_per_hour == Money::from_micros(36'000'000));
+  Admission admission;
+  admission.run_budget = Money::from_micros(5'000'000);
+  RunFacts facts = run_facts(settings, admission);
+  same(facts);
+  CHECK(facts.budget == admission.run_budget);
 }
 
 TEST_CASE("the summary line says status, spend of the budget and the exit status") {
