@@ -78,18 +78,6 @@ void write_status(const RunRequest& request, const RunOutcome& outcome, const Re
   }
 }
 
-[[noreturn]] void reraise(int signal) {
-  ::signal(signal, SIG_DFL);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, signal);
-  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
-  ::raise(signal);
-  // Still here: the signal's default is to ignore it (as PID 1 in a container). Exit as a shell
-  // would report it.
-  ::_exit(shell_status(signal));
-}
-
 void write_error_status(const std::string& path, const Error& error) {
   RunOutcome outcome;
   outcome.status = RunStatus::failed;

@@ -7,6 +7,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/process/exit_status.hpp"
 #include "spendcap/run/request.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
@@ -29,8 +30,9 @@ void write_status(const RunRequest& request, const RunOutcome& outcome, const Re
 // not known is null. A file it cannot write is said on stderr.
 void write_error_status(const std::string& path, const Error& error);
 
-// Dies by `signal` (default disposition, unblocked); where it is ignored (PID 1 in a container),
-// exits as a shell would report it.
-[[noreturn]] void reraise(int signal);
+// Dies by `signal`, as the run did or as spendcap was told to (process/exit_status.hpp).
+[[noreturn]] inline void reraise(int signal) {
+  die_by_signal(signal);
+}
 
 }  // namespace spendcap
