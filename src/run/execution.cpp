@@ -97,39 +97,6 @@ LaunchSpec make_launch_spec(const std::string& executable, const RunSettings& se
   return spec;
 }
 
-SupervisorPlan make_plan(const RunSettings& settings, const Admission& admission,
-                         const RunDir& run_dir, bool gave_terminal) {
-  SupervisorPlan plan;
-  plan.run_id = settings.identity.id;
-  plan.label = run_label(settings.identity);
-  plan.currency = settings.loaded.policy.currency;
-  plan.rate_per_hour = settings.rate_per_hour;
-  plan.run_budget = admission.run_budget;
-  plan.grant = admission.grant;
-  plan.on_trip = settings.on_trip;
-  plan.on_signal = settings.on_signal;
-  plan.checkpoint_signal = settings.checkpoint_signal;
-  plan.mode = settings.mode;
-  plan.warn_at = settings.warn_at;
-  plan.sync = settings.sync;
-  plan.claim_horizon = settings.claim_horizon;
-  plan.interval = settings.interval;
-  plan.checkpoint_done_path = run_dir.checkpoint_done();
-  plan.gave_terminal = gave_terminal;
-  if (!settings.node.empty()) {
-    plan.multi_node_run_id = settings.identity.job_key;
-    plan.node = settings.node;
-  }
-  if (settings.spot_notice) {
-    plan.preemption_part = spot_notice_part(*settings.spot_notice);
-    plan.on_preemption = settings.on_preemption;
-  }
-  plan.exit_window = settings.exit_window;
-  plan.forward_signals.assign(std::begin(kForwardedByDefault), std::end(kForwardedByDefault));
-  plan.forward_signals.insert(plan.forward_signals.end(), settings.forward_signals.begin(),
-                              settings.forward_signals.end());
-  return plan;
-}
 // Records the final row, or spools it on this host when the ledger does not take it in time.
 bool record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
                   const Reporter& reporter) {
@@ -198,6 +165,96 @@ GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings
   return plan;
 }
 
+// The run's cgroup: the privileged runner's (made as root; the keeper removes it), else its own
+// where the hierarchy is writable, else none (the tree is followed by parentage).
+std::optional<Cgroup> run_cgroup(const AdmittedJob& job) {
+  if (job.runner) return job.runner->cgroup;
+  if (job.switches.no_cgroup) return std::nullopt;
+  std::string why_not;
+  return Cgroup::create("spendcap-" + job.settings.identity.id, &why_not);
+}
+
+GuardOptions make_guard_options(const AdmittedJob& job) {
+  const RunSettings& settings = job.settings;
+  GuardOptions guard_options;
+  guard_options.subreaper = !job.switches.no_subreaper;
+  guard_options.run_dir = job.run_dir.path();
+  guard_options.pid_namespace = settings.isolation != Isolation::none;
+  guard_options.pid_namespace_required = settings.isolation == Isolation::pid;
+  // Ticks come every interval; three missed (and never under 2 s: a loaded host delays timers)
+  // mean the supervisor is stopped or hung.
+  guard_options.stale_after = std::max<Nanos>(3 * settings.interval, std::chrono::seconds(2));
+  return guard_options;
+}
+
+// The supervisor's plan: the run's figures and times, its guards, its tree, its notifier, its GPUs,
+// its metrics and storage.
+SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
+                         const GuardHandle& guard, const Cgroup* cgroup, WebhookNotifier* notifier,
+                         bool gave_terminal) {
+  const RunSettings& settings = job.settings;
+  const Admission& admission = job.admission;
+  SupervisorPlan plan;
+  plan.run_id = settings.identity.id;
+  plan.label = run_label(settings.identity);
+  plan.currency = settings.loaded.policy.currency;
+  plan.rate_per_hour = settings.rate_per_hour;
+  plan.run_budget = admission.run_budget;
+  plan.grant = admission.grant;
+  plan.on_trip = settings.on_trip;
+  plan.on_signal = settings.on_signal;
+  plan.checkpoint_signal = settings.checkpoint_signal;
+  plan.mode = settings.mode;
+  plan.warn_at = settings.warn_at;
+  plan.sync = settings.sync;
+  plan.claim_horizon = settings.claim_horizon;
+  plan.interval = settings.interval;
+  plan.checkpoint_done_path = job.run_dir.checkpoint_done();
+  plan.gave_terminal = gave_terminal;
+  if (!settings.node.empty()) {
+    plan.multi_node_run_id = settings.identity.job_key;
+    plan.node = settings.node;
+  }
+  if (settings.spot_notice) {
+    plan.preemption_part = spot_notice_part(*settings.spot_notice);
+    plan.on_preemption = settings.on_preemption;
+  }
+  plan.exit_window = settings.exit_window;
+  plan.forward_signals.assign(std::begin(kForwardedByDefault), std::end(kForwardedByDefault));
+  plan.forward_signals.insert(plan.forward_signals.end(), settings.forward_signals.begin(),
+                              settings.forward_signals.end());
+  plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
+  if (job.runner) {
+    plan.isolation += "; supervisor and guard run as " + job.runner->service_user +
+                      " (privileged runner: the user cannot signal, stop or ptrace them)";
+  }
+  plan.ledger = ledger_url;
+  plan.guards = make_guard_plan(job.request, settings, job.run_dir);
+  RespawnLoopGuard respawn =
+      settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
+  if (respawn.enabled) {
+    plan.guards.respawn = RespawnPlan{respawn.max_restarts, respawn.window, respawn.min_life,
+                                      !job.switches.no_proc_connector};
+  }
+  plan.make_tree = [cgroup](pid_t root) -> std::unique_ptr<ProcessTree> {
+    return std::make_unique<LiveProcessTree>(root, cgroup);
+  };
+  plan.notifier = notifier;
+  plan.gpu = make_gpu_plan(settings.loaded.policy, job.env);
+  // --gpus N (with --gpu): how many GPUs the run holds, even where no variable names them.
+  if (auto gpus = settings.identity.tags.find("gpus"); gpus != settings.identity.tags.end()) {
+    plan.gpu.allocation.count = std::stoi(gpus->second);
+  }
+  if (settings.loaded.policy.metrics_dir) {
+    plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.identity.team,
+                               settings.identity.experiment, job.metrics_sink};
+  }
+  plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
+  plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
+  plan.storage = job.storage;
+  return plan;
+}
+
 }  // namespace
 
 int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Ledger> ledger,
@@ -205,34 +262,19 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   const RunRequest& request = job.request;
   const RunSettings& settings = job.settings;
   const Environment& env = job.env;
-  const RunnerRun* runner = job.runner;
   const TestSwitches& switches = job.switches;
-  const std::string& run_id = settings.identity.id;
   const Admission& admission = job.admission;
   const RunDir& run_dir = job.run_dir;
   RunFacts& facts = job.facts;
   // Everything the guard needs is decided before it is forked.
-  std::optional<Cgroup> cgroup;
-  if (runner) {
-    cgroup = runner->cgroup;  // made by the runner as root; the keeper removes it
-  } else if (!switches.no_cgroup) {
-    std::string why_not;
-    cgroup = Cgroup::create("spendcap-" + run_id, &why_not);
-  }
+  std::optional<Cgroup> cgroup = run_cgroup(job);
   LaunchSpec spec = make_launch_spec(job.executable, settings, env, inherited, admission, run_dir,
                                      cgroup ? cgroup->path() : "");
 
   // Orphans of the tree re-parent to the guard; should the guard die, to spendcap.
   if (!switches.no_subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  GuardOptions guard_options;
-  guard_options.subreaper = !switches.no_subreaper;
-  guard_options.run_dir = run_dir.path();
+  GuardOptions guard_options = make_guard_options(job);
   const Cgroup* cgroup_ptr = cgroup ? &*cgroup : nullptr;
-  guard_options.pid_namespace = settings.isolation != Isolation::none;
-  guard_options.pid_namespace_required = settings.isolation == Isolation::pid;
-  // Ticks come every interval; three missed (and never under 2 s: a loaded host delays timers)
-  // mean the supervisor is stopped or hung.
-  guard_options.stale_after = std::max<Nanos>(3 * settings.interval, std::chrono::seconds(2));
   // libcurl is loaded here (before the guard is forked) only when there is something to deliver.
   facts.started_at = unix_now();
   std::unique_ptr<WebhookNotifier> notifier =
@@ -248,36 +290,8 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   reporter.write_in_background();
   if (notifier) notifier->start();  // its thread only once the guard is forked
 
-  SupervisorPlan plan = make_plan(settings, admission, run_dir, spec.take_terminal);
-  plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
-  if (runner) {
-    plan.isolation += "; supervisor and guard run as " + runner->service_user +
-                      " (privileged runner: the user cannot signal, stop or ptrace them)";
-  }
-  plan.ledger = ledger->url();
-  plan.guards = make_guard_plan(request, settings, run_dir);
-  RespawnLoopGuard respawn =
-      settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
-  if (respawn.enabled) {
-    plan.guards.respawn = RespawnPlan{respawn.max_restarts, respawn.window, respawn.min_life,
-                                      !switches.no_proc_connector};
-  }
-  plan.make_tree = [cgroup_ptr](pid_t root) -> std::unique_ptr<ProcessTree> {
-    return std::make_unique<LiveProcessTree>(root, cgroup_ptr);
-  };
-  plan.notifier = notifier.get();
-  plan.gpu = make_gpu_plan(settings.loaded.policy, env);
-  // --gpus N (with --gpu): how many GPUs the run holds, even where no variable names them.
-  if (auto gpus = settings.identity.tags.find("gpus"); gpus != settings.identity.tags.end()) {
-    plan.gpu.allocation.count = std::stoi(gpus->second);
-  }
-  if (settings.loaded.policy.metrics_dir) {
-    plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.identity.team,
-                               settings.identity.experiment, job.metrics_sink};
-  }
-  plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
-  plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
-  plan.storage = job.storage;
+  SupervisorPlan plan =
+      make_plan(job, ledger->url(), guard, cgroup_ptr, notifier.get(), spec.take_terminal);
   Supervisor supervisor(std::move(plan), guard, reporter, ledger);
   RunOutcome outcome = supervisor.run();
   outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
