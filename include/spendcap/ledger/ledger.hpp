@@ -58,7 +58,7 @@ struct BudgetRule {
   Period period = Period::month;
   std::optional<Money> max_run;
   // Its members' Unix groups (the policy's "members"): only they, and the ledger's owner, may
-  // charge runs to it or stop its runs (cli/membership.hpp). Empty: anyone.
+  // charge runs to it or stop its runs (run/membership.hpp). Empty: anyone.
   std::vector<std::string> member_groups = {};
 };
 
