@@ -15,13 +15,14 @@
 #include "spendcap/cli/admin.hpp"
 #include "spendcap/cli/command_line.hpp"
 #include "spendcap/cli/ledger_cli.hpp"
-#include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/cli/report_commands.hpp"
 #include "spendcap/cli/run.hpp"
 #include "spendcap/cli/runs.hpp"
 #include "spendcap/cli/webhooks.hpp"
 #include "spendcap/process/launcher.hpp"
 #include "spendcap/process/privileged_run.hpp"
+#include "spendcap/run/ledger_group.hpp"
+#include "spendcap/run/summary.hpp"
 
 namespace {
 
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
   // dropped to the service user (process/privileged_run.hpp).
   if (std::optional<int> done = spendcap::enter_shared_runner(argc, argv)) return *done;
   // Installed setgid for a shared ledger: act as the caller until the ledger is opened
-  // (cli/ledger_group.hpp).
+  // (run/ledger_group.hpp).
   try {
     spendcap::set_aside_ledger_group();
   } catch (const spendcap::Error& error) {

@@ -13,15 +13,15 @@
 #include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
-#include "spendcap/cli/ledger_group.hpp"
-#include "spendcap/cli/lost_runs.hpp"
-#include "spendcap/cli/membership.hpp"
 #include "spendcap/cli/runs.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/notify/runner_files.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/policy/layers.hpp"
+#include "spendcap/run/ledger_group.hpp"
+#include "spendcap/run/lost_runs.hpp"
+#include "spendcap/run/membership.hpp"
 #include "spendcap/supervise/run_env.hpp"
 
 namespace spendcap {

@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "spendcap/base/error.hpp"
-#include "spendcap/cli/ledger_group.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/ledger_copy.hpp"
+#include "spendcap/run/ledger_group.hpp"
 
 namespace spendcap {
 

@@ -15,36 +15,20 @@
 
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
-#include "spendcap/cli/run.hpp"
 #include "spendcap/ledger/ledger_store.hpp"
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/report/estimate.hpp"
 #include "spendcap/report/report.hpp"
+#include "spendcap/run/estimate_fit.hpp"
 #include "spendcap/supervise/run_env.hpp"
 
 namespace spendcap {
 
 namespace {
 
-Error usage(const std::string& what, const std::string& why, const std::string& hint = {}) {
-  return Error(what, why, hint, ExitCode::internal);
-}
-
-// A finite number > 0 (or >= 0 with `zero_ok`): "1e9", "0.8", "20e9".
-double parse_number(const std::string& text, const std::string& flag, bool zero_ok = false) {
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < 0 ||
-      (!zero_ok && value == 0)) {
-    throw usage(flag + " " + text, zero_ok ? "not a number >= 0" : "not a number > 0",
-                "write a plain number, e.g. 0.8 or 1e9");
-  }
-  return value;
-}
-
 double parse_fraction(const std::string& text, const std::string& flag) {
   double value = parse_number(text, flag);
-  if (value > 1) throw usage(flag + " " + text, "must be a fraction in (0, 1]", "e.g. 0.45");
+  if (value > 1) throw usage_error(flag + " " + text, "must be a fraction in (0, 1]", "e.g. 0.45");
   return value;
 }
 
@@ -55,40 +39,9 @@ double parse_price(const std::string& text, const std::string& flag) {
 int parse_whole(const std::string& text, const std::string& flag) {
   double value = parse_number(text, flag);
   if (value != std::floor(value) || value > 1e6) {
-    throw usage(flag + " " + text, "not a whole number from 1 to 1000000");
+    throw usage_error(flag + " " + text, "not a whole number from 1 to 1000000");
   }
   return static_cast<int>(value);
-}
-
-double seconds_of(const std::string& text, const std::string& flag) {
-  // A bare number is seconds.
-  char* end = nullptr;
-  double plain = std::strtod(text.c_str(), &end);
-  if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(plain) && plain > 0) {
-    return plain;
-  }
-  double seconds = to_seconds(parse_duration_or_throw(text, flag));
-  if (seconds <= 0) throw usage(flag + " " + text, "must be above 0");
-  return seconds;
-}
-
-std::string fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
-std::string money_text(double units, const std::string& currency) {
-  std::string plain = fixed(units, units != 0 && std::fabs(units) < 0.01 ? 4 : 2);
-  size_t dot = plain.find('.');
-  std::string out;
-  for (size_t i = 0; i < dot; ++i) {
-    out += plain[i];
-    size_t left = dot - i - 1;
-    if (left > 0 && left % 3 == 0 && plain[i] != '-') out += ',';
-  }
-  out += plain.substr(dot);
-  return currency == "USD" ? "$" + out : out + " " + currency;
 }
 
 LoadedPolicy load_chosen_policy(const LedgerChoice& choice) {
@@ -99,7 +52,8 @@ LoadedPolicy load_chosen_policy(const LedgerChoice& choice) {
 Pricing pricing_of(const std::optional<std::string>& text, const Policy& policy) {
   if (!text) return policy.defaults.pricing;
   auto pricing = parse_pricing(*text);
-  if (!pricing) throw usage("--pricing " + *text, "not a pricing", "on-demand, spot or reserved");
+  if (!pricing)
+    throw usage_error("--pricing " + *text, "not a pricing", "on-demand, spot or reserved");
   return *pricing;
 }
 
@@ -109,8 +63,8 @@ const PriceSheet& sheet_of(const std::map<std::string, PriceSheet>& rates, const
   if (it == rates.end()) {
     std::vector<std::string> names;
     for (const auto& [name, sheet] : rates) names.push_back(name);
-    throw usage(flag + " " + type, "no rate for this type in the policy",
-                "known types: " + (names.empty() ? std::string("none") : join(names, ", ")));
+    throw usage_error(flag + " " + type, "no rate for this type in the policy",
+                      "known types: " + (names.empty() ? std::string("none") : join(names, ", ")));
   }
   return it->second;
 }
@@ -118,31 +72,10 @@ const PriceSheet& sheet_of(const std::map<std::string, PriceSheet>& rates, const
 double price_at(const PriceSheet& sheet, Pricing pricing, const std::string& what) {
   auto price = sheet.price(pricing);
   if (!price) {
-    throw usage(what, "the policy has no " + to_string(pricing) + " price for it",
-                "choose another --pricing");
+    throw usage_error(what, "the policy has no " + to_string(pricing) + " price for it",
+                      "choose another --pricing");
   }
   return price->units();
-}
-
-// A budget the estimate must fit, and what remains of it.
-struct BudgetFit {
-  std::string scope;
-  double remaining = 0;
-  bool fits = false;
-};
-
-std::vector<BudgetFit> budget_fits(Ledger& ledger, const std::vector<Scope>& scopes, double cost) {
-  std::vector<BudgetFit> fits;
-  std::vector<BudgetView> views = ledger.budgets();
-  for (const Scope& scope : scopes) {
-    for (const BudgetView& view : views) {
-      if (view.rule.scope != scope) continue;
-      double remaining = view.remaining().units();
-      fits.push_back({to_string(scope) + " (" + to_string(view.rule.period) + ")", remaining,
-                      cost <= remaining});
-    }
-  }
-  return fits;
 }
 
 // The ledger, with the policy's budgets applied where the ledger is the caller's own (as `run`
@@ -174,11 +107,11 @@ double parse_when(const std::string& text, const std::string& flag, bool end_of_
   } else if (auto ago = parse_duration(text)) {
     return utc_now() - to_seconds(*ago);
   } else {
-    throw usage(flag + " " + text, "not a date",
-                "write 2026-12-01, 2026-12-01T10:00:00Z (UTC), or a time ago like 30d");
+    throw usage_error(flag + " " + text, "not a date",
+                      "write 2026-12-01, 2026-12-01T10:00:00Z (UTC), or a time ago like 30d");
   }
   if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60) {
-    throw usage(flag + " " + text, "not a valid date");
+    throw usage_error(flag + " " + text, "not a valid date");
   }
   tm.tm_year = y - 1900;
   tm.tm_mon = mo - 1;
@@ -204,13 +137,13 @@ int terminal_width() {
 // ---- estimate, by kind ----
 
 int estimate_serving(const EstimateRequest& r, const std::string& currency) {
-  if (!r.price_per_hour) throw usage("estimate --serving", "needs --price-per-hour");
+  if (!r.price_per_hour) throw usage_error("estimate --serving", "needs --price-per-hour");
   double price = parse_price(*r.price_per_hour, "--price-per-hour");
   nlohmann::json j = {{"kind", "serving"}, {"price_per_hour", price}, {"currency", currency}};
   if (r.predictions_per_day) {
     if (r.rps || r.utilisation) {
-      throw usage("estimate --serving",
-                  "--predictions-per-day or --rps with --utilisation, not both");
+      throw usage_error("estimate --serving",
+                        "--predictions-per-day or --rps with --utilisation, not both");
     }
     double per_day = parse_number(*r.predictions_per_day, "--predictions-per-day");
     double per_thousand = serving_cost_per_thousand(price, per_day);
@@ -226,7 +159,8 @@ int estimate_serving(const EstimateRequest& r, const std::string& currency) {
     return 0;
   }
   if (!r.rps || !r.utilisation) {
-    throw usage("estimate --serving", "needs --rps and --utilisation, or --predictions-per-day");
+    throw usage_error("estimate --serving",
+                      "needs --rps and --utilisation, or --predictions-per-day");
   }
   double rps = parse_number(*r.rps, "--rps");
   double utilisation = parse_fraction(*r.utilisation, "--utilisation");
@@ -246,11 +180,11 @@ int estimate_serving(const EstimateRequest& r, const std::string& currency) {
 
 int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& currency) {
   if (!r.reserved || !r.on_demand) {
-    throw usage("estimate --reserved", "needs both --reserved PRICE and --on-demand PRICE");
+    throw usage_error("estimate --reserved", "needs both --reserved PRICE and --on-demand PRICE");
   }
   double reserved = parse_price(*r.reserved, "--reserved");
   double on_demand = parse_price(*r.on_demand, "--on-demand");
-  if (on_demand <= 0) throw usage("--on-demand " + *r.on_demand, "must be above 0");
+  if (on_demand <= 0) throw usage_error("--on-demand " + *r.on_demand, "must be above 0");
   ReservedEstimate e = estimate_reserved(reserved, on_demand);
   nlohmann::json j = {{"kind", "reserved"},
                       {"reserved_per_hour", reserved},
@@ -322,7 +256,8 @@ int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& 
 }
 
 int estimate_compare(const EstimateRequest& r, const Policy& policy) {
-  if (!r.params || !r.tokens) throw usage("estimate --compare", "needs --params and --tokens");
+  if (!r.params || !r.tokens)
+    throw usage_error("estimate --compare", "needs --params and --tokens");
   double params = parse_number(*r.params, "--params");
   double tokens = parse_number(*r.tokens, "--tokens");
   double mfu = r.mfu ? parse_fraction(*r.mfu, "--mfu") : 0.4;
@@ -345,9 +280,9 @@ int estimate_compare(const EstimateRequest& r, const Policy& policy) {
     offers.push_back({name, price->units(), *sheet.memory_gb, *sheet.peak_tflops});
   }
   if (offers.empty()) {
-    throw usage("estimate --compare",
-                "no GPU type of the policy has a price, memory_gb and peak_tflops",
-                "add memory_gb and peak_tflops to the policy's rates.gpu entries");
+    throw usage_error("estimate --compare",
+                      "no GPU type of the policy has a price, memory_gb and peak_tflops",
+                      "add memory_gb and peak_tflops to the policy's rates.gpu entries");
   }
   std::vector<GpuChoice> choices = compare_gpus(offers, params, tokens, bytes, activations, mfu);
   const GpuChoice* pick = recommended(choices);
@@ -407,17 +342,18 @@ int estimate_command(const EstimateRequest& r) {
   const bool from_size = r.params || r.tokens || from_hours;
   const int sources = (from_steps ? 1 : 0) + (r.params || r.tokens ? 1 : 0) + (from_hours ? 1 : 0);
   if (sources != 1) {
-    throw usage("estimate",
-                sources > 1 ? "give one of step time, model size or GPU-hours, not several"
-                            : "nothing to estimate",
-                "--gpu-hours H, --step-time T --steps N, or --params P --tokens D (or --serving, "
-                "--compare, --reserved)");
+    throw usage_error(
+        "estimate",
+        sources > 1 ? "give one of step time, model size or GPU-hours, not several"
+                    : "nothing to estimate",
+        "--gpu-hours H, --step-time T --steps N, or --params P --tokens D (or --serving, "
+        "--compare, --reserved)");
   }
   Pricing pricing = pricing_of(r.pricing, policy);
   int instances = r.instances ? parse_whole(*r.instances, "--instances") : 1;
   int gpus = r.gpus ? parse_whole(*r.gpus, "--gpus") : 1;
   if (r.rate && (r.gpu || r.instance)) {
-    throw usage("--rate " + *r.rate, "give --rate or --gpu/--instance, not both");
+    throw usage_error("--rate " + *r.rate, "give --rate or --gpu/--instance, not both");
   }
   // The price per hour of one instance (steps) or of one accelerator (size), and its on-demand
   // counterpart for spot.
@@ -445,9 +381,9 @@ int estimate_command(const EstimateRequest& r) {
     }
     if (r.instance) {
       if (from_size) {
-        throw usage("--instance " + *r.instance,
-                    "an estimate from model size or GPU-hours is priced per GPU",
-                    "give --gpu TYPE or --rate PRICE_PER_GPU_HOUR");
+        throw usage_error("--instance " + *r.instance,
+                          "an estimate from model size or GPU-hours is priced per GPU",
+                          "give --gpu TYPE or --rate PRICE_PER_GPU_HOUR");
       }
       const PriceSheet& sheet = sheet_of(policy.instance_rates, *r.instance, "--instance");
       total += price_at(sheet, pricing, "--instance " + *r.instance);
@@ -465,7 +401,8 @@ int estimate_command(const EstimateRequest& r) {
   double billed_hours = 0;  // instance-hours or accelerator-hours
   std::vector<std::string> lines;
   if (from_steps) {
-    if (!r.step_time || !r.steps) throw usage("estimate", "needs both --step-time and --steps");
+    if (!r.step_time || !r.steps)
+      throw usage_error("estimate", "needs both --step-time and --steps");
     double step = seconds_of(*r.step_time, "--step-time");
     double steps = parse_number(*r.steps, "--steps");
     StepEstimate e = estimate_from_steps(step, steps, instances, price.value_or(0));
@@ -488,7 +425,7 @@ int estimate_command(const EstimateRequest& r) {
     lines.push_back("GPU-hours: " + fixed(gpu_hours, 1) + ", wall time at " + std::to_string(gpus) +
                     " GPU" + (gpus > 1 ? "s" : "") + ": " + fixed(wall_hours, 2) + " h");
   } else {
-    if (!r.params || !r.tokens) throw usage("estimate", "needs both --params and --tokens");
+    if (!r.params || !r.tokens) throw usage_error("estimate", "needs both --params and --tokens");
     double params = parse_number(*r.params, "--params");
     double tokens = parse_number(*r.tokens, "--tokens");
     double mfu = r.mfu ? parse_fraction(*r.mfu, "--mfu") : 0.4;
@@ -498,8 +435,8 @@ int estimate_command(const EstimateRequest& r) {
     } else if (gpu_sheet && gpu_sheet->peak_tflops) {
       peak = *gpu_sheet->peak_tflops;
     } else {
-      throw usage("estimate --params", "no peak TFLOP/s",
-                  "give --peak-tflops, or --gpu TYPE whose policy entry has peak_tflops");
+      throw usage_error("estimate --params", "no peak TFLOP/s",
+                        "give --peak-tflops, or --gpu TYPE whose policy entry has peak_tflops");
     }
     FlopsEstimate e = estimate_from_size(params, tokens, peak, mfu, gpus, price);
     billed_hours = e.accelerator_hours;
@@ -529,12 +466,15 @@ int estimate_command(const EstimateRequest& r) {
   }
   if (r.interruptions_per_100h || r.lost_per_interruption) {
     if (pricing != Pricing::spot && !r.rate) {
-      throw usage("--interruptions-per-100h", "applies to spot pricing", "add --pricing spot");
+      throw usage_error("--interruptions-per-100h", "applies to spot pricing",
+                        "add --pricing spot");
     }
     if (!r.interruptions_per_100h || !r.lost_per_interruption) {
-      throw usage("estimate", "spot needs --interruptions-per-100h and --lost-per-interruption");
+      throw usage_error("estimate",
+                        "spot needs --interruptions-per-100h and --lost-per-interruption");
     }
-    if (!price) throw usage("estimate", "spot needs a price: --rate or --gpu with a spot price");
+    if (!price)
+      throw usage_error("estimate", "spot needs a price: --rate or --gpu with a spot price");
     double per_100h = parse_number(*r.interruptions_per_100h, "--interruptions-per-100h", true);
     double lost = seconds_of(*r.lost_per_interruption, "--lost-per-interruption") / 3600.0;
     SpotEstimate s =
@@ -555,7 +495,7 @@ int estimate_command(const EstimateRequest& r) {
 
   int status = 0;
   if (r.team || r.experiment) {
-    if (!cost) throw usage("estimate --team", "no cost to fit: give a price");
+    if (!cost) throw usage_error("estimate --team", "no cost to fit: give a price");
     std::vector<Scope> scopes;
     if (r.team) scopes.push_back({ScopeKind::team, *r.team});
     if (r.experiment) scopes.push_back({ScopeKind::experiment, *r.experiment});
@@ -589,22 +529,22 @@ int report_command(const ReportRequest& request) {
   for (const std::string& by : request.by) {
     auto parsed = parse_group_by(by);
     if (!parsed) {
-      throw usage("--by " + by, "not a grouping",
-                  "team, experiment, project, user, host, day, or tag:KEY");
+      throw usage_error("--by " + by, "not a grouping",
+                        "team, experiment, project, user, host, day, or tag:KEY");
     }
     options.by.push_back(*parsed);
   }
   if (request.format != "table" && request.format != "csv" && request.format != "json" &&
       request.format != "focus" && request.format != "html") {
-    throw usage("--format " + request.format, "not a report format",
-                "table, csv, json, focus or html");
+    throw usage_error("--format " + request.format, "not a report format",
+                      "table, csv, json, focus or html");
   }
   double since = request.since ? parse_when(*request.since, "--since", false) : 0;
   double until = request.until ? parse_when(*request.until, "--until", true)
                                : std::numeric_limits<double>::max();
   if (request.since) options.since = since;
   if (request.until) options.until = until;
-  if (until <= since) throw usage("--until", "is not after --since");
+  if (until <= since) throw usage_error("--until", "is not after --since");
   options.team = request.team;
   options.experiment = request.experiment;
 
@@ -626,7 +566,7 @@ int report_command(const ReportRequest& request) {
     double value = std::strtod(request.baseline->c_str(), &end);
     if (request.baseline->empty() || end != request.baseline->c_str() + request.baseline->size() ||
         !std::isfinite(value)) {
-      throw usage("--baseline " + *request.baseline, "not a number", "e.g. --baseline 0.82");
+      throw usage_error("--baseline " + *request.baseline, "not a number", "e.g. --baseline 0.82");
     }
     Baseline b;
     b.value = value;
@@ -634,27 +574,29 @@ int report_command(const ReportRequest& request) {
     if (request.metric_goal) {
       auto goal = parse_metric_goal(*request.metric_goal);
       if (!goal) {
-        throw usage("--metric-goal " + *request.metric_goal, "not a direction",
-                    "max (accuracy: improves upward) or min (loss: improves downward)");
+        throw usage_error("--metric-goal " + *request.metric_goal, "not a direction",
+                          "max (accuracy: improves upward) or min (loss: improves downward)");
       }
       b.goal = *goal;
     }
     options.baseline = b;
   } else if (request.metric || request.metric_goal) {
-    throw usage("--metric", "needs --baseline VALUE", "e.g. --baseline 0.82 --metric-goal max");
+    throw usage_error("--metric", "needs --baseline VALUE",
+                      "e.g. --baseline 0.82 --metric-goal max");
   }
 
   if (request.csv_raw && request.format != "csv" && request.format != "focus") {
-    throw usage("--csv-raw", "applies to --format csv and --format focus only",
-                "add --format csv or --format focus, or leave it out");
+    throw usage_error("--csv-raw", "applies to --format csv and --format focus only",
+                      "add --format csv or --format focus, or leave it out");
   }
   const CsvCells cells = request.csv_raw ? CsvCells::raw : CsvCells::safe;
   std::unique_ptr<Ledger> ledger = open_chosen_ledger(request.choice, nullptr);
   if (request.format == "focus") {
     // One row per run and charge period, streamed: nothing is grouped.
     if (!request.by.empty() || request.baseline) {
-      throw usage("--format focus", "has one row per run and day: --by and --baseline do not apply",
-                  "leave them out, or use --format csv");
+      throw usage_error("--format focus",
+                        "has one row per run and day: --by and --baseline do not apply",
+                        "leave them out, or use --format csv");
     }
     FocusContext context{policy.currency, &policy, utc_now(), cells};
     std::string out = focus_header();
@@ -726,35 +668,6 @@ int accept_command(const LedgerChoice& choice, const std::string& run_id, const 
   std::cout << "accepted " << escape_for_terminal(full_id)
             << (note.empty() ? std::string() : ": " + escape_for_terminal(note)) << "\n";
   return 0;
-}
-
-void require_estimate_fits(const RunRequest& request, const RunSettings& settings, Ledger& ledger) {
-  if (!request.estimate_steps && !request.step_time) return;
-  if (!request.estimate_steps || !request.step_time) {
-    throw usage(request.estimate_steps ? "--estimate-steps" : "--step-time",
-                "--estimate-steps and --step-time go together",
-                "e.g. --estimate-steps 50000 --step-time 0.8s");
-  }
-  double steps = parse_number(*request.estimate_steps, "--estimate-steps");
-  double step = seconds_of(*request.step_time, "--step-time");
-  StepEstimate e = estimate_from_steps(step, steps, 1, settings.rate_per_hour.units());
-  const std::string& currency = settings.loaded.policy.currency;
-  std::string estimate = money_text(e.cost, currency) + " (" + fixed(e.wall_hours, 3) + " h at " +
-                         money_text(settings.rate_per_hour.units(), currency) + "/h)";
-  if (settings.budget && e.cost > settings.budget->units()) {
-    throw Error("--estimate-steps " + *request.estimate_steps,
-                "the estimate " + estimate + " does not fit --budget " +
-                    money_text(settings.budget->units(), currency),
-                "raise --budget or shorten the run", ExitCode::refused);
-  }
-  for (const BudgetFit& f : budget_fits(ledger, named_scopes(settings), e.cost)) {
-    if (!f.fits) {
-      throw Error("--estimate-steps " + *request.estimate_steps,
-                  "the estimate " + estimate + " does not fit " + f.scope + ", " +
-                      money_text(f.remaining, currency) + " remaining",
-                  "shorten the run or ask for more budget", ExitCode::refused);
-    }
-  }
 }
 
 double parse_report_time(const std::string& text, const std::string& flag, bool end_of_day) {

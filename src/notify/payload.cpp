@@ -27,7 +27,7 @@ nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
   p["event_id"] = event_id;
   p["event"] = event.event;
   p["at"] = rfc3339_utc(at);
-  p["run_id"] = facts.run_id;
+  p["run_id"] = facts.id;
   p["team"] = facts.team;
   p["experiment"] = facts.experiment;
   p["project"] = facts.project;

@@ -25,6 +25,7 @@
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/process/credentials.hpp"
+#include "spendcap/process/exit_status.hpp"
 #include "spendcap/process/launcher.hpp"
 #include "spendcap/process/tree_guard.hpp"
 
@@ -55,20 +56,6 @@ bool root_only(const struct stat& st) {
 
 bool relayed(int signal) {
   return std::find(std::begin(kRelayed), std::end(kRelayed), signal) != std::end(kRelayed);
-}
-
-[[noreturn]] void die_as(int status) {
-  if (WIFSIGNALED(status)) {
-    int signal = WTERMSIG(status);
-    ::signal(signal, SIG_DFL);
-    sigset_t one;
-    sigemptyset(&one);
-    sigaddset(&one, signal);
-    ::sigprocmask(SIG_UNBLOCK, &one, nullptr);
-    ::raise(signal);
-    ::_exit(128 + signal);
-  }
-  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : to_int(ExitCode::internal));
 }
 
 // Variables the supervisor's own code would follow (libcurl, libpq, OpenSSL, the C library):
@@ -162,7 +149,7 @@ int run_front(const RunnerConfig& config, int argc, char** argv) {
           ::kill(child, SIGCONT);
           continue;
         }
-        die_as(status);
+        exit_as(status);
       }
       continue;
     }
@@ -318,7 +305,7 @@ void remove_job_cgroup(const RunCgroups& cgroups) {
     }
     if (pid == supervisor) {
       remove_job_cgroup(cgroups);
-      die_as(status);
+      exit_as(status);
     }
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
     int ready = ::poll(fds, front_alive ? 2 : 1, signal_fd < 0 ? 100 : -1);

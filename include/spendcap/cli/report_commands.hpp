@@ -11,10 +11,6 @@
 
 namespace spendcap {
 
-class Ledger;
-struct RunRequest;
-struct RunSettings;
-
 // The flags of `spendcap estimate`, as typed (validated where they are read, naming the flag).
 struct EstimateRequest {
   LedgerChoice choice;
@@ -60,10 +56,5 @@ int report_command(const ReportRequest& request);
 double parse_report_time(const std::string& text, const std::string& flag, bool end_of_day);
 
 int accept_command(const LedgerChoice& choice, const std::string& run_id, const std::string& note);
-
-// `run --estimate-steps N --step-time T`: throws Error (exit 120) when N x T at the run's burn rate
-// does not fit --budget or the remaining amount of one of its scopes' budgets. Nothing when the
-// flags are absent; an Error (exit 125) when only one of them is given.
-void require_estimate_fits(const RunRequest& request, const RunSettings& settings, Ledger& ledger);
 
 }  // namespace spendcap

@@ -25,6 +25,7 @@
 
 #include "spendcap/base/money.hpp"
 #include "spendcap/ledger/run_gpu.hpp"
+#include "spendcap/ledger/run_identity.hpp"
 #include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
@@ -57,7 +58,7 @@ struct BudgetRule {
   Period period = Period::month;
   std::optional<Money> max_run;
   // Its members' Unix groups (the policy's "members"): only they, and the ledger's owner, may
-  // charge runs to it or stop its runs (cli/membership.hpp). Empty: anyone.
+  // charge runs to it or stop its runs (run/membership.hpp). Empty: anyone.
   std::vector<std::string> member_groups = {};
 };
 
@@ -73,12 +74,7 @@ struct RunWebhook {
 };
 
 // Everything about a run that is known when it starts.
-struct RunStart {
-  std::string id;       // UUID v4
-  std::string job_key;  // "" when none
-  std::string team, experiment, project, user, host;
-  std::map<std::string, std::string> tags;
-  std::vector<std::string> command;
+struct RunStart : RunIdentity {
   std::string fingerprint;  // of team + experiment + command, for the crash-loop guard (later)
   int pid = 0;              // the wrapper's pid
   // The real uid that admits it (the spool replays a row only for this user); none: the ledger

@@ -34,11 +34,8 @@ namespace spendcap {
 // A run as the store keeps it. BudgetLedger fills every field; a store writes and returns them
 // unchanged. Durations are whole milliseconds (BudgetLedger rounds up), so that a store may keep
 // integers and still return exactly what it was given.
-struct RunRecord {
-  std::string id, job_key, team, experiment, project, user;  // job_key "": none
-  std::map<std::string, std::string> tags;
-  std::vector<std::string> command;
-  std::string fingerprint, host;
+struct RunRecord : RunIdentity {
+  std::string fingerprint;
   int pid = 0;
   std::optional<std::int64_t> uid;  // who admitted it (none: admitted before uids were kept)
   Mode mode = Mode::enforce;

@@ -10,15 +10,13 @@
 #include <vector>
 
 #include "spendcap/base/money.hpp"
+#include "spendcap/ledger/run_identity.hpp"
 #include "spendcap/notify/notifier.hpp"
 
 namespace spendcap {
 
-// Who and what the run is: fixed for the run's life.
-struct RunFacts {
-  std::string run_id, team, experiment, project, user, host;
-  std::map<std::string, std::string> tags;
-  std::vector<std::string> command;
+// Who and what the run is (its identity, and what it costs): fixed for the run's life.
+struct RunFacts : RunIdentity {
   std::string currency = "USD";
   std::optional<Money> budget;
   Money rate_per_hour;

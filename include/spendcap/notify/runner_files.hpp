@@ -16,7 +16,7 @@ namespace spendcap {
 
 // The content of the file at `path` (an absolute path), without its trailing line breaks and
 // spaces. `runner_held`: the locked policy names it, so it is opened with the runner's group
-// (on the setgid install the group is set aside, cli/ledger_group.hpp: it is raised for the
+// (on the setgid install the group is set aside, run/ledger_group.hpp: it is raised for the
 // open(2) alone); otherwise it is opened with the caller's own credentials, so that a user can aim
 // no privileged read at a file. Refuses (Error, 125, naming `what` and the path, never the
 // content) a missing or empty file, one that is not a regular file, one larger than 64 KiB, and

@@ -1,8 +1,8 @@
 // The policy's keys, one row each: where a key is (its JSON path), how it is read and checked,
 // what it is worth where a locked policy does not write it down, how a layer over a locked policy
 // may change it, and which command-line flag sets it. The reader (policy.cpp), the locked-policy
-// check (layers.cpp) and the command-line layer (cli/run.cpp) all work from these rows: a new key
-// is a new row (and, for the reader, a member in policy.hpp's struct). Immutable; thread-safe.
+// check (layers.cpp) and the command-line layer (run/settings.cpp) all work from these rows: a new
+// key is a new row (and, for the reader, a member in policy.hpp's struct). Immutable; thread-safe.
 #pragma once
 
 #include <functional>

@@ -2,7 +2,7 @@
 // re-reads the ids afterwards and fails closed (bubblewrap's acquire_privs / drop_privs /
 // switch_to_user_with_privs are the model). Two installs use them:
 //
-//   the setgid install (cli/ledger_group.hpp): the ledger's group is held in the saved gid while
+//   the setgid install (run/ledger_group.hpp): the ledger's group is held in the saved gid while
 //     the user's files are opened, raised for the ledger's open only, then dropped for good;
 //   the privileged runner (process/privileged_run.hpp): the supervisor and the guard become the
 //     runner's service user with a few capabilities, the job's child becomes the caller.
@@ -61,7 +61,7 @@ void switch_to_service(const Identity& caller, uid_t service_uid, gid_t service_
                        std::uint64_t keep);
 
 // From root (the setuid runner, for every subcommand but run): the setgid install's ids, so that
-// cli/ledger_group.hpp works as there: uids all the caller's (no capability left), real gid the
+// run/ledger_group.hpp works as there: uids all the caller's (no capability left), real gid the
 // caller's, effective and saved gid `ledger_gid`; not dumpable. Checked; throws Error.
 void reduce_to_setgid(const Identity& caller, gid_t ledger_gid);
 

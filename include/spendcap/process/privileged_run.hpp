@@ -12,7 +12,7 @@
 // directly: they share the front's process group) over a control pipe, mirrors a stop of the
 // run (Ctrl-Z) and exits as the run did. Every other subcommand the front execs the runner for,
 // which becomes the setgid install's process (caller's uid, the ledger's group set aside:
-// cli/ledger_group.hpp).
+// run/ledger_group.hpp).
 //
 // The runner of a run, root, in order, before reading anything of the user's but its
 // environment memfd:

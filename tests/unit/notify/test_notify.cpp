@@ -49,7 +49,7 @@ TEST_CASE("HMAC-SHA256 matches the RFC 4231 vectors") {
 
 TEST_CASE("the payload carries the run's facts and leaves out what is not known") {
   RunFacts facts;
-  facts.run_id = "11111111-2222-4333-8444-555555555555";
+  facts.id = "11111111-2222-4333-8444-555555555555";
   facts.team = "vision";
   facts.experiment = "vit";
   facts.user = "ada";
@@ -235,7 +235,7 @@ TEST_CASE("the notifier hands back what it could not deliver, for the outbox") {
   target.url = "http://127.0.0.1:1/x";
   target.events = {"killed"};
   RunFacts facts;
-  facts.run_id = "r";
+  facts.id = "r";
   WebhookNotifier notifier(facts, {target}, std::make_unique<ScriptedHttp>(std::deque{answer(503)}),
                            1s, nullptr);
   notifier.notify(RunEvent{"warning"});  // not wanted by this webhook
@@ -332,7 +332,7 @@ void non_plain_texts(const nlohmann::json& node, std::vector<std::string>& out) 
 
 TEST_CASE("Slack: user text escaped, in plain_text, mrkdwn off; a message a person acts on") {
   RunFacts facts;
-  facts.run_id = "11111111-2222-4333-8444-555555555555";
+  facts.id = "11111111-2222-4333-8444-555555555555";
   facts.team = "vision & <!here>";
   facts.experiment = "<!channel> *urgent* <https://x|click>";
   facts.project = "p>q";
@@ -357,7 +357,7 @@ TEST_CASE("Slack: user text escaped, in plain_text, mrkdwn off; a message a pers
   CHECK(texts[0] == slack["text"]);
   // Who, what team, which budget, why, where.
   for (const char* part : {"User: ada", "Team: vision", "2 USD of the run budget 2 USD",
-                           "Why: budget:run", "host gpu1", facts.run_id.c_str()}) {
+                           "Why: budget:run", "host gpu1", facts.id.c_str()}) {
     CHECK(body.find(part) != std::string::npos);
   }
   // Negative control: the escaping is what makes the difference.

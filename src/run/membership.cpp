@@ -1,4 +1,4 @@
-#include "spendcap/cli/membership.hpp"
+#include "spendcap/run/membership.hpp"
 
 #include <algorithm>
 

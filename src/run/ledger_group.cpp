@@ -1,4 +1,4 @@
-#include "spendcap/cli/ledger_group.hpp"
+#include "spendcap/run/ledger_group.hpp"
 
 #include <unistd.h>
 

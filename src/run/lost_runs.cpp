@@ -1,4 +1,4 @@
-#include "spendcap/cli/lost_runs.hpp"
+#include "spendcap/run/lost_runs.hpp"
 
 #include <optional>
 
@@ -26,7 +26,7 @@ namespace {
 std::vector<OutboxEntry> lost_entries(const LostRun& lost, const std::string& currency) {
   const RunView& run = lost.run;
   RunFacts facts;
-  facts.run_id = run.id;
+  facts.id = run.id;
   facts.team = run.team;
   facts.experiment = run.experiment;
   facts.project = run.project;

@@ -1,4 +1,4 @@
-#include "spendcap/cli/multi_node.hpp"
+#include "spendcap/run/multi_node.hpp"
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/text.hpp"

@@ -1,0 +1,65 @@
+// A run's settings (`spendcap run`'s first step): the policy layers, then the flags, which under a
+// locked policy may only tighten; the burn rate from --rate or the policy's prices; and the checks
+// made before anything is written to the ledger (status file, metrics directory, checkpoint
+// storage). Every error names the flag the user typed.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spendcap/integrations/spot_notice.hpp"
+#include "spendcap/ledger/run_identity.hpp"
+#include "spendcap/policy/layers.hpp"
+#include "spendcap/run/request.hpp"
+#include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/storage_part.hpp"
+
+namespace spendcap {
+
+// Everything a run needs, resolved and validated.
+struct RunSettings {
+  LoadedPolicy loaded;
+  Money rate_per_hour;
+  std::string rate_source;      // "--rate" or "2 x a100-80gb on_demand"
+  std::optional<Money> budget;  // --budget
+  ShutdownTimes on_trip, on_signal;
+  int checkpoint_signal = 0;
+  std::optional<Isolation> isolation;  // unset: pid where the kernel allows it
+  Mode mode = Mode::enforce;
+  Nanos interval{}, sync{}, claim_horizon{};
+  std::vector<double> warn_at;
+  std::string ledger_url;
+  // Which run, whose, where, its tags and command: what every record of the run takes whole.
+  RunIdentity identity;
+  std::string node;  // a multi-node run (--run-id): this node's name; its id is identity.job_key
+  std::optional<SpotNotice> spot_notice;   // --spot-notice
+  ShutdownTimes on_preemption;             // its times, fitting the notice window
+  Nanos exit_window = kDefaultExitWindow;  // --exit-window
+  std::vector<int> forward_signals;        // --forward, beyond SIGUSR1 and SIGUSR2
+  std::vector<std::string> webhook_urls;   // --webhook
+  // The part of the burn rate that buys GPUs (measured billing charges it by busy GPU time):
+  // instances x gpus x the GPU price with --gpu; the whole rate with --rate or --instance alone.
+  Money gpu_rate_per_hour;
+};
+
+// The settings, with the run's identity complete (a new run id). Throws Error (125) naming the
+// flag or the policy path at fault.
+RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
+                                 const PolicySearch& search);
+
+// --status-file is checked before anything runs, so that a path it cannot write fails the run at
+// once (125) instead of after the job.
+void check_status_file_path(const std::string& path);
+
+// --checkpoint-dir and --checkpoint-max-gb, checked before anything runs: the maximum's storage
+// price joins the burn rate (`settings` is updated), so reserves, claims, ceilings and the trip
+// count on it. An empty plan without the flags.
+StoragePlan checkpoint_storage(const RunRequest& request, RunSettings& settings);
+
+// --metrics-dir (or metrics_dir) is checked before anything runs: an existing directory spendcap
+// can write in.
+void check_metrics_dir(const std::string& dir);
+
+}  // namespace spendcap

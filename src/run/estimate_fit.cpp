@@ -1,0 +1,102 @@
+#include "spendcap/run/estimate_fit.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "spendcap/base/duration.hpp"
+#include "spendcap/base/error.hpp"
+#include "spendcap/report/estimate.hpp"
+
+namespace spendcap {
+
+Error usage_error(const std::string& what, const std::string& why, const std::string& hint) {
+  return Error(what, why, hint, ExitCode::internal);
+}
+
+double parse_number(const std::string& text, const std::string& flag, bool zero_ok) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < 0 ||
+      (!zero_ok && value == 0)) {
+    throw usage_error(flag + " " + text, zero_ok ? "not a number >= 0" : "not a number > 0",
+                      "write a plain number, e.g. 0.8 or 1e9");
+  }
+  return value;
+}
+
+double seconds_of(const std::string& text, const std::string& flag) {
+  // A bare number is seconds.
+  char* end = nullptr;
+  double plain = std::strtod(text.c_str(), &end);
+  if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(plain) && plain > 0) {
+    return plain;
+  }
+  double seconds = to_seconds(parse_duration_or_throw(text, flag));
+  if (seconds <= 0) throw usage_error(flag + " " + text, "must be above 0");
+  return seconds;
+}
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+std::string money_text(double units, const std::string& currency) {
+  std::string plain = fixed(units, units != 0 && std::fabs(units) < 0.01 ? 4 : 2);
+  size_t dot = plain.find('.');
+  std::string out;
+  for (size_t i = 0; i < dot; ++i) {
+    out += plain[i];
+    size_t left = dot - i - 1;
+    if (left > 0 && left % 3 == 0 && plain[i] != '-') out += ',';
+  }
+  out += plain.substr(dot);
+  return currency == "USD" ? "$" + out : out + " " + currency;
+}
+
+std::vector<BudgetFit> budget_fits(Ledger& ledger, const std::vector<Scope>& scopes, double cost) {
+  std::vector<BudgetFit> fits;
+  std::vector<BudgetView> views = ledger.budgets();
+  for (const Scope& scope : scopes) {
+    for (const BudgetView& view : views) {
+      if (view.rule.scope != scope) continue;
+      double remaining = view.remaining().units();
+      fits.push_back({to_string(scope) + " (" + to_string(view.rule.period) + ")", remaining,
+                      cost <= remaining});
+    }
+  }
+  return fits;
+}
+
+void require_estimate_fits(const RunRequest& request, const RunSettings& settings, Ledger& ledger) {
+  if (!request.estimate_steps && !request.step_time) return;
+  if (!request.estimate_steps || !request.step_time) {
+    throw usage_error(request.estimate_steps ? "--estimate-steps" : "--step-time",
+                      "--estimate-steps and --step-time go together",
+                      "e.g. --estimate-steps 50000 --step-time 0.8s");
+  }
+  double steps = parse_number(*request.estimate_steps, "--estimate-steps");
+  double step = seconds_of(*request.step_time, "--step-time");
+  StepEstimate e = estimate_from_steps(step, steps, 1, settings.rate_per_hour.units());
+  const std::string& currency = settings.loaded.policy.currency;
+  std::string estimate = money_text(e.cost, currency) + " (" + fixed(e.wall_hours, 3) + " h at " +
+                         money_text(settings.rate_per_hour.units(), currency) + "/h)";
+  if (settings.budget && e.cost > settings.budget->units()) {
+    throw Error("--estimate-steps " + *request.estimate_steps,
+                "the estimate " + estimate + " does not fit --budget " +
+                    money_text(settings.budget->units(), currency),
+                "raise --budget or shorten the run", ExitCode::refused);
+  }
+  for (const BudgetFit& f : budget_fits(ledger, named_scopes(settings.identity), e.cost)) {
+    if (!f.fits) {
+      throw Error("--estimate-steps " + *request.estimate_steps,
+                  "the estimate " + estimate + " does not fit " + f.scope + ", " +
+                      money_text(f.remaining, currency) + " remaining",
+                  "shorten the run or ask for more budget", ExitCode::refused);
+    }
+  }
+}
+
+}  // namespace spendcap

@@ -1,0 +1,322 @@
+#include "spendcap/run/execution.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "spendcap/base/signals.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/ledger/spool.hpp"
+#include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/privileged_run.hpp"
+#include "spendcap/process/process_tree.hpp"
+#include "spendcap/process/tree_guard.hpp"
+#include "spendcap/run/run_notifier.hpp"
+#include "spendcap/run/summary.hpp"
+#include "spendcap/supervise/gpu_sampler.hpp"
+#include "spendcap/supervise/outcome.hpp"
+#include "spendcap/supervise/run_env.hpp"
+#include "spendcap/supervise/signal_forward.hpp"
+#include "spendcap/supervise/supervisor.hpp"
+
+namespace spendcap {
+
+namespace {
+
+// How long the final row may take before it is spooled instead: the job is already over, and a
+// scheduler's SIGKILL may be on its way (see grace_on_signal).
+constexpr auto kFinalRowTimeout = std::chrono::seconds(5);
+
+std::vector<std::string> secret_variables(const Policy& policy) {
+  std::vector<std::string> names;
+  for (const Webhook& hook : policy.webhooks) {
+    if (!hook.url_env.empty()) names.push_back(hook.url_env);  // a Slack URL is itself a secret
+    if (hook.secret_env) names.push_back(*hook.secret_env);
+  }
+  return names;
+}
+
+std::string run_label(const RunIdentity& identity) {
+  std::string label;
+  auto add = [&label](const char* name, const std::string& value) {
+    if (!value.empty()) label += (label.empty() ? "" : ", ") + std::string(name) + " " + value;
+  };
+  add("team", identity.team);
+  add("experiment", identity.experiment);
+  add("project", identity.project);
+  add("job", identity.job_key);
+  return label;
+}
+
+// GPU measurement: the devices the environment allocates, the policy's energy figures, and the
+// idle guard (on by default: the policy's guards.idle_gpu, else its defaults).
+GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
+  GpuPlan gpu;
+  auto library = env.find("SPENDCAP_NVML_LIBRARY");
+  gpu.enabled = library == env.end() || library->second != "none";
+  std::vector<std::string> entries;
+  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
+  std::vector<const char*> pointers;
+  for (const std::string& entry : entries) pointers.push_back(entry.c_str());
+  pointers.push_back(nullptr);
+  gpu.allocation = gpu_allocation_from_environment(pointers.data());
+  gpu.allocated = gpu.allocation.entries;
+  gpu.pue = policy.energy.pue;
+  gpu.kg_co2_per_kwh = policy.energy.kg_co2_per_kwh;
+  gpu.usd_per_kwh = policy.energy.usd_per_kwh;
+  IdleGpuGuard idle = policy.guards.idle_gpu.value_or(IdleGpuGuard{});
+  if (idle.enabled) gpu.idle_below = idle.below_percent / 100.0;
+  gpu.idle_for = idle.for_duration;
+  return gpu;
+}
+
+// What the guard launches: the command, its environment, the fds and signals spendcap inherited.
+LaunchSpec make_launch_spec(const std::string& executable, const RunSettings& settings,
+                            const Environment& env, const Inherited& inherited,
+                            const Admission& admission, const RunDir& run_dir,
+                            const std::string& cgroup_dir) {
+  const RunIdentity& run = settings.identity;
+  JobIdentity identity{run.id,
+                       run.team,
+                       run.experiment,
+                       run.project,
+                       admission.run_budget ? to_decimal(*admission.run_budget) : "",
+                       signal_name(settings.checkpoint_signal),
+                       run_dir.checkpoint_done(),
+                       run_dir.progress()};
+  LaunchSpec spec;
+  spec.executable = executable;
+  spec.argv = run.command;
+  spec.env = job_environment(env, identity, secret_variables(settings.loaded.policy));
+  spec.inherited = inherited;
+  spec.cgroup_dir = cgroup_dir;
+  spec.take_terminal = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  return spec;
+}
+
+// Records the final row, or spools it on this host when the ledger does not take it in time.
+bool record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
+                  const Reporter& reporter) {
+  RunFinal final;
+  final.id = outcome.run_id;
+  final.status = outcome.status;
+  final.reason = outcome.reason;
+  if (outcome.command_exit_code) {
+    final.exit_code = *outcome.command_exit_code;
+  } else if (outcome.command_signal) {
+    final.exit_code = shell_status(*outcome.command_signal);
+  }
+  final.spend = outcome.spend;
+  final.elapsed_seconds = outcome.elapsed_seconds;
+  if (outcome.gpu) final.gpu = to_run_gpu(*outcome.gpu);
+  if (outcome.progress) {
+    final.metric_name = outcome.progress->metric_name;
+    final.metric_value = outcome.progress->metric_value;
+    final.units = outcome.progress->units;
+    final.egress_gb = outcome.progress->egress_gb;
+  }
+  final.storage_peak_gb = outcome.storage_peak_gb;
+  final.storage_spend = outcome.storage_spend;
+  std::string error = supervisor.record_final(final, kFinalRowTimeout);
+  if (error.empty()) return true;
+  try {
+    // A spooled row is checked against the run's last heartbeat when it is replayed, and
+    // heartbeats are at the allocated rate: under measured billing the row is spooled at the
+    // allocated spend (never less than was reported), giving up the measured discount.
+    std::string note;
+    if (outcome.gpu && outcome.gpu->allocated_spend &&
+        *outcome.gpu->allocated_spend > final.spend) {
+      final.spend = *outcome.gpu->allocated_spend;
+      note = " (at the allocated spend: measured billing needs the ledger at the end)";
+    }
+    std::string path = spool_final(ledger_url, final);
+    reporter.error("ledger: " + error + "; the final row is spooled in " + path + note +
+                   " and replayed by the next spendcap command");
+  } catch (const Error& spool_error) {
+    reporter.error("ledger: " + error +
+                   "; spooling the final row failed too: " + format_error(spool_error));
+  }
+  return false;
+}
+
+// The guards that watch the run, from the flags and the policy.
+GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings,
+                          const RunDir& run_dir) {
+  const Policy& policy = settings.loaded.policy;
+  GuardPlan plan;
+  plan.progress_path = run_dir.progress();
+  plan.require_fit = request.require_fit;
+  if (policy.guards.stall) plan.stall_after = policy.guards.stall->after;
+  // The burn-rate guard: on where the experiment's budget says what it expects per hour.
+  auto experiments = policy.budgets.find(ScopeKind::experiment);
+  if (!settings.identity.experiment.empty() && experiments != policy.budgets.end()) {
+    auto spec = experiments->second.find(settings.identity.experiment);
+    if (spec != experiments->second.end() && spec->second.expected_per_hour) {
+      BurnRateCheck check;
+      check.factor = policy.guards.burn_rate.value_or(BurnRateGuard{}).factor;
+      check.expected_per_hour = *spec->second.expected_per_hour;
+      check.experiment = settings.identity.experiment;
+      plan.burn_rate = check;
+    }
+  }
+  return plan;
+}
+
+// The run's cgroup: the privileged runner's (made as root; the keeper removes it), else its own
+// where the hierarchy is writable, else none (the tree is followed by parentage).
+std::optional<Cgroup> run_cgroup(const AdmittedJob& job) {
+  if (job.runner) return job.runner->cgroup;
+  if (job.switches.no_cgroup) return std::nullopt;
+  std::string why_not;
+  return Cgroup::create("spendcap-" + job.settings.identity.id, &why_not);
+}
+
+GuardOptions make_guard_options(const AdmittedJob& job) {
+  const RunSettings& settings = job.settings;
+  GuardOptions guard_options;
+  guard_options.subreaper = !job.switches.no_subreaper;
+  guard_options.run_dir = job.run_dir.path();
+  guard_options.pid_namespace = settings.isolation != Isolation::none;
+  guard_options.pid_namespace_required = settings.isolation == Isolation::pid;
+  // Ticks come every interval; three missed (and never under 2 s: a loaded host delays timers)
+  // mean the supervisor is stopped or hung.
+  guard_options.stale_after = std::max<Nanos>(3 * settings.interval, std::chrono::seconds(2));
+  return guard_options;
+}
+
+// The supervisor's plan: the run's figures and times, its guards, its tree, its notifier, its GPUs,
+// its metrics and storage.
+SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
+                         const GuardHandle& guard, const Cgroup* cgroup, WebhookNotifier* notifier,
+                         bool gave_terminal) {
+  const RunSettings& settings = job.settings;
+  const Admission& admission = job.admission;
+  SupervisorPlan plan;
+  plan.run_id = settings.identity.id;
+  plan.label = run_label(settings.identity);
+  plan.currency = settings.loaded.policy.currency;
+  plan.rate_per_hour = settings.rate_per_hour;
+  plan.run_budget = admission.run_budget;
+  plan.grant = admission.grant;
+  plan.on_trip = settings.on_trip;
+  plan.on_signal = settings.on_signal;
+  plan.checkpoint_signal = settings.checkpoint_signal;
+  plan.mode = settings.mode;
+  plan.warn_at = settings.warn_at;
+  plan.sync = settings.sync;
+  plan.claim_horizon = settings.claim_horizon;
+  plan.interval = settings.interval;
+  plan.checkpoint_done_path = job.run_dir.checkpoint_done();
+  plan.gave_terminal = gave_terminal;
+  if (!settings.node.empty()) {
+    plan.multi_node_run_id = settings.identity.job_key;
+    plan.node = settings.node;
+  }
+  if (settings.spot_notice) {
+    plan.preemption_part = spot_notice_part(*settings.spot_notice);
+    plan.on_preemption = settings.on_preemption;
+  }
+  plan.exit_window = settings.exit_window;
+  plan.forward_signals.assign(std::begin(kForwardedByDefault), std::end(kForwardedByDefault));
+  plan.forward_signals.insert(plan.forward_signals.end(), settings.forward_signals.begin(),
+                              settings.forward_signals.end());
+  plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
+  if (job.runner) {
+    plan.isolation += "; supervisor and guard run as " + job.runner->service_user +
+                      " (privileged runner: the user cannot signal, stop or ptrace them)";
+  }
+  plan.ledger = ledger_url;
+  plan.guards = make_guard_plan(job.request, settings, job.run_dir);
+  RespawnLoopGuard respawn =
+      settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
+  if (respawn.enabled) {
+    plan.guards.respawn = RespawnPlan{respawn.max_restarts, respawn.window, respawn.min_life,
+                                      !job.switches.no_proc_connector};
+  }
+  plan.make_tree = [cgroup](pid_t root) -> std::unique_ptr<ProcessTree> {
+    return std::make_unique<LiveProcessTree>(root, cgroup);
+  };
+  plan.notifier = notifier;
+  plan.gpu = make_gpu_plan(settings.loaded.policy, job.env);
+  // --gpus N (with --gpu): how many GPUs the run holds, even where no variable names them.
+  if (auto gpus = settings.identity.tags.find("gpus"); gpus != settings.identity.tags.end()) {
+    plan.gpu.allocation.count = std::stoi(gpus->second);
+  }
+  if (settings.loaded.policy.metrics_dir) {
+    plan.metrics = MetricsPlan{*settings.loaded.policy.metrics_dir, settings.identity.team,
+                               settings.identity.experiment, job.metrics_sink};
+  }
+  plan.gpu.measured_billing = settings.loaded.policy.defaults.billing == Billing::measured;
+  plan.gpu.gpu_rate_per_hour = settings.gpu_rate_per_hour;
+  plan.storage = job.storage;
+  return plan;
+}
+
+}  // namespace
+
+int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Ledger> ledger,
+                AdmittedRun& admitted, Reporter& reporter) {
+  const RunRequest& request = job.request;
+  const RunSettings& settings = job.settings;
+  const Environment& env = job.env;
+  const TestSwitches& switches = job.switches;
+  const Admission& admission = job.admission;
+  const RunDir& run_dir = job.run_dir;
+  RunFacts& facts = job.facts;
+  // Everything the guard needs is decided before it is forked.
+  std::optional<Cgroup> cgroup = run_cgroup(job);
+  LaunchSpec spec = make_launch_spec(job.executable, settings, env, inherited, admission, run_dir,
+                                     cgroup ? cgroup->path() : "");
+
+  // Orphans of the tree re-parent to the guard; should the guard die, to spendcap.
+  if (!switches.no_subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  GuardOptions guard_options = make_guard_options(job);
+  const Cgroup* cgroup_ptr = cgroup ? &*cgroup : nullptr;
+  // libcurl is loaded here (before the guard is forked) only when there is something to deliver.
+  facts.started_at = unix_now();
+  std::unique_ptr<WebhookNotifier> notifier =
+      make_run_notifier(std::move(job.webhooks), facts, *ledger, env, reporter);
+  GuardHandle guard = start_guard(spec, cgroup_ptr, guard_options);
+  if (!guard.isolated && !guard.why_not_isolated.empty()) {
+    reporter.error("isolation: no PID namespace here (" + guard.why_not_isolated +
+                   "); the job runs without isolation");
+  }
+  admitted.launched();  // from here the supervisor's outcome is the run's final row
+  // On a pipe a line needs no newline first while the job has written nothing since the last.
+  reporter.set_job_write_count([pid = guard.pid] { return write_count_of_tree(pid); });
+  reporter.write_in_background();
+  if (notifier) notifier->start();  // its thread only once the guard is forked
+
+  SupervisorPlan plan =
+      make_plan(job, ledger->url(), guard, cgroup_ptr, notifier.get(), spec.take_terminal);
+  Supervisor supervisor(std::move(plan), guard, reporter, ledger);
+  RunOutcome outcome = supervisor.run();
+  outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
+  outcome.isolation = guard.isolated ? "pid" : "none";
+  // A stop signal that came after the tree was empty: the job is done, spendcap still dies by it.
+  if (!outcome.reraise_signal) {
+    if (int signal = take_pending_stop_signal()) {
+      outcome.spendcap_signal = outcome.reraise_signal = signal;
+      outcome.exit_code = shell_status(signal);
+    }
+  }
+
+  bool recorded = record_final(supervisor, ledger->url(), outcome, reporter);
+  write_status(request, outcome, reporter);
+  run_dir.remove();
+  if (cgroup) cgroup->remove();
+  // The webhooks get at most their deadline; what is left waits in the outbox.
+  if (notifier) finish_run_notifier(*notifier, *ledger, facts, recorded, reporter);
+  say_summary(outcome, admission, settings.identity.job_key, reporter);
+  int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
+  if (signal) {
+    reporter.flush();
+    reraise(signal);
+  }
+  return outcome.exit_code;
+}
+
+}  // namespace spendcap
