@@ -12,12 +12,14 @@ namespace spendcap {
 const std::vector<RollupCut>& rollup_cuts() {
   // By month: a team, an experiment, or both (what `report` groups by most, and what budgets are
   // set on); by day: every tag, for --by day, project, user and host and the days of a partial
-  // month. Ids are stored: never renumber.
+  // month; team x experiment over every run, for a report of no period (a month cut of it holds a
+  // cell per pair and month a pair ran in). Ids are stored: never renumber.
   static const std::vector<RollupCut> cuts = {
       {1, RollupGrain::month, true, false, false, false, false},
       {2, RollupGrain::month, false, true, false, false, false},
       {3, RollupGrain::month, true, true, false, false, false},
       {4, RollupGrain::day, true, true, true, true, true},
+      {5, RollupGrain::total, true, true, false, false, false},
   };
   return cuts;
 }
@@ -46,9 +48,21 @@ std::int64_t next_month_day(std::int64_t day) {
   return std::chrono::sys_days{next}.time_since_epoch().count();
 }
 
+namespace {
+// Days past this (year 29349) hold no runs: an open-ended period stops there.
+constexpr std::int64_t kLastDay = 10'000'000;
+}  // namespace
+
 std::int64_t RollupSpan::end_day() const {
-  return rollup_cut(cut).grain == RollupGrain::month ? next_month_day(last_bucket)
-                                                     : last_bucket + 1;
+  switch (rollup_cut(cut).grain) {
+    case RollupGrain::month:
+      return next_month_day(last_bucket);
+    case RollupGrain::total:
+      return kLastDay;
+    case RollupGrain::day:
+      break;
+  }
+  return last_bucket + 1;
 }
 
 bool RollupRead::covers_day(std::int64_t day) const {
@@ -58,11 +72,13 @@ bool RollupRead::covers_day(std::int64_t day) const {
 }
 
 RollupRead plan_rollup_read(double since, double until, const RollupCut* month_cut,
-                            const RollupCut& day_cut) {
-  // Days past this (year 29349) hold no runs: an open-ended period stops there.
-  constexpr std::int64_t kLastDay = 10'000'000;
+                            const RollupCut& day_cut, const RollupCut* total_cut) {
   constexpr double kDay = 86400.0;
   RollupRead read;
+  if (total_cut && since <= 0 && until / kDay >= static_cast<double>(kLastDay)) {
+    read.spans.push_back({total_cut->id, 0, 0});
+    return read;
+  }
   std::int64_t first_day = since <= 0 ? 0 : static_cast<std::int64_t>(std::ceil(since / kDay));
   std::int64_t end_day = until / kDay >= static_cast<double>(kLastDay)
                              ? kLastDay

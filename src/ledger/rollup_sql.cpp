@@ -88,6 +88,7 @@ std::string two_argument(Dialect dialect, Combine combine) {
 // The bucket of the run row R for `cut`: its start day, or the first day of that day's month.
 std::string bucket_of(Dialect dialect, const RollupCut& cut) {
   if (cut.grain == RollupGrain::day) return "R.day";
+  if (cut.grain == RollupGrain::total) return "0";
   if (dialect == Dialect::sqlite) {
     return "CAST(strftime('%s', R.day * 86400, 'unixepoch', 'start of month') AS INTEGER) / 86400";
   }

@@ -36,17 +36,26 @@ std::optional<RollupRead> report_rollup_read(const ReportOptions& options, bool 
   }
   const RollupCut* day_cut = nullptr;
   const RollupCut* month_cut = nullptr;
+  const RollupCut* total_cut = nullptr;
   for (const RollupCut& cut : rollup_cuts()) {
     bool keeps = (!team || cut.team) && (!experiment || cut.experiment) &&
                  (!other || (cut.project && cut.user && cut.host));
     if (!keeps) continue;
     if (cut.grain == RollupGrain::day && !day_cut) day_cut = &cut;
     if (cut.grain == RollupGrain::month && !month_cut && !by_day) month_cut = &cut;
+    if (cut.grain == RollupGrain::total && !total_cut && !by_day) total_cut = &cut;
   }
   if (!day_cut) return std::nullopt;
+  // Over every run, the cut of every run in one bucket where it keeps just what the month cut does
+  // (a cut with fewer tags by month is smaller still).
+  auto same_tags = [](const RollupCut* a, const RollupCut* b) {
+    return a && b && a->team == b->team && a->experiment == b->experiment &&
+           a->project == b->project && a->user == b->user && a->host == b->host;
+  };
+  if (!same_tags(total_cut, month_cut)) total_cut = nullptr;
   RollupRead read = plan_rollup_read(options.since.value_or(0),
                                      options.until.value_or(std::numeric_limits<double>::max()),
-                                     month_cut, *day_cut);
+                                     month_cut, *day_cut, total_cut);
   read.team = options.team;
   read.experiment = options.experiment;
   return read;

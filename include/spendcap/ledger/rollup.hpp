@@ -31,7 +31,8 @@ namespace spendcap {
 
 struct RunRecord;
 
-enum class RollupGrain { day, month };
+// total: every run of the ledger in one bucket (0), for a report of no period (the default).
+enum class RollupGrain { day, month, total };
 
 struct RollupCut {
   int id = 0;
@@ -44,7 +45,7 @@ const std::vector<RollupCut>& rollup_cuts();
 const RollupCut& rollup_cut(int id);
 
 // A cell's key. bucket: the UTC day number (days since 1970-01-01) of its day, or of its month's
-// first day.
+// first day; 0 in a total cut.
 struct RollupKey {
   int cut = 0;
   std::int64_t bucket = 0;
@@ -96,10 +97,11 @@ struct RollupRead {
   bool covers_day(std::int64_t day) const;
 };
 
-// Plans the read of the runs started in [since, until) (until may be +huge) from `month_cut` (none:
-// day cells only) and `day_cut`, whose grain must be day.
+// Plans the read of the runs started in [since, until) (until may be +huge) from `total_cut` (when
+// the period is every run), else `month_cut`, and `day_cut`, whose grain must be day; a cut may be
+// none (nullptr) but the day cut.
 RollupRead plan_rollup_read(double since, double until, const RollupCut* month_cut,
-                            const RollupCut& day_cut);
+                            const RollupCut& day_cut, const RollupCut* total_cut = nullptr);
 
 // The UTC day number of the first day of the month of `day`, and of the next month.
 std::int64_t month_start_day(std::int64_t day);

@@ -66,7 +66,12 @@ TEST_CASE("Rollup plan: whole months from month cells, whole days from day cells
   CHECK(report_rollup_read(options, false)->spans[0].cut == 4);
   options.by = {*parse_group_by("experiment")};
   CHECK(report_rollup_read(options, false)->spans[0].cut == 2);
+  options.by = {*parse_group_by("team")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 1);
   options.team = "vision";
+  options.by = {*parse_group_by("experiment")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 5);  // every run: the total cut
+  options.since = unix_time(2024, 1, 1);
   CHECK(report_rollup_read(options, false)->spans[0].cut == 3);
 }
 
