@@ -1,6 +1,7 @@
 // Which rollups a report reads. Contract in report_rollup.hpp.
 #include "spendcap/report/report_rollup.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -59,6 +60,98 @@ std::optional<RollupRead> report_rollup_read(const ReportOptions& options, bool 
   read.team = options.team;
   read.experiment = options.experiment;
   return read;
+}
+
+// ---- ReportBuilder's side of the rollups (report.hpp) ----
+
+namespace {
+// A cell's tags in a row, for its group's key (a day cell's day as its start).
+void key_row(const RollupKey& key, ReportRow& row) {
+  row.team = key.team;
+  row.experiment = key.experiment;
+  row.project = key.project;
+  row.user = key.user;
+  row.host = key.host;
+  row.started_at = static_cast<double>(key.bucket) * 86400.0;
+}
+}  // namespace
+
+void ReportBuilder::add_cell(const RollupCell& cell, std::optional<Money> egress_price) {
+  if (cell.runs == 0) return;
+  key_row(cell.key, scratch_);
+  if (options_.team && scratch_.team != *options_.team) return;
+  if (options_.experiment && scratch_.experiment != *options_.experiment) return;
+  size_t group = group_of(scratch_);
+  for (auto [g, extra] :
+       {std::pair{&groups_[group], &extras_[group]}, std::pair{&total_, &total_extra_}}) {
+    merge(*g, *extra, cell, egress_price);
+  }
+}
+
+void ReportBuilder::merge(GroupTotals& g, Extra& extra, const RollupCell& c,
+                          std::optional<Money> egress_price) {
+  if (g.runs == 0 || c.started_first < g.started_first) g.started_first = c.started_first;
+  g.started_last = std::max(g.started_last, c.started_last);
+  g.runs += c.runs;
+  g.spend += c.spend;
+  g.succeeded += c.succeeded;
+  g.failed += c.failed;
+  g.killed += c.killed;
+  g.refused += c.refused;
+  g.lost += c.lost;
+  g.preempted += c.preempted;
+  g.waste += c.waste;
+  g.units_spend += c.units_spend;
+  auto add = [](Measured& m, std::int64_t runs, double total) {
+    m.runs += runs;
+    m.total += total;
+  };
+  add(g.gpu_hours_allocated, c.gpu_seconds_allocated.runs, c.gpu_seconds_allocated.total / 3600.0);
+  add(g.gpu_hours_busy, c.gpu_seconds_busy.runs, c.gpu_seconds_busy.total / 3600.0);
+  add(g.idle_spend, c.idle_runs, c.idle_spend.units());
+  add(g.energy_kwh, c.energy_kwh.runs, c.energy_kwh.total);
+  add(g.co2_kg, c.co2_kg.runs, c.co2_kg.total);
+  add(g.units, c.units.runs, c.units.total);
+  add(g.egress_gb, c.egress_gb.runs, c.egress_gb.total);
+  if (egress_price && c.egress_gb.runs > 0) {
+    // Priced on the cell's sum: within half a micro-unit a run of what pricing each run gives.
+    add(g.egress_spend, c.egress_gb.runs,
+        Money{static_cast<std::int64_t>(
+                  std::llround(c.egress_gb.total * static_cast<double>(egress_price->micros)))}
+            .units());
+  }
+  if (c.storage_peak_runs > 0) {
+    g.storage_peak_gb.runs += c.storage_peak_runs;
+    g.storage_peak_gb.total = std::max(g.storage_peak_gb.total, c.storage_peak_gb);
+  }
+  add(g.storage_spend, c.storage_spend_runs, c.storage_spend.units());
+  if (extra.experiment.empty() && !extra.several) {
+    extra.experiment = c.key.experiment;
+  } else if (extra.experiment != c.key.experiment) {
+    extra.several = true;
+  }
+}
+
+void ReportBuilder::add_metric(const RollupMetric& metric) {
+  key_row(metric.key, scratch_);
+  if (options_.team && scratch_.team != *options_.team) return;
+  if (options_.experiment && scratch_.experiment != *options_.experiment) return;
+  size_t group = group_of(scratch_);
+  for (Extra* extra : {&extras_[group], &total_extra_}) {
+    auto [it, inserted] = extra->metric_range.try_emplace(metric.metric_name,
+                                                          std::pair{metric.lowest, metric.highest});
+    if (!inserted) {
+      it->second.first = std::min(it->second.first, metric.lowest);
+      it->second.second = std::max(it->second.second, metric.highest);
+    }
+  }
+}
+
+void ReportBuilder::add_accepted(const ReportRow& row) {
+  if (!report_includes(options_, row)) return;
+  size_t group = group_of(row);
+  ++groups_[group].accepted;
+  ++total_.accepted;
 }
 
 bool add_ledger_runs(Ledger& ledger, const ReportSource& source,
