@@ -11,15 +11,18 @@ namespace spendcap {
 
 const std::vector<RollupCut>& rollup_cuts() {
   // By month: a team, an experiment, or both (what `report` groups by most, and what budgets are
-  // set on); by day: every tag, for --by day, project, user and host and the days of a partial
-  // month; team x experiment over every run, for a report of no period (a month cut of it holds a
-  // cell per pair and month a pair ran in). Ids are stored: never renumber.
+  // set on); team x experiment over every run, for a report of no period (a month cut of it holds
+  // a cell per pair and month a pair ran in); by day: a team, team x experiment, and every tag
+  // (for --by project, user and host), also for the days of a partial month. A report reads the
+  // first cut of this list that keeps what it needs. Ids are stored: never renumber.
   static const std::vector<RollupCut> cuts = {
       {1, RollupGrain::month, true, false, false, false, false},
       {2, RollupGrain::month, false, true, false, false, false},
       {3, RollupGrain::month, true, true, false, false, false},
-      {4, RollupGrain::day, true, true, true, true, true},
       {5, RollupGrain::total, true, true, false, false, false},
+      {6, RollupGrain::day, true, false, false, false, false},
+      {7, RollupGrain::day, true, true, false, false, false},
+      {4, RollupGrain::day, true, true, true, true, true},
   };
   return cuts;
 }

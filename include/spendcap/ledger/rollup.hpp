@@ -40,7 +40,8 @@ struct RollupCut {
   bool team = false, experiment = false, project = false, user = false, host = false;
 };
 
-// The cuts every ledger keeps (schema v14), smallest first; the last keeps every tag by day.
+// The cuts every ledger keeps (schema v14), the smallest of a grain first; the last keeps every
+// tag by day.
 const std::vector<RollupCut>& rollup_cuts();
 const RollupCut& rollup_cut(int id);
 

@@ -64,6 +64,10 @@ TEST_CASE("Rollup plan: whole months from month cells, whole days from day cells
   CHECK_FALSE(report_rollup_read(options, false));
   options.by = {*parse_group_by("project")};
   CHECK(report_rollup_read(options, false)->spans[0].cut == 4);
+  options.by = {*parse_group_by("day")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 6);
+  options.by = {*parse_group_by("day"), *parse_group_by("experiment")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 7);
   options.by = {*parse_group_by("experiment")};
   CHECK(report_rollup_read(options, false)->spans[0].cut == 2);
   options.by = {*parse_group_by("team")};
