@@ -1,10 +1,10 @@
 // `spendcap report` grouped by team and by experiment over a ledger of 1,000,000 runs (issue 11's
 // benchmark: under 1 s; issue 23 item 3's goals from the rollups: --by experiment <= 0.2 s, --by
 // team --by experiment <= 0.3 s). Seeds a SQLite ledger (schema by SqliteLedger, rows by plain
-// INSERTs in one transaction, the rollups then backfilled as the migration does), then times the report's own
-// path both ways in the same run, interleaved: the ledger's runs streamed into a ReportBuilder
-// (scan, as before the rollups), and the rollups' cells (rollups), grouped and the table rendered.
-// Each pass checks that both ways give the same groups and total.
+// INSERTs in one transaction, the rollups then backfilled as the migration does), then times the
+// report's own path both ways in the same run, interleaved: the ledger's runs streamed into a
+// ReportBuilder (scan, as before the rollups), and the rollups' cells (rollups), grouped and the
+// table rendered. Each pass checks that both ways give the same table and total.
 //
 //   report_bench [--runs N] [--dir DIR] [--repeat K] [--reuse yes]
 #include <sqlite3.h>
