@@ -15,6 +15,7 @@
 #include "ledger/postgres/pg_test_support.hpp"
 #include "spendcap/ledger/postgres/postgres_ledger.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+#include "spendcap/ledger/sqlite/sqlite_store.hpp"
 #include "spendcap/report/report.hpp"
 #include "spendcap/report/report_rollup.hpp"
 #include "test_support.hpp"
@@ -275,6 +276,27 @@ TEST_CASE("Rollups: a report from them equals a scan's, on SQLite (and after a r
   options.by = {*parse_group_by("team")};
   bool scanned = true, read = false;
   CHECK(report_text(ledger, options, true, &read) != report_text(ledger, options, false, &scanned));
+}
+
+TEST_CASE("Rollups: the migration to v14 backfills them from the runs already there (SQLite)") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
+  // Back to schema 12, as a ledger of the spendcap before rollups was: then opened again.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  const char* undo =
+      "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
+      "DROP TRIGGER runs_rollup_delete; DROP TABLE rollups; DROP TABLE rollup_metrics; "
+      "DROP INDEX runs_overrun; DROP INDEX runs_started; DELETE FROM schema_version WHERE "
+      "version = 13";
+  REQUIRE(sqlite3_exec(db, undo, nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  SqliteLedger ledger(path, {});
+  CHECK(ledger.schema_version() == SqliteStore::latest_schema_version());
+  CHECK(ledger.verify_aggregates().empty());
+  check_same_reports(ledger);
 }
 
 TEST_CASE("Rollups: a report from them equals a scan's, on postgresql") {
