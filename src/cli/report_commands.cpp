@@ -19,6 +19,7 @@
 #include "spendcap/policy/layers.hpp"
 #include "spendcap/report/estimate.hpp"
 #include "spendcap/report/report.hpp"
+#include "spendcap/report/report_rollup.hpp"
 #include "spendcap/run/estimate_fit.hpp"
 #include "spendcap/supervise/run_env.hpp"
 
@@ -620,20 +621,28 @@ int report_command(const ReportRequest& request) {
   day_options.by.insert(day_options.by.begin(), GroupBy{GroupBy::Kind::day, {}});
   std::optional<ReportBuilder> by_day;
   if (request.format == "html") by_day.emplace(day_options);
-  std::optional<Money> egress_price = policy.egress_per_gb;
-  ReportRow row;
   std::map<std::string, Money> team_spend;  // html: budget against actual
-  ledger->for_each_run_started(since, until, [&](const RunRecord& run) {
-    fill_report_row(run, row);
-    if (by_day && report_includes(options, row)) team_spend[row.team] += row.spend;
-    row.accepted = !accepted.empty() && accepted.count(row.id) > 0;
-    if (row.egress_gb && egress_price) {
-      row.egress_spend = Money{static_cast<std::int64_t>(
-          std::llround(*row.egress_gb * static_cast<double>(egress_price->micros)))};
-    }
-    builder.add(row);
-    if (by_day) by_day->add(row);
-  });
+  ReportSource source;
+  // The ledger's rollups where a cut keeps what the report groups by (report_rollup.hpp); the
+  // runs themselves for a tag, or a ledger without rollups.
+  source.read = report_rollup_read(by_day ? day_options : options, by_day.has_value());
+  if (!source.read) {
+    std::cerr << "spendcap: report: a tag is not in the ledger's rollups: reading every run of "
+                 "the period\n";
+  }
+  source.since = since;
+  source.until = until;
+  source.accepted = std::move(accepted);
+  source.egress_price = policy.egress_per_gb;
+  if (by_day) {
+    source.on_row = [&](const ReportRow& row) {
+      if (report_includes(options, row)) team_spend[row.team] += row.spend;
+    };
+    source.on_cell = [&](const RollupCell& cell) { team_spend[cell.key.team] += cell.spend; };
+  }
+  std::vector<ReportBuilder*> builders = {&builder};
+  if (by_day) builders.push_back(&*by_day);
+  add_ledger_runs(*ledger, source, builders);
   Report report = std::move(builder).finish();
   if (by_day) {
     HtmlContext html;

@@ -1,6 +1,7 @@
 // BudgetLedger's reports: the runs of a period streamed to a report, and accepted results.
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/budget_ledger.hpp"
+#include "spendcap/ledger/rollup.hpp"
 
 namespace spendcap {
 
@@ -12,6 +13,38 @@ void BudgetLedger::for_each_run_started(double since, double until,
   // first step), so `each` never sees a row twice.
   store().transact(Access::read,
                    [&](StoreTxn& txn) { txn.for_each_run_started(since, until, each); });
+}
+
+bool BudgetLedger::read_rollups(const RollupRead& read, const RollupVisitor& visit) {
+  reconcile_if_due();
+  bool kept = false;
+  // One read transaction: a run that finishes meanwhile is either in its cell or read as a row,
+  // never both. A store retries a read only before its first row is read.
+  store().transact(Access::read, [&](StoreTxn& txn) {
+    kept = txn.has_rollups();
+    if (!kept) return;
+    for (const RollupSpan& span : read.spans) {
+      txn.for_each_rollup_cell(span, read.team, read.experiment, visit.cell);
+    }
+    for (const RollupSpan& span : read.spans) {
+      txn.for_each_rollup_metric(span, read.team, read.experiment, visit.metric);
+    }
+    for (const auto& [since, until] : read.run_ranges) {
+      txn.for_each_run_started(since, until, visit.run);
+    }
+    auto wanted = [&read](const RunRecord& run) {
+      return read.covers_day(run.day) && (!read.team || run.team == *read.team) &&
+             (!read.experiment || run.experiment == *read.experiment);
+    };
+    for (const RunRecord& run : txn.unfinished_runs()) {
+      if (wanted(run)) visit.run(run);
+    }
+    for (const AcceptedResult& accepted : txn.accepted_results()) {
+      std::optional<RunRecord> run = txn.find_run(accepted.run_id);
+      if (run && run->status != RunStatus::running && wanted(*run)) visit.accepted(*run);
+    }
+  });
+  return kept;
 }
 
 std::vector<AcceptedResult> BudgetLedger::accepted_results() {
@@ -33,6 +66,18 @@ std::pair<std::string, std::string> StoreTxn::neighbour_run_ids(const std::strin
 // A store without reports yet (the seam's defaults) refuses rather than reporting nothing.
 void StoreTxn::for_each_run_started(double, double, const std::function<void(const RunRecord&)>&) {
   throw Error("report", "this ledger backend has no reports yet", "use a sqlite: ledger");
+}
+
+void StoreTxn::for_each_rollup_cell(const RollupSpan&, const std::optional<std::string>&,
+                                    const std::optional<std::string>&,
+                                    const std::function<void(const RollupCell&)>&) {
+  throw Error("report", "this ledger backend keeps no rollups", "read its runs");
+}
+
+void StoreTxn::for_each_rollup_metric(const RollupSpan&, const std::optional<std::string>&,
+                                      const std::optional<std::string>&,
+                                      const std::function<void(const RollupMetric&)>&) {
+  throw Error("report", "this ledger backend keeps no rollups", "read its runs");
 }
 
 void StoreTxn::put_accepted_result(const AcceptedResult&) {

@@ -16,7 +16,7 @@ namespace spendcap {
 namespace {
 
 // The caller's real gid and supplementary groups. The effective gid is left out: while setgid it
-// is the install's group (cli/ledger_group.hpp), which no user is a member of.
+// is the install's group (run/ledger_group.hpp), which no user is a member of.
 std::vector<gid_t> caller_groups() {
   std::vector<gid_t> groups = {::getgid()};
   int count = ::getgroups(0, nullptr);

@@ -308,8 +308,7 @@ void ReportBuilder::finish_group(GroupTotals& g, const Extra& extra) const {
   g.per_point = cost_per_metric_point(g.spend, *baseline, g.best_metric);
 }
 
-void ReportBuilder::add(const ReportRow& row) {
-  if (!report_includes(options_, row)) return;
+size_t ReportBuilder::group_of(const ReportRow& row) {
   key_.clear();
   for (const GroupBy& by : options_.by) {
     // The named fields without a copy: this runs once per run of the ledger.
@@ -340,7 +339,13 @@ void ReportBuilder::add(const ReportRow& row) {
     for (const GroupBy& by : options_.by) groups_.back().key.push_back(group_value(row, by));
     extras_.emplace_back();
   }
-  account(groups_[it->second], extras_[it->second], row);
+  return it->second;
+}
+
+void ReportBuilder::add(const ReportRow& row) {
+  if (!report_includes(options_, row)) return;
+  size_t group = group_of(row);
+  account(groups_[group], extras_[group], row);
   account(total_, total_extra_, row);
 }
 

@@ -197,9 +197,13 @@ class ReportTest(LedgerTest):
         self.assertEqual([g["group"]["team"] for g in data["groups"]], ["nlp"])
         data = json.loads(self.report("--by", "team", "--until", "2001-01-01", "--format", "json"))
         self.assertEqual(data["groups"], [])
-        data = json.loads(self.report("--by", "tag:lr", "--since", "1d", "--format", "json"))
+        by_tag = self.run_ok(["report", "--by", "tag:lr", "--since", "1d", "--format", "json"])
+        data = json.loads(by_tag.stdout)
         self.assertEqual({g["group"]["tag:lr"]: g["runs"] for g in data["groups"]},
                          {"3e-4": 1, "": 5})
+        # Tags are not in the ledger's rollups: it says that it reads the runs; a team does not.
+        self.assertIn("reading every run of the period", by_tag.stderr)
+        self.assertNotIn("reading every run", self.run_ok(["report", "--by", "team"]).stderr)
 
         # The table: right-aligned money with the currency, a bar per row.
         table = self.run_spendcap(["report", "--by", "team"], extra_env={"COLUMNS": "150"}).stdout

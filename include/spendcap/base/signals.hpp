@@ -12,6 +12,18 @@ namespace spendcap {
 // while they wait on a lock.
 inline constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 
+// A stop signal waiting while this thread has it blocked, else 0. `spendcap run` blocks them
+// during setup so that it is never killed half-way; a ledger's wait on a lock (both stores) gives
+// up at once when one is pending, and run re-raises it after cleaning up. Not consumed here.
+inline int pending_stop_signal() {
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return 0;
+  for (int signal : kStopSignals) {
+    if (sigismember(&pending, signal)) return signal;
+  }
+  return 0;
+}
+
 // The exit status a POSIX shell reports for a process that signal `signal` ended: 128 + N.
 constexpr int shell_status(int signal) {
   return 128 + signal;

@@ -55,6 +55,7 @@ class BudgetLedger : public Ledger {
   // Reports (budget_ledger_reports.cpp).
   void for_each_run_started(double since, double until,
                             const std::function<void(const RunRecord&)>& each) override;
+  bool read_rollups(const RollupRead& read, const RollupVisitor& visit) override;
   AcceptedResult accept_run(const std::string& run_id, const std::string& note,
                             const std::string& accepted_by) override;
   std::vector<AcceptedResult> accepted_results() override;

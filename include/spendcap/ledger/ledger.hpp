@@ -103,7 +103,9 @@ struct ScopeUse {
   Money held;    // ceilings of unfinished runs
 };
 
-struct RunRecord;  // ledger_store.hpp
+struct RunRecord;      // ledger_store.hpp
+struct RollupRead;     // rollup.hpp
+struct RollupVisitor;  // rollup.hpp
 
 // A run whose result was kept (`spendcap accept`): cost per accepted result in reports.
 struct AcceptedResult {
@@ -347,6 +349,14 @@ class Ledger {
   // order, streamed rather than held. See StoreTxn::for_each_run_started for the fields filled.
   virtual void for_each_run_started(double since, double until,
                                     const std::function<void(const RunRecord&)>& each) = 0;
+  // The rollups of `read` (rollup.hpp), in one snapshot: its cells, then their metric ranges, the
+  // runs of its run ranges and the unfinished runs of its spans as rows (`visit.run`), and the
+  // accepted finished runs of its spans (`visit.accepted`). Lost runs due are reconciled first.
+  // False, having called nothing: this ledger keeps no rollups (the caller reads every run).
+  virtual bool read_rollups(const RollupRead& read, const RollupVisitor& visit) {
+    (void)read, (void)visit;
+    return false;
+  }
   // Marks the run's result as the one kept (`spendcap accept`); accepting it again replaces the
   // note. Throws Error (exit 125) for a run the ledger does not hold, one still running, or one
   // the caller may not act on (ledger/stop_rule.hpp).

@@ -28,6 +28,7 @@
 #include "spendcap/base/money.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/ledger/rollup.hpp"
 
 namespace spendcap {
 
@@ -67,6 +68,12 @@ struct RunRecord : RunIdentity {
   std::optional<double> storage_peak_gb;
   std::optional<Money> storage_spend;
 };
+
+// A run's durations as both stores keep them, in whole milliseconds (RunRecord's are whole already:
+// rounding up only guards a caller that forgot).
+inline std::int64_t to_ms_rounded_up(Nanos duration) {
+  return (duration.count() + 999'999) / 1'000'000;
+}
 
 // Per scope and UTC start day: spent = finished runs' spend, held = unfinished runs' ceilings,
 // live = unfinished runs' last reported spend. Also a delta to add to those rows.
@@ -196,6 +203,19 @@ class StoreTxn {
   // ceiling, reconciled, overrun, elapsed_seconds. A store that has no reports yet throws Error.
   virtual void for_each_run_started(double since, double until,
                                     const std::function<void(const RunRecord&)>& each);
+
+  // ---- rollups (rollup.hpp) ----
+  // Whether the store keeps rollups; without them a report reads every run.
+  virtual bool has_rollups() { return false; }
+  // The cells of `span` that hold runs, in any order; with `team` or `experiment`, only theirs (the
+  // span's cut keeps that tag). Metric ranges likewise. The defaults throw.
+  virtual void for_each_rollup_cell(const RollupSpan& span, const std::optional<std::string>& team,
+                                    const std::optional<std::string>& experiment,
+                                    const std::function<void(const RollupCell&)>& each);
+  virtual void for_each_rollup_metric(const RollupSpan& span,
+                                      const std::optional<std::string>& team,
+                                      const std::optional<std::string>& experiment,
+                                      const std::function<void(const RollupMetric&)>& each);
 
   // ---- accepted results ----
   // Adds the run's accepted result, or replaces its note, by, and time.

@@ -17,6 +17,7 @@
 
 #include "spendcap/base/money.hpp"
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/ledger/rollup.hpp"
 #include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
@@ -141,6 +142,12 @@ class ReportBuilder {
  public:
   explicit ReportBuilder(ReportOptions options);
   void add(const ReportRow& row);
+  // The same from the ledger's rollups (ledger/rollup.hpp): a cell of finished runs whose cut keeps
+  // every tag the report groups by (and filters on), priced for egress as add()'s caller does; a
+  // metric range of a cell added before; an accepted finished run that is inside a cell.
+  void add_cell(const RollupCell& cell, std::optional<Money> egress_price);
+  void add_metric(const RollupMetric& metric);
+  void add_accepted(const ReportRow& row);
   Report finish() &&;
 
  private:
@@ -149,7 +156,10 @@ class ReportBuilder {
     bool several = false;
     std::map<std::string, std::pair<double, double>> metric_range;  // name -> (min, max)
   };
+  size_t group_of(const ReportRow& row);  // its group's index, added when new
   void account(GroupTotals& group, Extra& extra, const ReportRow& row);
+  static void merge(GroupTotals& group, Extra& extra, const RollupCell& cell,
+                    std::optional<Money> egress_price);
   void finish_group(GroupTotals& group, const Extra& extra) const;
 
   ReportOptions options_;
@@ -158,7 +168,8 @@ class ReportBuilder {
   std::vector<Extra> extras_;
   GroupTotals total_;
   Extra total_extra_;
-  std::string key_;  // scratch
+  std::string key_;    // scratch
+  ReportRow scratch_;  // a cell's tags
 };
 Report build_report(const std::vector<ReportRow>& rows, const ReportOptions& options);
 

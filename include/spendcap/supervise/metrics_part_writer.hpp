@@ -1,7 +1,7 @@
 // Metrics on a shared runner (issue 19, item 4). On the setgid install the metrics directory is
 // root:spendcap 2770: only the runner's group writes it, so users can neither pre-create nor
 // replace the team files, and whichever user's run ends updates them (files 0660, group spendcap).
-// spendcap drops that group for good once the ledger is open (cli/ledger_group.hpp), so the files
+// spendcap drops that group for good once the ledger is open (run/ledger_group.hpp), so the files
 // are written by a small writer process forked before that, while nothing of the user's run exists
 // yet and spendcap has one thread: it keeps the group, takes no input but the supervisor's
 // messages over a socket pair (name and text of a run file, a team update), writes only

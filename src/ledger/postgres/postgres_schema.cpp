@@ -1,9 +1,11 @@
 // The PostgreSQL ledger's schema. Contract in postgres_schema.hpp; roles in postgres_store.hpp.
 #include "postgres_schema.hpp"
 
+#include "spendcap/ledger/rollup_sql.hpp"
+
 namespace spendcap::postgres_schema {
 
-const std::vector<const char*> kMigrations = {
+const std::vector<std::string> kMigrations = {
     // v1: as SQLite's v1 (types widened: BIGINT micros, DOUBLE PRECISION seconds), plus the login
     // role that admitted each run and placed each stop order, which the server's checks use.
     R"sql(
@@ -180,6 +182,12 @@ ALTER TABLE runs ADD COLUMN usage_live_micros BIGINT NOT NULL DEFAULT 0;
 UPDATE runs SET usage_live_micros = spend_micros WHERE status = 'running';
 CREATE INDEX runs_running_team ON runs(team, day) WHERE status = 'running';
 )sql",
+    // v14 (the 13th entry; schema version 13; issue 23 item 3): the rollups, as SQLite's v14 (the
+    // same SQL, rollup_sql.hpp), backfilled here; routines() installs the trigger that keeps them.
+    rollup_sql::create_tables(rollup_sql::Dialect::postgres) +
+        rollup_sql::rebuild(rollup_sql::Dialect::postgres) +
+        "CREATE INDEX runs_overrun ON runs(day) WHERE overrun = 1;\n"
+        "CREATE INDEX runs_started ON runs(started_at);\n",
 };
 
 const char* const kRunColumns =
@@ -292,6 +300,33 @@ DROP TRIGGER IF EXISTS runs_usage ON runs;
 CREATE TRIGGER runs_usage AFTER INSERT OR UPDATE OR DELETE ON runs
   FOR EACH ROW EXECUTE FUNCTION spendcap_runs_usage();
 
+-- The rollups follow the finished runs (rollup.hpp): a finished row leaves its cells as it was and
+-- enters them as it is, so a replayed final row replaces a reconciled run's charge once. The WHEN
+-- clauses keep heartbeats (an unfinished row staying unfinished) out of the function.
+CREATE OR REPLACE FUNCTION spendcap_runs_rollup() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status <> 'running' THEN
+)sql" + rollup_sql::move_run(rollup_sql::Dialect::postgres, "OLD", -1) +
+         R"sql(
+  END IF;
+  IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.status <> 'running' THEN
+)sql" + rollup_sql::move_run(rollup_sql::Dialect::postgres, "NEW", 1) +
+         R"sql(
+  END IF;
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS runs_rollup_insert ON runs;
+CREATE TRIGGER runs_rollup_insert AFTER INSERT ON runs
+  FOR EACH ROW WHEN (NEW.status <> 'running') EXECUTE FUNCTION spendcap_runs_rollup();
+DROP TRIGGER IF EXISTS runs_rollup_update ON runs;
+CREATE TRIGGER runs_rollup_update AFTER UPDATE ON runs
+  FOR EACH ROW WHEN (OLD.status <> 'running' OR NEW.status <> 'running')
+  EXECUTE FUNCTION spendcap_runs_rollup();
+DROP TRIGGER IF EXISTS runs_rollup_delete ON runs;
+CREATE TRIGGER runs_rollup_delete AFTER DELETE ON runs
+  FOR EACH ROW WHEN (OLD.status <> 'running') EXECUTE FUNCTION spendcap_runs_rollup();
+
 -- A new run, recorded with the caller's login role.
 CREATE OR REPLACE FUNCTION spendcap_insert_run(r json) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -397,8 +432,8 @@ BEGIN
     END;
   END IF;
   EXECUTE format('GRANT USAGE ON SCHEMA %I TO spendcap_runner', current_schema());
-  GRANT SELECT ON runs, budgets, usage, stop_orders, schema_version, accepted_results
-    TO spendcap_runner;
+  GRANT SELECT ON runs, budgets, usage, stop_orders, schema_version, accepted_results, rollups,
+    rollup_metrics TO spendcap_runner;
   GRANT EXECUTE ON FUNCTION spendcap_caller_is_owner(), spendcap_insert_run(json),
     spendcap_update_run(json), spendcap_place_stop_order(text, text, text, text, double precision),
     spendcap_clear_stop_orders(text, text, double precision),
@@ -418,7 +453,7 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_place_stop_order(text, text, text, text, double precision),
   spendcap_clear_stop_orders(text, text, double precision),
   spendcap_accept_result(text, text, text, double precision),
-  spendcap_add_run_usage(runs, integer), spendcap_admit(json, bigint, json, double precision),
+  spendcap_add_run_usage(runs, integer), spendcap_runs_rollup(), spendcap_admit(json, bigint, json, double precision),
   spendcap_heartbeat(text, bigint, bigint, json, double precision),
   spendcap_finish(json, double precision), spendcap_schema_version(),
   spendcap_clock(double precision), spendcap_lock_scope(text, text),

@@ -13,7 +13,7 @@ namespace spendcap::postgres_schema {
 // Migration N (1-based) takes the schema from version N-1 to N. Never edit one that has shipped:
 // add the next (and, when it adds runs columns, add them to kRunColumns and kMutableRunColumns,
 // or to a group that update_run writes only when the run carries it, as the GPU record's).
-extern const std::vector<const char*> kMigrations;
+extern const std::vector<std::string> kMigrations;
 
 // The runs columns, in the order the store reads them.
 extern const char* const kRunColumns;

@@ -74,7 +74,8 @@ class SqliteStore final : public LedgerStore {
   // Compares the usage rows with a recomputation from the runs table; one line per difference
   // ("team:vision day 19700: held 300000 != 200000"), empty when they agree.
   std::vector<std::string> verify_aggregates();
-  // Recomputes every usage row from the runs table (after a bulk import of runs, or a repair).
+  // Recomputes every usage row and every rollup (rollup.hpp) from the runs table (after a bulk
+  // import of runs, or a repair).
   void rebuild_aggregates();
 
  private:

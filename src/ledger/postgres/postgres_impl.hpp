@@ -1,0 +1,638 @@
+// PostgresStore's connection and the helpers of its rows, shared by the files of the PostgreSQL
+// store (private to them): postgres_store.cpp connects, retries and migrates; postgres_runs.cpp,
+// postgres_budgets.cpp and postgres_reports.cpp hold the row operations by concept.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "libpq.hpp"
+#include "postgres_schema.hpp"
+#include "spendcap/base/error.hpp"
+#include "spendcap/base/json_text.hpp"
+#include "spendcap/base/signals.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/ledger/postgres/postgres_store.hpp"
+#include "spendcap/ledger/rollup_sql.hpp"
+#include "spendcap/ledger/stored_text.hpp"
+
+namespace spendcap {
+
+namespace postgres_detail {
+
+using postgres_schema::kRunColumns;
+
+// A failed statement or connection, inside a transaction: retried when `retryable`.
+struct PgFailure {
+  std::string sqlstate;  // "" when the connection failed
+  std::string message;
+  bool retryable = false;
+};
+
+inline bool retryable_sqlstate(const std::string& state) {
+  // Serialization failure, deadlock; the connection class (08); the server shutting down or
+  // starting (57P01..57P03).
+  return state == "40001" || state == "40P01" || state.starts_with("08") || state == "57P01" ||
+         state == "57P02" || state == "57P03";
+}
+
+inline std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+// A statement's parameters, as text (libpq's text format).
+using Param = std::optional<std::string>;
+inline Param param(std::int64_t value) {
+  return std::to_string(value);
+}
+inline Param param(int value) {
+  return std::to_string(value);
+}
+inline Param param(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return std::string(text);
+}
+inline Param param(Money value) {
+  return std::to_string(value.micros);
+}
+template <class T>
+inline Param param(const std::optional<T>& value) {
+  return value ? param(*value) : std::nullopt;
+}
+
+// One statement's result rows.
+class Result {
+ public:
+  explicit Result(libpq::PGresult* result) : result_(result) {}
+  ~Result() {
+    if (result_) libpq::api().clear(result_);
+  }
+  Result(Result&& other) noexcept : result_(std::exchange(other.result_, nullptr)) {}
+  Result(const Result&) = delete;
+  Result& operator=(const Result&) = delete;
+  Result& operator=(Result&& other) noexcept {
+    std::swap(result_, other.result_);
+    return *this;
+  }
+
+  libpq::PGresult* raw() const { return result_; }
+  int rows() const { return libpq::api().ntuples(result_); }
+  bool is_null(int row, int column) const {
+    return libpq::api().getisnull(result_, row, column) != 0;
+  }
+  std::string text(int row, int column) const {
+    return libpq::api().getvalue(result_, row, column);
+  }
+  std::int64_t i64(int row, int column) const {
+    std::string value = text(row, column);
+    std::int64_t number = 0;
+    std::from_chars(value.data(), value.data() + value.size(), number);
+    return number;
+  }
+  double f64(int row, int column) const { return std::strtod(text(row, column).c_str(), nullptr); }
+  Money money(int row, int column) const { return Money{i64(row, column)}; }
+  std::optional<Money> optional_money(int row, int column) const {
+    return is_null(row, column) ? std::nullopt : std::optional<Money>(money(row, column));
+  }
+  std::optional<double> optional_f64(int row, int column) const {
+    return is_null(row, column) ? std::nullopt : std::optional<double>(f64(row, column));
+  }
+  std::optional<std::string> optional_text(int row, int column) const {
+    return is_null(row, column) ? std::nullopt : std::optional<std::string>(text(row, column));
+  }
+  std::int64_t affected() const { return std::atoll(libpq::api().cmd_tuples(result_)); }
+
+ private:
+  libpq::PGresult* result_;
+};
+
+// A run as the JSON object the ledger's functions take (json_populate_record over runs).
+inline std::string run_json(const RunRecord& r) {
+  nlohmann::json row = {
+      {"id", r.id},
+      {"job_key", r.job_key.empty() ? nlohmann::json() : nlohmann::json(r.job_key)},
+      {"team", r.team},
+      {"experiment", r.experiment},
+      {"project", r.project},
+      {"user_name", r.user},
+      {"tags", json_of(r.tags)},
+      {"command", json_of(r.command)},
+      {"fingerprint", r.fingerprint},
+      {"host", r.host},
+      {"pid", r.pid},
+      {"mode", to_string(r.mode)},
+      {"status", to_string(r.status)},
+      {"reason", r.reason},
+      {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nlohmann::json()},
+      {"rate_micros_per_hour", r.rate_per_hour.micros},
+      {"reserve_micros", r.reserve.micros},
+      {"budget_micros", r.budget ? nlohmann::json(r.budget->micros) : nlohmann::json()},
+      {"shutdown_ms", to_ms_rounded_up(r.shutdown)},
+      {"sync_ms", to_ms_rounded_up(r.sync)},
+      {"started_at", r.started_at},
+      {"day", r.day},
+      {"heartbeat_at", r.heartbeat_at},
+      {"reconcile_at", r.reconcile_at},
+      {"finished_at", r.finished_at ? nlohmann::json(*r.finished_at) : nlohmann::json()},
+      {"spend_micros", r.spend.micros},
+      {"ceiling_micros", r.ceiling.micros},
+      {"allowed_micros", r.allowed.micros},
+      {"reconciled", r.reconciled ? 1 : 0},
+      {"would_stop_at", r.would_stop_at ? nlohmann::json(*r.would_stop_at) : nlohmann::json()},
+      {"would_stop_reason", r.would_stop_reason},
+      {"elapsed_seconds",
+       r.elapsed_seconds ? nlohmann::json(*r.elapsed_seconds) : nlohmann::json()},
+      {"uid", r.uid ? nlohmann::json(*r.uid) : nlohmann::json()},
+      {"reported_spend_micros", r.reported_spend.micros},
+      {"overrun", r.overrun ? 1 : 0},
+  };
+  auto optional = [](const auto& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json();
+  };
+  auto money = [](const std::optional<Money>& value) {
+    return value ? nlohmann::json(value->micros) : nlohmann::json();
+  };
+  // As SQLite's: gpu_measured NULL is no GPU record; figures not measured are NULL, never 0.
+  if (r.gpu) {
+    const RunGpu& g = *r.gpu;
+    bool measured = g.not_measured.empty();
+    row["gpu_measured"] = measured ? 1 : 0;
+    row["gpu_not_measured"] = g.not_measured;
+    row["gpu_devices"] = measured ? nlohmann::json(g.devices) : nlohmann::json();
+    row["gpu_allocated_seconds"] =
+        measured ? nlohmann::json(g.allocated_seconds) : nlohmann::json();
+    row["gpu_busy_seconds"] = optional(g.busy_seconds);
+    row["gpu_idle_spend_micros"] = money(g.idle_spend);
+    row["gpu_energy_kwh"] = optional(g.energy_kwh);
+    row["gpu_co2_kg"] = optional(g.co2_kg);
+    row["gpu_energy_cost_micros"] = money(g.energy_cost);
+    row["gpu_sources"] = g.sources;
+    row["gpu_timeline"] = timeline_to_text(g.timeline);
+  }
+  row["metric_name"] = optional(r.metric_name);
+  row["metric_value"] = optional(r.metric_value);
+  row["units"] = optional(r.units);
+  row["egress_gb"] = optional(r.egress_gb);
+  row["storage_peak_gb"] = optional(r.storage_peak_gb);
+  row["storage_spend_micros"] = money(r.storage_spend);
+  row["pricing"] = optional(pricing_column(r.pricing));
+  return dump_json(row);
+}
+
+inline RunRecord read_run(const Result& q, int i) {
+  RunRecord r;
+  r.id = q.text(i, 0);
+  r.job_key = q.text(i, 1);
+  r.team = q.text(i, 2);
+  r.experiment = q.text(i, 3);
+  r.project = q.text(i, 4);
+  r.user = q.text(i, 5);
+  r.tags = tags_of_json(q.text(i, 6));
+  r.command = command_of_json(q.text(i, 7));
+  r.fingerprint = q.text(i, 8);
+  r.host = q.text(i, 9);
+  r.pid = static_cast<int>(q.i64(i, 10));
+  r.mode = parse_mode(q.text(i, 11)).value_or(Mode::enforce);
+  r.status = parse_run_status(q.text(i, 12)).value_or(RunStatus::running);
+  r.reason = q.text(i, 13);
+  if (!q.is_null(i, 14)) r.exit_code = static_cast<int>(q.i64(i, 14));
+  r.rate_per_hour = q.money(i, 15);
+  r.reserve = q.money(i, 16);
+  r.budget = q.optional_money(i, 17);
+  r.shutdown = std::chrono::milliseconds(q.i64(i, 18));
+  r.sync = std::chrono::milliseconds(q.i64(i, 19));
+  r.started_at = q.f64(i, 20);
+  r.day = q.i64(i, 21);
+  r.heartbeat_at = q.f64(i, 22);
+  r.reconcile_at = q.f64(i, 23);
+  r.finished_at = q.optional_f64(i, 24);
+  r.spend = q.money(i, 25);
+  r.ceiling = q.money(i, 26);
+  r.allowed = q.money(i, 27);
+  r.reconciled = q.i64(i, 28) != 0;
+  r.would_stop_at = q.optional_f64(i, 29);
+  r.would_stop_reason = q.text(i, 30);
+  r.elapsed_seconds = q.optional_f64(i, 31);
+  if (!q.is_null(i, 32)) r.uid = q.i64(i, 32);
+  r.reported_spend = q.money(i, 33);
+  r.overrun = q.i64(i, 34) != 0;
+  if (!q.is_null(i, 35)) {
+    RunGpu& g = r.gpu.emplace();
+    g.not_measured = q.text(i, 36);
+    if (!q.is_null(i, 37)) g.devices = static_cast<int>(q.i64(i, 37));
+    g.allocated_seconds = q.optional_f64(i, 38).value_or(0);
+    g.busy_seconds = q.optional_f64(i, 39);
+    g.idle_spend = q.optional_money(i, 40);
+    g.energy_kwh = q.optional_f64(i, 41);
+    g.co2_kg = q.optional_f64(i, 42);
+    g.energy_cost = q.optional_money(i, 43);
+    g.sources = q.text(i, 44);
+    g.timeline = timeline_from_text(q.text(i, 45));
+  }
+  if (!q.is_null(i, 46)) r.metric_name = q.text(i, 46);
+  r.metric_value = q.optional_f64(i, 47);
+  r.units = q.optional_f64(i, 48);
+  r.egress_gb = q.optional_f64(i, 49);
+  r.storage_peak_gb = q.optional_f64(i, 50);
+  r.storage_spend = q.optional_money(i, 51);
+  r.pricing = pricing_of_column(q.optional_text(i, 52));
+  return r;
+}
+
+// A budget's member groups (NULL: anyone). A list that cannot be read admits nobody but the
+// ledger's owner: membership fails closed (as SQLite's).
+inline std::vector<std::string> group_list(const Result& q, int i, int column) {
+  return member_groups_of_json(
+      q.is_null(i, column) ? std::nullopt : std::optional<std::string>(q.text(i, column)));
+}
+
+inline Param member_groups_param(const BudgetRule& rule) {
+  if (rule.member_groups.empty()) return std::nullopt;
+  return nlohmann::json(rule.member_groups).dump();
+}
+
+inline OutboxEntry read_outbox_entry(const Result& q, int i) {
+  return OutboxEntry{q.i64(i, 0),
+                     q.text(i, 1),
+                     q.text(i, 2),
+                     q.text(i, 3),
+                     q.text(i, 4),
+                     q.text(i, 5),
+                     q.text(i, 6),
+                     q.text(i, 7),
+                     q.text(i, 8),
+                     q.f64(i, 9),
+                     static_cast<int>(q.i64(i, 10)),
+                     q.text(i, 11)};
+}
+
+inline std::vector<RunRecord> read_runs(const Result& q) {
+  std::vector<RunRecord> runs;
+  for (int i = 0; i < q.rows(); ++i) runs.push_back(read_run(q, i));
+  return runs;
+}
+
+inline StopOrder read_stop_order(const Result& q, int i) {
+  StopOrder order;
+  order.id = q.i64(i, 0);
+  order.scope = {parse_scope_kind(q.text(i, 1)).value_or(ScopeKind::run), q.text(i, 2)};
+  order.reason = q.text(i, 3);
+  order.placed_by = q.text(i, 4);
+  order.placed_at = q.f64(i, 5);
+  return order;
+}
+
+// The column that holds the name of a scope of this kind.
+inline const char* scope_column(ScopeKind kind) {
+  switch (kind) {
+    case ScopeKind::team:
+      return "team";
+    case ScopeKind::experiment:
+      return "experiment";
+    case ScopeKind::project:
+      return "project";
+    case ScopeKind::user:
+      return "user_name";
+    case ScopeKind::job:
+      return "job_key";
+    case ScopeKind::run:
+      return "id";
+  }
+  return "id";
+}
+
+}  // namespace postgres_detail
+
+using namespace postgres_detail;
+
+// ---- the connection ----
+
+struct PostgresStore::Impl final : StoreTxn {
+  std::string url;           // as given: libpq's, may hold a password
+  std::string redacted_url;  // for messages
+  std::function<double()> wall_clock;
+  PostgresOptions options;
+  libpq::PGconn* conn = nullptr;
+  std::minstd_rand jitter{static_cast<unsigned>(getpid())};
+
+  ~Impl() { disconnect(); }
+
+  Error error(std::string why, std::string hint = {}) const {
+    return Error("ledger " + redacted_url, std::move(why), std::move(hint));
+  }
+
+  void disconnect() {
+    if (conn) libpq::api().finish(conn);
+    conn = nullptr;
+  }
+
+  // A connection, made when there is none or the last one broke; throws PgFailure (retryable).
+  void connect() {
+    if (conn && libpq::api().status(conn) == libpq::CONNECTION_OK) return;
+    disconnect();
+    // The url's own settings win over these defaults (expand_dbname: later keywords override).
+    // A password from ledger_password_file comes after dbname, so it overrides the url's.
+    const char* keywords[] = {"connect_timeout", "application_name", "dbname",
+                              options.password.empty() ? nullptr : "password", nullptr};
+    const char* values[] = {"5", "spendcap", url.c_str(), options.password.c_str(), nullptr};
+    conn = libpq::api().connectdb_params(keywords, values, 1);
+    if (!conn) throw PgFailure{"", "out of memory", false};
+    // The server's notices (a ROLLBACK with nothing to roll back...) are not for the user.
+    libpq::api().set_notice_processor(
+        conn, [](void*, const char*) {}, nullptr);
+    if (libpq::api().status(conn) != libpq::CONNECTION_OK) {
+      std::string message = trimmed(libpq::api().error_message(conn));
+      disconnect();
+      // A refused password or a missing database does not get better by waiting.
+      bool permanent = message.find("password") != std::string::npos ||
+                       message.find("does not exist") != std::string::npos ||
+                       message.find("invalid") != std::string::npos;
+      throw PgFailure{"", "cannot connect: " + message, !permanent};
+    }
+  }
+
+  // One statement, its parameters bound (never spliced into the text).
+  Result exec(const std::string& sql, const std::vector<Param>& params = {}) {
+    if (!conn) throw PgFailure{"", "not connected", true};
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const Param& value : params) values.push_back(value ? value->c_str() : nullptr);
+    return checked(libpq::api().exec_params(conn, sql.c_str(), static_cast<int>(values.size()),
+                                            nullptr, values.data(), nullptr, nullptr, 0));
+  }
+
+  // A script of this file's own statements (the schema), without parameters.
+  void exec_script(const std::string& sql) {
+    if (!conn) throw PgFailure{"", "not connected", true};
+    checked(libpq::api().exec(conn, sql.c_str()));
+  }
+
+  Result checked(libpq::PGresult* raw_result) {
+    Result result(raw_result);
+    libpq::PGresult* raw = result.raw();
+    auto status = raw ? libpq::api().result_status(raw) : libpq::PGRES_FATAL_ERROR;
+    if (status == libpq::PGRES_COMMAND_OK || status == libpq::PGRES_TUPLES_OK) return result;
+    std::string state, message;
+    if (raw) {
+      const char* field = libpq::api().result_error_field(raw, libpq::PG_DIAG_SQLSTATE);
+      state = field ? field : "";
+      message = trimmed(libpq::api().result_error_message(raw));
+    }
+    if (message.empty()) message = trimmed(libpq::api().error_message(conn));
+    bool lost = libpq::api().status(conn) != libpq::CONNECTION_OK;
+    throw PgFailure{state, message, lost || retryable_sqlstate(state)};
+  }
+
+  // Runs `body` in one transaction, again after a retryable failure, until the retry timeout.
+  // `autocommit`: `body` is one statement, its own transaction (one round trip: the grant
+  // functions), so no BEGIN and COMMIT are sent.
+  template <class Body>
+  void transaction(bool write, Body&& body, bool autocommit = false) {
+    auto started = std::chrono::steady_clock::now();
+    for (int attempt = 1;; ++attempt) {
+      try {
+        connect();
+        if (!autocommit) {
+          exec(write ? "BEGIN ISOLATION LEVEL READ COMMITTED"
+                     : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+        }
+        try {
+          body();
+        } catch (...) {
+          if (!autocommit) rollback();
+          throw;
+        }
+        if (!autocommit) exec("COMMIT");
+        return;
+      } catch (const PgFailure& failure) {
+        rollback();
+        std::string what = failure.sqlstate.empty()
+                               ? failure.message
+                               : failure.message + " (SQLSTATE " + failure.sqlstate + ")";
+        if (!failure.retryable) {
+          throw error(what, failure.sqlstate == "42501"
+                                ? "the ledger's roles allow this only to its owner"
+                                : "");
+        }
+        if (int signal = pending_stop_signal()) {
+          throw error(what + "; gave up retrying on signal " + std::to_string(signal),
+                      "a stop signal came while retrying");
+        }
+        if (std::chrono::steady_clock::now() - started >= options.retry_timeout) {
+          throw error(
+              "unreachable or failing for " + format_duration(options.retry_timeout) + ": " + what,
+              "check that the PostgreSQL server is up and reachable from this host");
+        }
+        // Back-off with jitter: 5 ms doubling to 1 s.
+        int most_ms = 5 << std::min(attempt, 8);
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(most_ms / 2 + jitter() % (most_ms / 2 + 1)));
+      }
+    }
+  }
+
+  void rollback() {
+    if (!conn) return;
+    if (libpq::api().status(conn) != libpq::CONNECTION_OK) {
+      disconnect();
+      return;
+    }
+    libpq::PGresult* result =
+        libpq::api().exec_params(conn, "ROLLBACK", 0, nullptr, nullptr, nullptr, nullptr, 0);
+    if (result) libpq::api().clear(result);
+  }
+
+  // ---- opening ----
+
+  // The schema of the tables: the first of the search_path, created when the url names one that
+  // does not exist yet.
+  std::string current_schema() {
+    Result q = exec("SELECT current_schema()");
+    if (q.is_null(0, 0)) {
+      Result first =
+          exec("SELECT trim(both ' \"' FROM split_part(current_setting('search_path'), ',', 1))");
+      std::string name = first.text(0, 0);
+      if (!name.empty() && name != "$user") {
+        exec("SELECT set_config('spendcap.schema', $1, true)", {name});
+        exec(
+            "DO $$ BEGIN EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', "
+            "current_setting('spendcap.schema')); END $$");
+        q = exec("SELECT current_schema()");
+      }
+    }
+    if (q.is_null(0, 0)) {
+      throw error("its search_path names no schema that exists",
+                  "create the schema, or name one with ?options=-csearch_path%3Dname in the url");
+    }
+    return q.text(0, 0);
+  }
+
+  int current_schema_version() {
+    Result tables = exec(
+        "SELECT to_regclass('schema_version') IS NOT NULL, "
+        "(SELECT count(*) FROM pg_tables WHERE schemaname = current_schema())");
+    if (tables.text(0, 0) != "t") {
+      if (tables.i64(0, 1) > 0) {
+        throw error("not a spendcap ledger (schema " + current_schema() + " has other tables)",
+                    "name another schema in the url's search_path");
+      }
+      return 0;
+    }
+    return static_cast<int>(exec("SELECT COALESCE(MAX(version), 0) FROM schema_version").i64(0, 0));
+  }
+
+  void migrate() {
+    const int latest = static_cast<int>(postgres_schema::kMigrations.size());
+    int version = 0;
+    // Most opens find the schema current: one statement says so (spendcap_schema_version, since
+    // v13), instead of the migrator's transaction and lock. Any failure (an older schema without
+    // the function, no schema yet) takes the full path below.
+    try {
+      connect();
+      version = static_cast<int>(exec("SELECT spendcap_schema_version()").i64(0, 0));
+      if (version == latest) return;
+    } catch (const PgFailure&) {
+    }
+    transaction(true, [&] {
+      current_schema();
+      // One migrator at a time per schema.
+      exec(
+          "SELECT pg_advisory_xact_lock(hashtextextended('spendcap-migrate:' || "
+          "current_schema(), 0))");
+      version = current_schema_version();
+      if (version >= latest) return;
+      if (version == 0) {
+        exec(
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE "
+            "PRECISION)");
+      }
+      for (int next = version + 1; next <= latest; ++next) {
+        try {
+          exec_script(postgres_schema::kMigrations[next - 1]);
+        } catch (PgFailure& failure) {
+          if (failure.sqlstate == "42501") {
+            failure.message = "its schema is version " + std::to_string(version) +
+                              ", older than this spendcap's (" + std::to_string(latest) +
+                              "), and this role may not migrate it (" + failure.message +
+                              "); the ledger's owner upgrades it by running spendcap once";
+          }
+          throw;
+        }
+        exec(
+            "INSERT INTO schema_version (version, applied_at) "
+            "VALUES ($1, extract(epoch FROM clock_timestamp()))",
+            {param(next)});
+      }
+      exec_script(postgres_schema::routines());
+    });
+    if (version > latest) {
+      throw error("its schema version " + std::to_string(version) +
+                      " is newer than this spendcap's (" + std::to_string(latest) + ")",
+                  "upgrade spendcap on this host");
+    }
+  }
+
+  // ---- rows (StoreTxn) ----
+
+  // ---- runs (postgres_runs.cpp) ----
+  double now() override;
+  void lock_scopes(const std::vector<Scope>& scopes) override;
+  std::optional<RunRecord> find_run(const std::string& id) override;
+  void insert_run(const RunRecord& run) override;
+  void update_run(const RunRecord& run) override;
+  std::vector<RunRecord> all_runs() override;
+  std::vector<RunRecord> unfinished_runs() override;
+  std::vector<RunRecord> overrun_runs(std::int64_t since_day) override;
+  std::vector<RunRecord> runs_due(double now) override;
+  bool any_run_due(double now) override;
+  std::vector<RunRecord> runs_of_job(const std::string& job_key) override;
+  std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint, double since) override;
+  std::vector<RunRecord> list_runs(const RunQuery& rq) override;
+  std::vector<std::string> run_ids_with_prefix(const std::string& prefix, int limit) override;
+  std::pair<std::string, std::string> neighbour_run_ids(const std::string& id) override;
+  std::int64_t count_unfinished(const Scope& scope, DayRange days) override;
+  Money overrun(const Scope& scope, DayRange days) override;
+
+  // ---- budgets, usage, stop orders, the outbox (postgres_budgets.cpp) ----
+  std::optional<BudgetRule> budget_rule(const Scope& scope) override;
+  std::vector<BudgetRule> budget_rules() override;
+  void put_budget_rule(const BudgetRule& rule) override;
+  void remove_budget_rule(const Scope& scope) override;
+  Usage usage(const Scope& scope, DayRange days) override;
+  // The runs table's trigger keeps the usage rows (nobody writes them, runners included); the
+  // deltas BudgetLedger computes are the same ones.
+  void add_usage(const std::vector<Scope>&, std::int64_t, const Usage&) override {}
+  std::optional<StopOrder> first_stop_order(const std::vector<Scope>& scopes) override;
+  StopOrder insert_stop_order(const Scope& scope, const std::string& reason,
+                              const std::string& placed_by, double placed_at) override;
+  int clear_stop_orders(const Scope& scope, double cleared_at) override;
+  std::vector<StopOrder> active_stop_orders() override;
+  std::int64_t insert_outbox(const OutboxEntry& e) override;
+  std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
+  void delete_outbox(std::int64_t id) override;
+  void update_outbox_failure(std::int64_t id, const std::string& error) override;
+
+  // ---- reports, rollups, accepted results (postgres_reports.cpp) ----
+  void for_each_run_started(double since, double until,
+                            const std::function<void(const RunRecord&)>& each) override;
+  bool has_rollups() override { return true; }
+  void for_each_row(const std::string& sql, const std::vector<Param>& params,
+                    const std::function<void(const Result&, int)>& each);
+  static std::vector<Param> span_params(const RollupSpan& span,
+                                        const std::optional<std::string>& team,
+                                        const std::optional<std::string>& experiment);
+  static void read_key(const Result& q, int i, RollupKey& key);
+  void for_each_rollup_cell(const RollupSpan& span, const std::optional<std::string>& team,
+                            const std::optional<std::string>& experiment,
+                            const std::function<void(const RollupCell&)>& each) override;
+  void for_each_rollup_metric(const RollupSpan& span, const std::optional<std::string>& team,
+                              const std::optional<std::string>& experiment,
+                              const std::function<void(const RollupMetric&)>& each) override;
+  void put_accepted_result(const AcceptedResult& a) override;
+  std::vector<AcceptedResult> accepted_results() override;
+
+  // ---- runs (postgres_runs.cpp) ----
+  void put_run_webhooks(const std::string& run_id, const std::vector<RunWebhook>& hooks) override;
+  std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> untold_lost_runs() override;
+  bool claim_lost_run(const std::string& run_id, double at,
+                      const std::vector<OutboxEntry>& entries) override;
+  std::vector<RunRecord> reconciled_runs(std::int64_t since_day) override;
+
+  // A text[] literal: every element quoted, '"' and '\' escaped.
+  static std::string text_array(const std::vector<std::string>& items) {
+    std::string text = "{";
+    for (const std::string& item : items) {
+      if (text.size() > 1) text += ',';
+      text += '"';
+      for (char c : item) {
+        if (c == '"' || c == '\\') text += '\\';
+        text += c;
+      }
+      text += '"';
+    }
+    return text + "}";
+  }
+
+  // The grant functions (postgres_grants.cpp): one statement, one round trip.
+  ServerGrant call_grant(const std::string& sql, const std::vector<Param>& params) {
+    std::string answer;
+    transaction(
+        true, [&] { answer = exec(sql, params).text(0, 0); }, true);
+    return postgres_schema::server_grant_of_json(answer);
+  }
+  Param clock_param() { return wall_clock ? param(wall_clock()) : std::nullopt; }
+};
+
+}  // namespace spendcap

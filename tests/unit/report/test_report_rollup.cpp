@@ -1,0 +1,308 @@
+// Reports from the ledger's rollups (ledger/rollup.hpp, report/report_rollup.hpp) against reports
+// from a scan of every run: the same csv and json, on SQLite and on PostgreSQL, for every grouping
+// a cut keeps, for periods that cut days and months, with a run that crosses midnight (and the
+// month's end), a lost run charged its ceiling, a lost run whose spooled final row is replayed
+// (twice), a run still running, a refused run and accepted results. And the plan's arithmetic.
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+
+#include "ledger/ledger_conformance.hpp"
+#include "ledger/postgres/pg_test_support.hpp"
+#include "spendcap/ledger/postgres/postgres_ledger.hpp"
+#include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
+#include "spendcap/ledger/sqlite/sqlite_store.hpp"
+#include "spendcap/report/report.hpp"
+#include "spendcap/report/report_rollup.hpp"
+#include "test_support.hpp"
+
+namespace spendcap::testing {
+namespace {
+
+const double kDay = 86400;
+
+TEST_CASE("Rollup plan: whole months from month cells, whole days from day cells, the rest rows") {
+  const RollupCut& month = rollup_cut(3);
+  const RollupCut& day = rollup_cut(4);
+  double jan31_noon = unix_time(2024, 1, 31, 12);
+  double mar2_six = unix_time(2024, 3, 2, 6);
+  RollupRead read = plan_rollup_read(jan31_noon, mar2_six, &month, day);
+  std::int64_t feb1 = static_cast<std::int64_t>(unix_time(2024, 2, 1) / kDay);
+  std::int64_t mar1 = static_cast<std::int64_t>(unix_time(2024, 3, 1) / kDay);
+  REQUIRE(read.run_ranges.size() == 2);
+  CHECK(read.run_ranges[0] == std::pair{jan31_noon, unix_time(2024, 2, 1)});
+  CHECK(read.run_ranges[1] == std::pair{unix_time(2024, 3, 2), mar2_six});
+  REQUIRE(read.spans.size() == 2);  // February by month, March 1 by day (Jan 31 is partial)
+  CHECK(read.spans[0].cut == 3);
+  CHECK(read.spans[0].first_bucket == feb1);
+  CHECK(read.spans[0].last_bucket == feb1);
+  CHECK(read.spans[0].end_day() == mar1);
+  CHECK(read.spans[1].cut == 4);
+  CHECK(read.spans[1].first_bucket == mar1);
+  CHECK(read.spans[1].last_bucket == mar1);
+  CHECK(read.covers_day(feb1 + 28));
+  CHECK_FALSE(read.covers_day(feb1 - 1));
+  CHECK(month_start_day(feb1 + 10) == feb1);
+  CHECK(next_month_day(feb1) == mar1);
+
+  // Within one day: rows only. Open-ended: every month from 1970 on.
+  RollupRead hour = plan_rollup_read(jan31_noon, jan31_noon + 3600, &month, day);
+  CHECK(hour.spans.empty());
+  CHECK(hour.run_ranges.size() == 1);
+  RollupRead all = plan_rollup_read(0, 1e300, &month, day);
+  CHECK(all.run_ranges.empty());
+  REQUIRE_FALSE(all.spans.empty());
+  CHECK(all.spans[0].cut == 3);
+  CHECK(all.spans[0].first_bucket == 0);
+
+  // A tag needs the runs; project needs the day cut; team and experiment a month cut.
+  ReportOptions options;
+  options.by = {*parse_group_by("tag:lr")};
+  CHECK_FALSE(report_rollup_read(options, false));
+  options.by = {*parse_group_by("project")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 4);
+  options.by = {*parse_group_by("day")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 6);
+  options.by = {*parse_group_by("day"), *parse_group_by("experiment")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 7);
+  options.by = {*parse_group_by("experiment")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 2);
+  options.by = {*parse_group_by("team")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 1);
+  options.team = "vision";
+  options.by = {*parse_group_by("experiment")};
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 5);  // every run: the total cut
+  options.since = unix_time(2024, 1, 1);
+  CHECK(report_rollup_read(options, false)->spans[0].cut == 3);
+}
+
+using Opener = std::function<std::unique_ptr<Ledger>(LedgerOptions)>;
+
+RunStart start(const std::string& id, const std::string& team, const std::string& experiment,
+               const std::string& user, Money want) {
+  RunStart run = run_start(id, team, want);
+  run.experiment = experiment;
+  run.project = "p-" + experiment;
+  run.user = user;
+  run.host = user == "alice" ? "h1" : "h2";
+  run.pricing = team == "nlp" ? Pricing::spot : Pricing::on_demand;
+  return run;
+}
+
+RunFinal measured(const std::string& id, Money spend, RunStatus status, double metric) {
+  RunFinal final = run_final(id, spend, status);
+  RunGpu gpu;
+  gpu.devices = 1;
+  gpu.allocated_seconds = 3600;
+  gpu.busy_seconds = 1800;
+  gpu.idle_spend = usd(0.25);
+  gpu.energy_kwh = 1.5;
+  gpu.co2_kg = 0.5;
+  final.gpu = gpu;
+  final.metric_name = "val_acc";
+  final.metric_value = metric;
+  final.units = 1024;
+  final.egress_gb = 2.5;
+  final.storage_peak_gb = 3;
+  final.storage_spend = usd(0.01);
+  return final;
+}
+
+// The report of `options` both ways, as csv and json; `rollups` says whether they were read.
+std::string report_text(Ledger& ledger, const ReportOptions& options, bool from_rollups,
+                        bool* rollups_read) {
+  ReportSource source;
+  if (from_rollups) source.read = report_rollup_read(options, false);
+  source.since = options.since.value_or(0);
+  source.until = options.until.value_or(1e300);
+  for (const AcceptedResult& a : ledger.accepted_results()) source.accepted.insert(a.run_id);
+  source.egress_price = usd(0.09);
+  ReportBuilder builder(options);
+  *rollups_read = add_ledger_runs(ledger, source, {&builder});
+  Report report = std::move(builder).finish();
+  return report_csv(report, "USD") + report_json(report, "USD");
+}
+
+void check_same_reports(Ledger& ledger) {
+  std::vector<ReportOptions> cases;
+  auto add = [&](std::vector<std::string> by, std::optional<double> since = std::nullopt,
+                 std::optional<double> until = std::nullopt) {
+    ReportOptions options;
+    for (const std::string& text : by) options.by.push_back(*parse_group_by(text));
+    options.since = since;
+    options.until = until;
+    cases.push_back(options);
+  };
+  for (auto by : std::vector<std::vector<std::string>>{{},
+                                                       {"team"},
+                                                       {"experiment"},
+                                                       {"team", "experiment"},
+                                                       {"project"},
+                                                       {"user"},
+                                                       {"host"},
+                                                       {"day"},
+                                                       {"day", "team"}}) {
+    add(by);
+    add(by, unix_time(2024, 1, 31, 12), unix_time(2024, 2, 1, 12));  // partial days
+    add(by, unix_time(2024, 1, 1), unix_time(2024, 2, 1));           // one month
+    add(by, unix_time(2024, 1, 31), unix_time(2024, 2, 2));          // whole days
+    add(by, unix_time(2024, 2, 1));                                  // open-ended
+  }
+  ReportOptions filtered;
+  filtered.by = {*parse_group_by("experiment")};
+  filtered.team = "vision";
+  cases.push_back(filtered);
+  filtered.team.reset();
+  filtered.experiment = "resnet";
+  filtered.by = {*parse_group_by("user")};
+  cases.push_back(filtered);
+  ReportOptions baselines;
+  baselines.by = {*parse_group_by("team")};
+  baselines.experiment_baselines["resnet"] = Baseline{"val_acc", 0.75, MetricGoal::max};
+  cases.push_back(baselines);
+  baselines.baseline = Baseline{"", 0.7, MetricGoal::max};
+  cases.push_back(baselines);
+
+  for (const ReportOptions& options : cases) {
+    std::string by;
+    for (const GroupBy& group : options.by) by += to_string(group) + " ";
+    CAPTURE(by);
+    CAPTURE(options.since.value_or(-1));
+    CAPTURE(options.until.value_or(-1));
+    bool scanned_rollups = true, read_rollups = false;
+    std::string scan = report_text(ledger, options, false, &scanned_rollups);
+    std::string rollups = report_text(ledger, options, true, &read_rollups);
+    CHECK_FALSE(scanned_rollups);
+    CHECK(read_rollups);
+    CHECK(rollups == scan);
+  }
+}
+
+void rollups_equal_a_scan(const Opener& open) {
+  TestClock clock(unix_time(2024, 1, 30, 10));
+  LedgerOptions options;
+  options.wall_clock = [&] { return clock.now(); };
+  options.caller = Caller{"alice"};
+  std::unique_ptr<Ledger> ledger = open(options);
+  ledger->apply_budgets({{{ScopeKind::team, "vision"}, usd(1000), Period::month, std::nullopt},
+                         {{ScopeKind::team, "nlp"}, usd(1000), Period::month, std::nullopt}},
+                        true);
+  auto begin = [&](const RunStart& run) { REQUIRE(ledger->begin_run(run).admitted); };
+
+  begin(start("a1", "vision", "resnet", "alice", usd(5)));
+  clock.advance(60);
+  REQUIRE(ledger->finish_run(measured("a1", usd(0.5), RunStatus::succeeded, 0.8)));
+  clock.set(unix_time(2024, 1, 30, 11));
+  begin(start("a2", "vision", "vit", "bob", usd(5)));
+  REQUIRE(ledger->finish_run(measured("a2", usd(0.25), RunStatus::failed, 0.85)));
+  clock.set(unix_time(2024, 1, 31, 12));
+  begin(start("a3", "nlp", "bert", "carol", usd(5)));
+  REQUIRE(ledger->finish_run(run_final("a3", usd(0.125), RunStatus::killed)));
+
+  // Crosses midnight and the month's end: it belongs to January 31.
+  clock.set(unix_time(2024, 1, 31, 23, 50));
+  begin(start("mid", "vision", "resnet", "alice", usd(5)));
+  // Lost: no heartbeat; charged their ceilings once due (100 s + 10 s of shutdown).
+  clock.set(unix_time(2024, 1, 31, 23, 55));
+  begin(start("lost1", "nlp", "bert", "carol", usd(0.1)));
+  begin(start("lost2", "vision", "vit", "bob", usd(0.1)));
+  clock.set(unix_time(2024, 2, 1, 0, 5));
+  ledger->heartbeat("mid", usd(0.5), usd(5));
+  CHECK(ledger->reconcile_lost_runs() == 0);  // the heartbeat's transaction reconciled them
+  REQUIRE(ledger->find_run("lost1")->reconciled);
+  REQUIRE(ledger->find_run("lost2")->reconciled);
+  clock.set(unix_time(2024, 2, 1, 0, 20));
+  REQUIRE(ledger->finish_run(measured("mid", usd(1.5), RunStatus::succeeded, 0.9)));
+  check_same_reports(*ledger);
+
+  // lost2's spooled final row arrives, and is replayed again: the charge is replaced once.
+  clock.set(unix_time(2024, 2, 1, 9));
+  REQUIRE(ledger->finish_run(run_final("lost2", usd(0.0625), RunStatus::killed)));
+  CHECK_FALSE(ledger->finish_run(run_final("lost2", usd(0.09), RunStatus::killed)));
+  begin(start("pre", "vision", "resnet", "alice", usd(5)));
+  REQUIRE(ledger->finish_run(measured("pre", usd(0.375), RunStatus::preempted, 0.7)));
+  clock.set(unix_time(2024, 2, 1, 10));
+  RunStart refused = start("ref", "nlp", "bert", "carol", usd(1));
+  ledger->record_refused(refused, "runaway:crash-loop");
+  ledger->accept_run("a1", "kept", "alice@h1");
+  ledger->accept_run("mid", "kept", "alice@h1");
+  // Still running: added from its row.
+  clock.set(unix_time(2024, 2, 2, 10));
+  begin(start("now", "vision", "resnet", "alice", usd(5)));
+  clock.advance(60);
+  ledger->heartbeat("now", usd(0.0625), usd(5));
+  check_same_reports(*ledger);
+
+  // The crossing run is January's: a report of February from the rollups does not hold it.
+  ReportOptions february;
+  february.since = unix_time(2024, 2, 1);
+  february.until = unix_time(2024, 3, 1);
+  bool read = false;
+  std::string text = report_text(*ledger, february, true, &read);
+  CHECK(read);
+  ReportBuilder builder(february);
+  ReportSource source;
+  source.read = report_rollup_read(february, false);
+  CHECK(add_ledger_runs(*ledger, source, {&builder}));
+  Report report = std::move(builder).finish();
+  CHECK(report.total.runs == 3);  // pre, ref, now (lost2 started on January 31 too)
+  CHECK(report.total.running == 1);
+}
+
+}  // namespace
+
+TEST_CASE("Rollups: a report from them equals a scan's, on SQLite (and after a rebuild)") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
+  SqliteLedger ledger(path, {});
+  CHECK(ledger.verify_aggregates().empty());
+  ledger.rebuild_aggregates();
+  check_same_reports(ledger);
+
+  // The negative control: a cell one micro-unit off is seen by the check and by the comparison.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "UPDATE rollups SET spend_micros = spend_micros + 1 WHERE cut = 1",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  CHECK_FALSE(ledger.verify_aggregates().empty());
+  ReportOptions options;
+  options.by = {*parse_group_by("team")};
+  bool scanned = true, read = false;
+  CHECK(report_text(ledger, options, true, &read) != report_text(ledger, options, false, &scanned));
+}
+
+TEST_CASE("Rollups: the migration to v14 backfills them from the runs already there (SQLite)") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
+  // Back to schema 12, as a ledger of the spendcap before rollups was: then opened again.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  const char* undo =
+      "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
+      "DROP TRIGGER runs_rollup_delete; DROP TABLE rollups; DROP TABLE rollup_metrics; "
+      "DROP INDEX runs_overrun; DROP INDEX runs_started; DELETE FROM schema_version WHERE "
+      "version = 13";
+  REQUIRE(sqlite3_exec(db, undo, nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  SqliteLedger ledger(path, {});
+  CHECK(ledger.schema_version() == SqliteStore::latest_schema_version());
+  CHECK(ledger.verify_aggregates().empty());
+  check_same_reports(ledger);
+}
+
+TEST_CASE("Rollups: a report from them equals a scan's, on postgresql") {
+  std::string url = fresh_pg_ledger_url("rollup");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<PostgresLedger>(url, options); });
+}
+
+}  // namespace spendcap::testing
