@@ -81,10 +81,10 @@ class SigtermIsPreemptionTest(LedgerTest):
                                       self.tree_args(["--signal-done"]))
         self.wait_for_file("ready")
         process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)
         # spendcap re-raises the signal (DESIGN: exit by signal), as the bare job would have died.
-        self.assertEqual(process.returncode, -signal.SIGTERM)
-        self.assertTrue(os.path.exists(self.path("checkpoint")), "the job checkpointed")
+        self.assertEqual(process.returncode, -signal.SIGTERM, stderr)
+        self.assertTrue(os.path.exists(self.path("checkpoint")), "the job checkpointed:\n" + stderr)
         status = self.read_json("status.json")
         self.assertEqual(status["status"], "preempted")
         self.assertEqual(status["reason"], "signal:SIGTERM")
