@@ -67,6 +67,14 @@ const Column kColumns[] = {
 
 const char* const kKey = "cut, bucket, team, experiment, project, user_name, host, pricing";
 
+// The run columns the cells are made of (kColumns' values, the key, the metric's range): what
+// SQLite's journal keeps of a run's row.
+const char* const kRowColumns =
+    "status, day, team, experiment, project, user_name, host, pricing, spend_micros, units, "
+    "gpu_measured, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
+    "gpu_energy_kwh, gpu_co2_kg, egress_gb, storage_spend_micros, storage_peak_gb, started_at, "
+    "metric_name, metric_value";
+
 std::string with_row(std::string sql, const std::string& row) {
   for (size_t at = sql.find("R."); at != std::string::npos; at = sql.find("R.", at)) {
     sql.replace(at, 1, row);
@@ -166,7 +174,7 @@ std::string move_run(Dialect dialect, const std::string& row, int sign) {
   return with_row(sql, row);
 }
 
-std::string sqlite_triggers() {
+std::string sqlite_v14_triggers() {
   return "CREATE TRIGGER runs_rollup_insert AFTER INSERT ON runs WHEN NEW.status <> 'running' "
          "BEGIN\n" +
          move_run(Dialect::sqlite, "NEW", 1) +
@@ -178,6 +186,132 @@ std::string sqlite_triggers() {
          "CREATE TRIGGER runs_rollup_delete AFTER DELETE ON runs WHEN OLD.status <> 'running' "
          "BEGIN\n" +
          move_run(Dialect::sqlite, "OLD", -1) + "END;\n";
+}
+
+namespace {
+
+const char* aggregate_of(Combine combine) {
+  return combine == Combine::sum ? "sum" : combine == Combine::least ? "min" : "max";
+}
+
+// `row.` before each of kRowColumns ("NEW.status, NEW.day, ...").
+std::string row_columns(const std::string& row) {
+  std::string columns;
+  std::string all = kRowColumns;
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find(", ", at);
+    if (end == std::string::npos) end = all.size();
+    columns += (columns.empty() ? "" : ", ") + row + "." + all.substr(at, end - at);
+    at = end + 2;
+  }
+  return columns;
+}
+
+// Common table expressions: every cut as a row of a table c (id, grain: 0 day, 1 month, 2 total,
+// then 1 where the cut keeps team, experiment, project, user, host), and p: the journal's rows
+// summed into their cells of every cut, as rollups' columns, and pm: their metrics' ranges, as
+// rollup_metrics'.
+std::string pending_cells() {
+  std::string cuts;
+  for (const RollupCut& cut : rollup_cuts()) {
+    int grain = cut.grain == RollupGrain::day ? 0 : cut.grain == RollupGrain::month ? 1 : 2;
+    cuts += std::string(cuts.empty() ? "" : ", ") + "(" + std::to_string(cut.id) + ", " +
+            std::to_string(grain) + ", " + std::to_string(int{cut.team}) + ", " +
+            std::to_string(int{cut.experiment}) + ", " + std::to_string(int{cut.project}) + ", " +
+            std::to_string(int{cut.user}) + ", " + std::to_string(int{cut.host}) + ")";
+  }
+  RollupCut month;
+  month.grain = RollupGrain::month;
+  std::string key = "c.id, CASE c.grain WHEN 0 THEN R.day WHEN 1 THEN " +
+                    bucket_of(Dialect::sqlite, month) + " ELSE 0 END";
+  for (const char* column : {"team", "experiment", "project", "user_name", "host"}) {
+    key += std::string(", CASE WHEN c.") + column + " THEN R." + column + " ELSE '' END";
+  }
+  key += ", COALESCE(R.pricing, '')";
+  std::string values = key;
+  for (const Column& column : kColumns) {
+    values += column.combine == Combine::sum
+                  ? std::string(", sum(R.sign * (") + column.value + "))"
+                  : std::string(", ") + aggregate_of(column.combine) + "(" + column.value + ")";
+  }
+  std::string metrics = key + ", R.metric_name, min(R.metric_value), max(R.metric_value)";
+  return "c (id, grain, team, experiment, project, user_name, host) AS (VALUES " + cuts +
+         "),\n  p (" + column_names() + ") AS (SELECT " + values +
+         " FROM rollup_journal R, c GROUP BY 1, 2, 3, 4, 5, 6, 7, 8),\n  pm (" + kKey +
+         ", metric_name, lowest, highest) AS (SELECT " + metrics +
+         " FROM rollup_journal R, c WHERE R.sign > 0 AND R.metric_name IS NOT NULL AND "
+         "R.metric_value BETWEEN -1.7e308 AND 1.7e308 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9)";
+}
+
+// Each column's combination of two values a and b of one cell.
+std::string combined(const Column& column, const std::string& a, const std::string& b) {
+  if (column.combine == Combine::sum) return a + " + " + b;
+  return std::string(column.combine == Combine::least ? "min" : "max") + "(" + a + ", " + b + ")";
+}
+
+// The cells of rollups and of the journal p together, one row per key (SQLite).
+std::string stored_and_pending(const std::string& where) {
+  std::string columns = kKey;
+  for (const Column& column : kColumns) {
+    columns += std::string(", ") + aggregate_of(column.combine) + "(" + column.name + ") AS " +
+               column.name;
+  }
+  return "SELECT " + columns + " FROM (SELECT " + column_names() + " FROM rollups" + where +
+         " UNION ALL SELECT " + column_names() + " FROM p" + where +
+         ") GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
+}
+
+}  // namespace
+
+std::string sqlite_journal() {
+  return std::string(
+             "DROP TRIGGER runs_rollup_insert;\nDROP TRIGGER runs_rollup_update;\n"
+             "DROP TRIGGER runs_rollup_delete;\n"
+             "CREATE TABLE rollup_journal (\n  sign INTEGER NOT NULL,\n  status TEXT NOT NULL,\n"
+             "  day INTEGER NOT NULL,\n  team TEXT NOT NULL,\n  experiment TEXT NOT NULL,\n"
+             "  project TEXT NOT NULL,\n  user_name TEXT NOT NULL,\n  host TEXT NOT NULL,\n"
+             "  pricing TEXT,\n  spend_micros INTEGER NOT NULL,\n  units REAL,\n"
+             "  gpu_measured INTEGER,\n  gpu_allocated_seconds REAL,\n  gpu_busy_seconds REAL,\n"
+             "  gpu_idle_spend_micros INTEGER,\n  gpu_energy_kwh REAL,\n  gpu_co2_kg REAL,\n"
+             "  egress_gb REAL,\n  storage_spend_micros INTEGER,\n  storage_peak_gb REAL,\n"
+             "  started_at REAL NOT NULL,\n  metric_name TEXT,\n  metric_value REAL\n);\n") +
+         sqlite_journal_triggers();
+}
+
+std::string sqlite_journal_triggers() {
+  std::string into = std::string("INSERT INTO rollup_journal (sign, ") + kRowColumns + ") ";
+  // An UPDATE that sets none of these columns leaves the cells as they are: SQLite does not even
+  // compile the trigger into it.
+  return "CREATE TRIGGER runs_rollup_insert AFTER INSERT ON runs WHEN NEW.status <> 'running' "
+         "BEGIN " +
+         into + "VALUES (1, " + row_columns("NEW") +
+         "); END;\n"
+         "CREATE TRIGGER runs_rollup_update AFTER UPDATE OF " +
+         kRowColumns + " ON runs WHEN OLD.status <> 'running' OR NEW.status <> 'running' BEGIN " +
+         into + "SELECT -1, " + row_columns("OLD") + " WHERE OLD.status <> 'running'; " + into +
+         "SELECT 1, " + row_columns("NEW") +
+         " WHERE NEW.status <> 'running'; END;\n"
+         "CREATE TRIGGER runs_rollup_delete AFTER DELETE ON runs WHEN OLD.status <> 'running' "
+         "BEGIN " +
+         into + "VALUES (-1, " + row_columns("OLD") + "); END;\n";
+}
+
+std::vector<std::string> sqlite_fold() {
+  std::string updates;
+  for (const Column& column : kColumns) {
+    updates += std::string(updates.empty() ? "" : ", ") + column.name + " = " +
+               combined(column, std::string("rollups.") + column.name,
+                        std::string("excluded.") + column.name);
+  }
+  return {"WITH " + pending_cells() + "\nINSERT INTO rollups (" + column_names() + ") SELECT " +
+              column_names() + " FROM p WHERE true ON CONFLICT (" + kKey + ") DO UPDATE SET " +
+              updates,
+          "WITH " + pending_cells() + "\nINSERT INTO rollup_metrics (" + kKey +
+              ", metric_name, lowest, highest) SELECT " + kKey +
+              ", metric_name, lowest, highest FROM pm WHERE true ON CONFLICT (" + kKey +
+              ", metric_name) DO UPDATE SET lowest = min(rollup_metrics.lowest, excluded.lowest), "
+              "highest = max(rollup_metrics.highest, excluded.highest)",
+          "DELETE FROM rollup_journal"};
 }
 
 std::string rebuild(Dialect dialect) {
@@ -231,27 +365,31 @@ std::string differences(Dialect dialect) {
                   ? e + " <> " + a
                   : "abs(" + e + " - " + a + ") > 1e-6 * (1 + abs(" + e + "))";
   }
+  // SQLite's cells are the rollups' and the journal's not yet folded (sqlite_journal).
+  bool sqlite = dialect == Dialect::sqlite;
+  std::string stored = sqlite ? "(" + stored_and_pending("") + ")" : std::string("rollups");
   return with_row(
-      "WITH e (" + column_names() + ") AS (" + expected +
+      "WITH " + (sqlite ? pending_cells() + ", " : std::string()) + "e (" + column_names() +
+          ") AS (" + expected +
           ") SELECT COALESCE(e.cut, a.cut), COALESCE(e.bucket, a.bucket), "
           "COALESCE(e.team, a.team), COALESCE(e.experiment, a.experiment), "
           "COALESCE(e.project, a.project), COALESCE(e.user_name, a.user_name), "
           "COALESCE(e.host, a.host), COALESCE(e.pricing, a.pricing), COALESCE(e.runs, 0), "
           "COALESCE(a.runs, 0), COALESCE(e.spend_micros, 0), COALESCE(a.spend_micros, 0) "
-          "FROM e FULL JOIN rollups a ON " +
-          join + " WHERE NOT (COALESCE(e.runs, 0) = 0 AND COALESCE(a.runs, 0) = 0) AND (" + differ +
-          ")",
+          "FROM e FULL JOIN " +
+          stored + " a ON " + join +
+          " WHERE NOT (COALESCE(e.runs, 0) = 0 AND COALESCE(a.runs, 0) = 0) AND (" + differ + ")",
       "R");
 }
 
 namespace {
-std::string select_from(Dialect dialect, const std::string& columns, const char* table, bool team,
-                        bool experiment) {
+// The condition on a span's cells: cut, first and last bucket, then the team and the experiment
+// when asked for (numbered placeholders: "?1" or "$1").
+std::string span_where(Dialect dialect, bool team, bool experiment) {
   auto at = [dialect](int n) {
-    return dialect == Dialect::sqlite ? std::string("?") : "$" + std::to_string(n);
+    return (dialect == Dialect::sqlite ? "?" : "$") + std::to_string(n);
   };
-  std::string sql = "SELECT " + columns + " FROM " + table + " WHERE cut = " + at(1) +
-                    " AND bucket BETWEEN " + at(2) + " AND " + at(3);
+  std::string sql = " WHERE cut = " + at(1) + " AND bucket BETWEEN " + at(2) + " AND " + at(3);
   int next = 4;
   if (team) sql += " AND team = " + at(next++);
   if (experiment) sql += " AND experiment = " + at(next++);
@@ -260,12 +398,27 @@ std::string select_from(Dialect dialect, const std::string& columns, const char*
 }  // namespace
 
 std::string select_cells(Dialect dialect, bool team, bool experiment) {
-  return select_from(dialect, column_names(), "rollups", team, experiment) + " AND runs <> 0";
+  return "SELECT " + column_names() + " FROM rollups" + span_where(dialect, team, experiment) +
+         " AND runs <> 0";
 }
 
 std::string select_metrics(Dialect dialect, bool team, bool experiment) {
-  return select_from(dialect, std::string(kKey) + ", metric_name, lowest, highest",
-                     "rollup_metrics", team, experiment);
+  return "SELECT " + std::string(kKey) + ", metric_name, lowest, highest FROM rollup_metrics" +
+         span_where(dialect, team, experiment);
+}
+
+std::string sqlite_select_cells_and_pending(bool team, bool experiment) {
+  return "WITH " + pending_cells() + " SELECT * FROM (" +
+         stored_and_pending(span_where(Dialect::sqlite, team, experiment)) + ") WHERE runs <> 0";
+}
+
+std::string sqlite_select_metrics_and_pending(bool team, bool experiment) {
+  std::string where = span_where(Dialect::sqlite, team, experiment);
+  std::string columns = std::string(kKey) + ", metric_name, lowest, highest";
+  return "WITH " + pending_cells() + " SELECT " + kKey +
+         ", metric_name, min(lowest), max(highest) FROM (SELECT " + columns +
+         " FROM rollup_metrics" + where + " UNION ALL SELECT " + columns + " FROM pm" + where +
+         ") GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9";
 }
 
 }  // namespace spendcap::rollup_sql

@@ -17,10 +17,12 @@
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/signals.hpp"
 #include "spendcap/ledger/ledger_store.hpp"
+#include "spendcap/ledger/rollup_sql.hpp"
 #include "spendcap/ledger/sqlite/sqlite_store.hpp"
 
 namespace spendcap {
@@ -248,9 +250,11 @@ struct SqliteStore::Impl final : StoreTxn {
       try {
         if constexpr (std::is_void_v<decltype(body())>) {
           body();
+          if (write) fold_journal();
           exec("COMMIT");
         } else {
           auto result = body();
+          if (write) fold_journal();
           exec("COMMIT");
           return result;
         }
@@ -260,6 +264,24 @@ struct SqliteStore::Impl final : StoreTxn {
       }
     });
   }
+  // The rollups' journal (rollup_sql::sqlite_journal), from schema v15 on: true once migrated.
+  bool journaled = false;
+  bool journal_pending() {
+    return journaled && query("SELECT 1 FROM rollup_journal LIMIT 1").step();
+  }
+  // Adds the journal's rows to the rollups, in the transaction that wrote them. The statements
+  // are prepared by the first transaction that finds rows (a run's last), not by every run's.
+  void fold_journal() {
+    if (!journal_pending()) return;
+    static const std::vector<std::string> fold = rollup_sql::sqlite_fold();
+    exec(fold[0]);  // the cells
+    // The metrics' ranges: most runs report none, and spare the statement's compilation.
+    if (query("SELECT 1 FROM rollup_journal WHERE metric_name IS NOT NULL LIMIT 1").step()) {
+      exec(fold[1]);
+    }
+    exec(fold[2]);  // emptied
+  }
+
   template <class Body>
   auto write(Body&& body) {
     return transaction(true, std::forward<Body>(body));

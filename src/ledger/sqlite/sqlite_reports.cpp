@@ -35,7 +35,10 @@ void SqliteStore::Impl::for_each_rollup_cell(const RollupSpan& span,
                                              const std::optional<std::string>& experiment,
                                              const std::function<void(const RollupCell&)>& each) {
   using namespace rollup_sql;
-  auto q = query(select_cells(Dialect::sqlite, team.has_value(), experiment.has_value()));
+  // The journal is empty unless a writer other than spendcap left rows (sqlite_fold).
+  bool by_team = team.has_value(), by_experiment = experiment.has_value();
+  auto q = query(journal_pending() ? sqlite_select_cells_and_pending(by_team, by_experiment)
+                                   : select_cells(Dialect::sqlite, by_team, by_experiment));
   q.bind_all(span.cut, span.first_bucket, span.last_bucket);
   if (team) q.bind(*team);
   if (experiment) q.bind(*experiment);
@@ -75,7 +78,9 @@ void SqliteStore::Impl::for_each_rollup_metric(
     const std::optional<std::string>& experiment,
     const std::function<void(const RollupMetric&)>& each) {
   using namespace rollup_sql;
-  auto q = query(select_metrics(Dialect::sqlite, team.has_value(), experiment.has_value()));
+  bool by_team = team.has_value(), by_experiment = experiment.has_value();
+  auto q = query(journal_pending() ? sqlite_select_metrics_and_pending(by_team, by_experiment)
+                                   : select_metrics(Dialect::sqlite, by_team, by_experiment));
   q.bind_all(span.cut, span.first_bucket, span.last_bucket);
   if (team) q.bind(*team);
   if (experiment) q.bind(*experiment);

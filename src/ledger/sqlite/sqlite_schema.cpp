@@ -205,7 +205,7 @@ SELECT 1;
 // is a new migration).
 std::string rollups_migration() {
   using namespace rollup_sql;
-  return create_tables(Dialect::sqlite) + sqlite_triggers() + rebuild(Dialect::sqlite) +
+  return create_tables(Dialect::sqlite) + sqlite_v14_triggers() + rebuild(Dialect::sqlite) +
          "CREATE INDEX runs_overrun ON runs(day) WHERE overrun = 1;\n"
          "CREATE INDEX runs_started ON runs(started_at);\n";
 }
@@ -214,12 +214,17 @@ const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = [] {
     std::vector<std::string> texts(std::begin(kMigrations), std::end(kMigrations));
     texts.push_back(rollups_migration());
+    // v15 (schema version 15; issue 23): the rollups kept through a journal (rollup_sql.hpp's
+    // sqlite_journal): v14's triggers cost every run about 40 ms of CPU in SQLite's compiler.
+    texts.push_back(rollup_sql::sqlite_journal());
     return texts;
   }();
   return all;
 }
 
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 1;
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 2;
+// The first version whose rollups are kept through the journal.
+const int kJournalVersion = kSchemaVersion;
 
 }  // namespace
 
@@ -248,7 +253,10 @@ int SqliteStore::Impl::current_schema_version() {
 
 void SqliteStore::Impl::migrate() {
   int version = read([&] { return current_schema_version(); });
-  if (version == kSchemaVersion) return;
+  if (version == kSchemaVersion) {
+    journaled = true;
+    return;
+  }
   // One migration per transaction, and the connection's schema reread after each: a migration
   // that edits the schema text in place (v3) must be seen before the next one alters the table
   // (ALTER TABLE ADD COLUMN splices into the text at the offset this connection parsed).
@@ -281,6 +289,7 @@ void SqliteStore::Impl::migrate() {
                     " is newer than this spendcap's (" + std::to_string(kSchemaVersion) + ")",
                 "upgrade spendcap on this host");
   }
+  journaled = version >= kJournalVersion;
 }
 
 // ---- aggregates ----
@@ -348,6 +357,7 @@ std::vector<std::string> SqliteStore::verify_aggregates() {
 void SqliteStore::rebuild_aggregates() {
   impl_->write([&] {
     impl_->exec("DELETE FROM usage");
+    impl_->exec("DELETE FROM rollup_journal");
     impl_->exec(std::string("INSERT INTO usage (scope_kind, scope_name, day, spent_micros, "
                             "held_micros, live_micros) ") +
                 kRecomputedUsage);

@@ -13,7 +13,9 @@
 
 #include "ledger/ledger_conformance.hpp"
 #include "ledger/postgres/pg_test_support.hpp"
+#include "ledger/sqlite/raw_db.hpp"
 #include "spendcap/ledger/postgres/postgres_ledger.hpp"
+#include "spendcap/ledger/rollup_sql.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 #include "spendcap/ledger/sqlite/sqlite_store.hpp"
 #include "spendcap/report/report.hpp"
@@ -288,14 +290,93 @@ TEST_CASE("Rollups: the migration to v14 backfills them from the runs already th
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
   const char* undo =
       "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
-      "DROP TRIGGER runs_rollup_delete; DROP TABLE rollups; DROP TABLE rollup_metrics; "
-      "DROP INDEX runs_overrun; DROP INDEX runs_started; DELETE FROM schema_version WHERE "
-      "version = 13";
+      "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DROP TABLE rollups; "
+      "DROP TABLE rollup_metrics; DROP INDEX runs_overrun; DROP INDEX runs_started; "
+      "DELETE FROM schema_version WHERE version >= 13";
   REQUIRE(sqlite3_exec(db, undo, nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
   SqliteLedger ledger(path, {});
   CHECK(ledger.schema_version() == SqliteStore::latest_schema_version());
   CHECK(ledger.verify_aggregates().empty());
+  check_same_reports(ledger);
+}
+
+TEST_CASE(
+    "Rollups: the migration to v15 keeps v14's cells and moves them to the journal (SQLite)") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  {
+    // A ledger of schema 13 (v14's triggers), filled by v14's triggers.
+    SqliteLedger created(path, {});
+    RawDb raw(path);
+    raw.exec(
+        "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
+        "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DELETE FROM "
+        "schema_version WHERE version = 14; " +
+        rollup_sql::sqlite_v14_triggers());
+  }
+  // Opening migrates to 14 before anything is written: the runs go through the journal.
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
+  SqliteLedger ledger(path, {});
+  CHECK(ledger.schema_version() == SqliteStore::latest_schema_version());
+  CHECK(ledger.verify_aggregates().empty());
+  RawDb raw(path);
+  CHECK(raw.count("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND "
+                  "length(sql) > 8000") == 0);
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 0);
+}
+
+TEST_CASE(
+    "Rollups: rows another writer left in the journal count in reports and verify, and the "
+    "next write folds them (SQLite)") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
+  // At the clock the runs were written at: no run is due, so reports only read.
+  LedgerOptions options;
+  options.wall_clock = [] { return unix_time(2024, 2, 2, 10, 2); };
+  SqliteLedger ledger(path, options);
+  RawDb raw(path);
+  REQUIRE(raw.count("SELECT count(*) FROM rollup_journal") == 0);
+  // An administrator's edits in the sqlite3 shell, while the ledger is open: a finished run
+  // copied under a new id, two changed. The triggers journal them; nothing folds them. (Not a
+  // deletion: a cell's first and last start only widen, so deleting a cell's earliest run leaves
+  // verify a difference to show.)
+  raw.exec(
+      "INSERT INTO runs SELECT 'copy' || id, job_key, team, experiment, project, user_name, "
+      "tags, command, fingerprint, host, pid, mode, status, reason, exit_code, "
+      "rate_micros_per_hour, reserve_micros, budget_micros, shutdown_ms, sync_ms, "
+      "started_at, day, heartbeat_at, reconcile_at, finished_at, spend_micros, "
+      "ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, "
+      "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, "
+      "gpu_not_measured, gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, "
+      "gpu_idle_spend_micros, gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, "
+      "gpu_sources, gpu_timeline, metric_name, metric_value + 0.5, units, egress_gb, "
+      "storage_peak_gb, storage_spend_micros, pricing FROM runs WHERE id = 'a1'; "
+      "UPDATE runs SET spend_micros = spend_micros * 2, project = 'moved' WHERE id = 'a2'; "
+      "UPDATE runs SET status = 'failed' WHERE id = 'a3'");
+  REQUIRE(raw.count("SELECT count(*) FROM rollup_journal") == 5);
+  // (The edits leave the budgets' usage rows behind too: only the rollups' lines count here.)
+  auto rollups_differ = [&ledger] {
+    for (const std::string& line : ledger.verify_aggregates()) {
+      if (line.rfind("rollup (", 0) == 0) return true;
+    }
+    return false;
+  };
+  CHECK_FALSE(rollups_differ());
+  check_same_reports(ledger);
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 5);  // reads fold nothing
+  // The negative control: the journal's rows left out, the cells are behind the runs.
+  raw.exec("CREATE TABLE kept AS SELECT * FROM rollup_journal; DELETE FROM rollup_journal");
+  CHECK(rollups_differ());
+  raw.exec("INSERT INTO rollup_journal SELECT * FROM kept; DROP TABLE kept");
+  CHECK_FALSE(rollups_differ());
+  // The next write folds them.
+  ledger.record_refused(start("ref2", "nlp", "bert", "carol", usd(1)), "runaway:crash-loop");
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 0);
+  CHECK_FALSE(rollups_differ());
   check_same_reports(ledger);
 }
 

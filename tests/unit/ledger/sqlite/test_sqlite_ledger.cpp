@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "ledger/ledger_conformance.hpp"
+#include "ledger/sqlite/raw_db.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
@@ -22,25 +23,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-// A plain SQLite connection, to do to the file what spendcap would not.
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
-  }
-  ~RawDb() { sqlite3_close(db_); }
-  void exec(const std::string& sql) {
-    char* message = nullptr;
-    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message);
-    INFO(sql << ": " << (message ? message : ""));
-    sqlite3_free(message);
-    REQUIRE(rc == SQLITE_OK);
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
 
 mode_t mode_of(const std::string& path) {
   struct stat status {};
