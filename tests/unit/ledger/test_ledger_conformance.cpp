@@ -798,7 +798,8 @@ TEST_CASE_TEMPLATE("Ledger conformance: randomized operations never overshoot a 
     run.unfinished = false;
   };
 
-  for (int step = 0; step < 2500; ++step) {
+  const int kSteps = 2500;
+  for (int step = 0; step < kSteps; ++step) {
     int operation = std::uniform_int_distribution<int>(0, 99)(random);
     if (operation < 30) {
       SimRun sim;
@@ -866,7 +867,13 @@ TEST_CASE_TEMPLATE("Ledger conformance: randomized operations never overshoot a 
 
     std::vector<std::string> problems =
         check_ceiling_rule(*t.ledger, runs, rules, job_budgets, reconciled_seen);
-    for (const std::string& problem : t.inconsistencies()) problems.push_back(problem);
+    // The stores' aggregates against a recount from every run, every tenth step and the last:
+    // a recount is linear in the runs, and at every step it was nearly all of this case's time
+    // (SQLite: 43 of 44 s of CPU); a difference stays until a rebuild, so it is still caught,
+    // within ten steps of its cause.
+    if (step % 10 == 9 || step == kSteps - 1) {
+      for (const std::string& problem : t.inconsistencies()) problems.push_back(problem);
+    }
     INFO("step " << step);
     REQUIRE(problems == std::vector<std::string>{});
   }
