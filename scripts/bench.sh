@@ -6,18 +6,25 @@
 # Builds first (scripts/setup.sh; SPENDCAP_BENCH_NO_SETUP=1 skips it and builds only the benchmarks).
 # The kill benchmark needs root and a writable cgroup v2 hierarchy; PostgreSQL parts need the
 # postgresql server package (a throwaway server on SPENDCAP_PG_PORT, stopped afterwards).
-# Usage: scripts/bench.sh [--quick]
+# Usage: scripts/bench.sh [--quick | --pg]
 #   --quick: 30 overhead rounds, 10 s supervision windows, 1 kill round of 10 and 100 processes,
 #            5 overshoot runs, 1 s ledger windows and 100,000 runs for the views (a few minutes).
+#   --pg:    the PostgreSQL parts only, on the durable server (issue 23): a run's time against
+#            SQLite's (20 rounds), heartbeats, pg_test_fsync, multi-node stops (a few minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-}
 if [ "${SPENDCAP_BENCH_NO_SETUP:-0}" != 1 ]; then ./scripts/setup.sh >/dev/null; fi
-cmake --build build -j"${JOBS:-2}" --target spendcap exec_overhead ledger_bench report_bench >/dev/null
+targets="spendcap exec_overhead ledger_bench report_bench"
+if [ "$mode" = "--pg" ]; then targets="spendcap ledger_bench"; fi
+# shellcheck disable=SC2086 # the targets are words
+cmake --build build -j"${JOBS:-2}" --target $targets >/dev/null
 
 rounds=60 seconds=60 kill_runs=3 sizes=10,100,1000 overshoot_runs=20 ledger_seconds=3 runs=1000000
-if [ "${1:-}" = "--quick" ]; then
+if [ "$mode" = "--quick" ]; then
   rounds=30 seconds=10 kill_runs=1 sizes=10,100 overshoot_runs=5 ledger_seconds=1 runs=100000
 fi
+if [ "$mode" = "--pg" ]; then rounds=20; fi
 
 echo "## Machine"
 echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)," \
@@ -26,7 +33,14 @@ echo
 
 pg_url=""
 pg_bin=/usr/lib/postgresql/15/bin
-if [ -x $pg_bin/initdb ]; then
+if [ "$mode" = "--pg" ]; then
+  if [ ! -x $pg_bin/initdb ]; then
+    echo "bench.sh --pg: no $pg_bin/initdb (install the postgresql server package)" >&2
+    exit 1
+  fi
+  pg_url=durable-only  # the throwaway test server is not needed
+  trap 'stop_durable' EXIT
+elif [ -x $pg_bin/initdb ]; then
   ./scripts/pg-test-server.sh start >/dev/null
   trap './scripts/pg-test-server.sh stop >/dev/null; stop_durable' EXIT
   pg_url="$(eval "$(./scripts/pg-test-server.sh env)" && echo "$SPENDCAP_TEST_PG_URL")"
@@ -72,6 +86,30 @@ if [ -n "$pg_url" ]; then
   ./build/spendcap ps --ledger "$durable_owner_url" >/dev/null  # the owner creates the schema
 fi
 
+pg_parts() {
+  echo "### PostgreSQL on the durable server (fsync, synchronous_commit, scram over TCP; goal: >= 2,000 heartbeats/s at 32 writers, also on one hot team)"
+  echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  ./build/tests/bench/ledger_bench --seconds "$ledger_seconds" --ledger "$durable_owner_url" \
+    --runner-ledger "$durable_runner_url"
+  echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "### pg_test_fsync on the durable server's filesystem (1 s per method)"
+  (cd "$durable_dir" && as_postgres $pg_bin/pg_test_fsync -s 1 -f "$durable_dir/fsync.test" \
+    | sed -n '/one 8kB write/,/^$/p')
+  echo "### multi-node: one node's trip stops the others (goal: within one --sync)"
+  python3 tests/bench/multi_node_bench.py ./build/spendcap --ledger "$durable_runner_url"
+}
+
+if [ "$mode" = "--pg" ]; then
+  echo "## Exec overhead, SQLite against PostgreSQL (goal: PostgreSQL within 1.5x of SQLite)"
+  echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  python3 tests/bench/overhead_bench.py ./build/spendcap --runs "$rounds" --variants sqlite,pg \
+    --pg "$durable_runner_url"
+  echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "## Ledger"
+  pg_parts
+  exit 0
+fi
+
 echo "## Exec overhead"
 python3 tests/bench/overhead_bench.py ./build/spendcap --runs "$rounds" \
   ${durable_runner_url:+--pg "$durable_runner_url"}
@@ -87,16 +125,7 @@ echo "## Supervision"
 python3 tests/bench/supervision_bench.py ./build/spendcap --seconds "$seconds" --kill-runs 0
 echo "## Ledger"
 ./build/tests/bench/ledger_bench --seconds "$ledger_seconds" --runs "$runs"
-if [ -n "$durable_owner_url" ]; then
-  echo "### PostgreSQL on the durable server (fsync, synchronous_commit, scram over TCP; goal: >= 2,000 heartbeats/s at 32 writers, also on one hot team)"
-  ./build/tests/bench/ledger_bench --seconds "$ledger_seconds" --ledger "$durable_owner_url" \
-    --runner-ledger "$durable_runner_url"
-  echo "### pg_test_fsync on the durable server's filesystem (1 s per method)"
-  (cd "$durable_dir" && as_postgres $pg_bin/pg_test_fsync -s 1 -f "$durable_dir/fsync.test" \
-    | sed -n '/one 8kB write/,/^$/p')
-  echo "### multi-node: one node's trip stops the others (goal: within one --sync)"
-  python3 tests/bench/multi_node_bench.py ./build/spendcap --ledger "$durable_runner_url"
-fi
+if [ -n "$durable_owner_url" ]; then pg_parts; fi
 echo
 echo "## Reports"
 echo "goals (issue 23 item 3, over 1,000,000 runs, from the rollups): --by experiment <= 0.2 s," \

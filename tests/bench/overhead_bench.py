@@ -12,8 +12,8 @@ default); a PostgreSQL ledger (--pg URL); and, for the breakdown, --isolation no
 (SPENDCAP_TEST_SWITCHES=no-cgroup), no proc connector (the respawn guard's netlink socket), and the
 ledger on tmpfs (/dev/shm).
 
-With --before OLD_SPENDCAP, the default and webhook runs of an older binary join the rounds (the
-same ledger directory), for a paired before/after of a change.
+With --before OLD_SPENDCAP, the older binary's twin of each chosen variant (the default, webhook
+and PostgreSQL runs) joins the rounds (the same ledgers), for a paired before/after of a change.
 
 Usage: overhead_bench.py SPENDCAP [--runs 30] [--pg postgresql://...] [--variants a,b,...]
                          [--before OLD_SPENDCAP]
@@ -96,10 +96,17 @@ def main():
         known["before-webhook"] = ("before: spendcap, SQLite, a webhook (204)",
                                    old + ["--webhook-env", "BENCH_HOOK", "--", "true"],
                                    dict(base, BENCH_HOOK=hook_url))
-        args.variants += ",before,before-webhook"
+        known["before-pg"] = ("before: spendcap, PostgreSQL ledger",
+                              old + ["--ledger", args.pg, "--", "true"], base)
+        # The old binary beside each variant chosen that it has.
+        chosen = args.variants.split(",")
+        for name, twin in (("sqlite", "before"), ("webhook", "before-webhook"),
+                           ("pg", "before-pg")):
+            if name in chosen:
+                args.variants += "," + twin
     candidates = [("true", ["true"], base), ("timeout 100 true", ["timeout", "100", "true"], base)]
     for name in args.variants.split(","):
-        if name == "pg" and not args.pg:
+        if name in ("pg", "before-pg") and not args.pg:
             continue
         candidates.append(known[name])
     times = {c[0]: [] for c in candidates}
@@ -131,10 +138,12 @@ def main():
             statistics.median(diffs)))
     sqlite = times.get("spendcap, SQLite ledger")
     if sqlite:
-        print("\nAgainst the default run, paired (median of per-round differences):")
+        print("\nAgainst the default run, paired (medians of per-round differences and ratios):")
         for name, _, _ in candidates[3:]:
             diffs = [a - b for a, b in zip(times[name], sqlite)]
-            print("- %s: %+.2f ms" % (name, statistics.median(diffs)))
+            ratios = [a / b for a, b in zip(times[name], sqlite)]
+            print("- %s: %+.2f ms, %.2fx" % (name, statistics.median(diffs),
+                                            statistics.median(ratios)))
     print("\nwebhook deliveries received: %d (none expected: finished is not subscribed)\n"
           % Hook.received)
 

@@ -41,6 +41,16 @@ Loaded load() {
   resolve(library, api.clear, "PQclear");
   resolve(library, api.exec, "PQexec");
   resolve(library, api.set_notice_processor, "PQsetNoticeProcessor");
+  resolve(library, api.send_query_params, "PQsendQueryParams");
+  resolve(library, api.get_result, "PQgetResult");
+  // Optional: without them, a transaction's BEGIN is its own round trip.
+  api.enter_pipeline_mode =
+      library.function<decltype(api.enter_pipeline_mode)>("PQenterPipelineMode");
+  api.exit_pipeline_mode = library.function<decltype(api.exit_pipeline_mode)>("PQexitPipelineMode");
+  api.pipeline_sync = library.function<decltype(api.pipeline_sync)>("PQpipelineSync");
+  if (!api.enter_pipeline_mode || !api.exit_pipeline_mode || !api.pipeline_sync) {
+    api.enter_pipeline_mode = nullptr;
+  }
   return loaded;
 }
 

@@ -1,7 +1,7 @@
 // The few libpq functions the PostgreSQL store uses, declared here and loaded at run time through
 // DynamicLibrary (libpq.so.5), so that spendcap neither links libpq nor needs its headers: a host
 // that never opens a postgresql:// ledger never loads it. The declarations follow libpq-fe.h
-// (stable since libpq 5: PostgreSQL 8.x).
+// (stable since libpq 5: PostgreSQL 8.x), but for pipeline mode (libpq 14), which is optional.
 #pragma once
 
 #include <string>
@@ -20,6 +20,8 @@ enum ExecStatusType {
   PGRES_COMMAND_OK = 1,
   PGRES_TUPLES_OK = 2,
   PGRES_FATAL_ERROR = 7,
+  PGRES_PIPELINE_SYNC = 10,
+  PGRES_PIPELINE_ABORTED = 11,
 };
 constexpr int PG_DIAG_SQLSTATE = 'C';
 
@@ -44,6 +46,15 @@ struct Api {
   PGresult* (*exec)(PGconn* conn, const char* query);  // a script: several statements, no params
   using NoticeProcessor = void (*)(void* arg, const char* message);
   NoticeProcessor (*set_notice_processor)(PGconn* conn, NoticeProcessor processor, void* arg);
+  // Sending without waiting, and reading what was sent.
+  int (*send_query_params)(PGconn* conn, const char* command, int n_params, const Oid* param_types,
+                           const char* const* param_values, const int* param_lengths,
+                           const int* param_formats, int result_format);
+  PGresult* (*get_result)(PGconn* conn);
+  // Pipeline mode (libpq 14): several statements in one round trip. nullptr with an older libpq.
+  int (*enter_pipeline_mode)(PGconn* conn);
+  int (*exit_pipeline_mode)(PGconn* conn);
+  int (*pipeline_sync)(PGconn* conn);
 };
 
 // libpq, loaded on first use (thread-safe); throws Error naming libpq when it cannot be loaded or

@@ -56,9 +56,14 @@ BEGIN
   END IF;
 END $$;
 
+-- The helpers below (to spendcap_count_unfinished) run only inside the SECURITY DEFINER functions
+-- (they are revoked from PUBLIC), whose own SET search_path is in force while they run: they set
+-- none of their own. A function's SET clause costs a configuration save and restore at every call
+-- (a heartbeat made seven): without them a heartbeat's backend spent 7 to 19% less CPU (3,000
+-- calls, three pairs: 0.35 to 0.50 ms a call against 0.40 to 0.54 ms).
 -- The ledger's clock: the server's, or (the ledger's owner only: the tests' clock) the one given.
 CREATE OR REPLACE FUNCTION spendcap_clock(at double precision) RETURNS double precision
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
   IF at IS NULL THEN RETURN extract(epoch FROM clock_timestamp())::double precision; END IF;
   IF NOT spendcap_caller_is_owner() THEN
@@ -73,7 +78,7 @@ END $$;
 -- (PL/pgSQL, not SQL, here and below: PostgreSQL plans a SQL function's body at every call that it
 -- cannot inline, and PL/pgSQL keeps its plans; 1.9 ms against 0.1 ms a call, measured.)
 CREATE OR REPLACE FUNCTION spendcap_lock_scope(kind text, name text) RETURNS void
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name,
                                                  0));
@@ -95,7 +100,7 @@ END $$;
 
 -- Charges every lost run that is due its ceiling (reconcile in budget_ledger.cpp).
 CREATE OR REPLACE FUNCTION spendcap_reconcile_due(now double precision) RETURNS integer
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   s record;
   charged integer;
@@ -122,7 +127,7 @@ END $$;
 -- (rule_in_force). caps: [{"kind", "name", "amount", "period", "max_run"}].
 CREATE OR REPLACE FUNCTION spendcap_rule_in_force(kind text, name text, caps json,
     OUT amount bigint, OUT period text, OUT max_run bigint)
-LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
   b budgets;
   c json;
@@ -152,7 +157,7 @@ END $$;
 --  "job_others", "ceiling", "allowed", "binding_kind", "binding_name"}.
 CREATE OR REPLACE FUNCTION spendcap_plan_grant(r runs, want bigint, caps json, no_locks boolean)
 RETURNS json
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   s record;
   rule record;
@@ -229,7 +234,7 @@ END $$;
 
 -- The oldest active stop order on any scope of the run (stop_scopes), as JSON, or NULL.
 CREATE OR REPLACE FUNCTION spendcap_first_stop_order(r runs) RETURNS json
-LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RETURN (SELECT json_build_object('id', id, 'kind', scope_kind, 'name', scope_name,
       'reason', reason, 'placed_by', placed_by, 'placed_at', placed_at)
@@ -246,7 +251,7 @@ END $$;
 -- Unfinished runs of a scope that started in [first, last] (count_unfinished).
 CREATE OR REPLACE FUNCTION spendcap_count_unfinished(kind text, name text, first bigint,
     last bigint) RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RETURN (SELECT count(*) FROM runs WHERE status = 'running' AND day BETWEEN first AND last AND
     CASE kind WHEN 'team' THEN team WHEN 'experiment' THEN experiment

@@ -326,6 +326,13 @@ struct PostgresStore::Impl final : StoreTxn {
   PostgresOptions options;
   libpq::PGconn* conn = nullptr;
   std::minstd_rand jitter{static_cast<unsigned>(getpid())};
+  // A transaction's BEGIN, not sent yet: it goes with the transaction's first statement in one
+  // round trip (pipeline mode), and a transaction that sends no statement begins nothing.
+  const char* pending_begin = nullptr;
+  // A read transaction's COMMIT, sent without waiting for its answer: a read-only transaction
+  // loses nothing at its commit, and the server still ends it at once (no snapshot is held while
+  // the run goes on). The answer is read before the connection's next statement.
+  bool commit_unread = false;
 
   ~Impl() { disconnect(); }
 
@@ -336,6 +343,19 @@ struct PostgresStore::Impl final : StoreTxn {
   void disconnect() {
     if (conn) libpq::api().finish(conn);
     conn = nullptr;
+    pending_begin = nullptr;
+    commit_unread = false;
+  }
+
+  void read_unread_commit() {
+    if (!conn || !std::exchange(commit_unread, false)) return;
+    bool failed = false;
+    while (libpq::PGresult* raw = libpq::api().get_result(conn)) {
+      failed = failed || libpq::api().result_status(raw) != libpq::PGRES_COMMAND_OK;
+      libpq::api().clear(raw);
+    }
+    // The reads were answered before it; a connection whose COMMIT failed is not used again.
+    if (failed) disconnect();
   }
 
   // A connection, made when there is none or the last one broke; throws PgFailure (retryable).
@@ -363,24 +383,77 @@ struct PostgresStore::Impl final : StoreTxn {
     }
   }
 
-  // One statement, its parameters bound (never spliced into the text).
+  // One statement, its parameters bound (never spliced into the text); the transaction's BEGIN
+  // goes with it when it is the first.
   Result exec(const std::string& sql, const std::vector<Param>& params = {}) {
+    read_unread_commit();
     if (!conn) throw PgFailure{"", "not connected", true};
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const Param& value : params) values.push_back(value ? value->c_str() : nullptr);
+    if (const char* begin = std::exchange(pending_begin, nullptr)) {
+      if (libpq::api().enter_pipeline_mode) return exec_after(begin, sql, values);
+      checked(libpq::api().exec_params(conn, begin, 0, nullptr, nullptr, nullptr, nullptr, 0));
+    }
     return checked(libpq::api().exec_params(conn, sql.c_str(), static_cast<int>(values.size()),
                                             nullptr, values.data(), nullptr, nullptr, 0));
   }
 
+  // `begin`, then `sql`, in one round trip: both sent in a pipeline with one sync, then the
+  // answers read (each statement's result and a null, then the sync's).
+  Result exec_after(const char* begin, const std::string& sql,
+                    const std::vector<const char*>& values) {
+    const libpq::Api& pq = libpq::api();
+    if (!pq.enter_pipeline_mode(conn)) {
+      checked(pq.exec_params(conn, begin, 0, nullptr, nullptr, nullptr, nullptr, 0));
+      return checked(pq.exec_params(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                                    values.data(), nullptr, nullptr, 0));
+    }
+    bool sent = pq.send_query_params(conn, begin, 0, nullptr, nullptr, nullptr, nullptr, 0) &&
+                pq.send_query_params(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                                     values.data(), nullptr, nullptr, 0) &&
+                pq.pipeline_sync(conn);
+    std::vector<Result> results;
+    bool synced = false;
+    // Two nulls in a row, or a broken connection: the answers stopped short of the sync.
+    for (int nulls = 0; sent && nulls < 2;) {
+      libpq::PGresult* raw = pq.get_result(conn);
+      if (!raw) {
+        if (pq.status(conn) != libpq::CONNECTION_OK) break;
+        ++nulls;
+        continue;
+      }
+      nulls = 0;
+      if (pq.result_status(raw) == libpq::PGRES_PIPELINE_SYNC) {
+        pq.clear(raw);
+        synced = true;
+        break;
+      }
+      results.emplace_back(raw);
+    }
+    if (synced && results.size() == 2 && pq.exit_pipeline_mode(conn)) {
+      checked(std::move(results[0]));
+      return checked(std::move(results[1]));
+    }
+    // The pipeline broke off: a statement's own error if it has one, else the connection's; the
+    // connection is not used again.
+    for (Result& result : results) checked(std::move(result));
+    std::string message = trimmed(pq.error_message(conn));
+    disconnect();
+    throw PgFailure{"", message.empty() ? "the connection's pipeline broke off" : message, true};
+  }
+
   // A script of this file's own statements (the schema), without parameters.
   void exec_script(const std::string& sql) {
+    read_unread_commit();
     if (!conn) throw PgFailure{"", "not connected", true};
+    if (const char* begin = std::exchange(pending_begin, nullptr))
+      checked(libpq::api().exec(conn, begin));
     checked(libpq::api().exec(conn, sql.c_str()));
   }
 
-  Result checked(libpq::PGresult* raw_result) {
-    Result result(raw_result);
+  Result checked(libpq::PGresult* raw_result) { return checked(Result(raw_result)); }
+  Result checked(Result result) {
     libpq::PGresult* raw = result.raw();
     auto status = raw ? libpq::api().result_status(raw) : libpq::PGRES_FATAL_ERROR;
     if (status == libpq::PGRES_COMMAND_OK || status == libpq::PGRES_TUPLES_OK) return result;
@@ -405,8 +478,8 @@ struct PostgresStore::Impl final : StoreTxn {
       try {
         connect();
         if (!autocommit) {
-          exec(write ? "BEGIN ISOLATION LEVEL READ COMMITTED"
-                     : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+          pending_begin = write ? "BEGIN ISOLATION LEVEL READ COMMITTED"
+                                : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
         }
         try {
           body();
@@ -414,7 +487,7 @@ struct PostgresStore::Impl final : StoreTxn {
           if (!autocommit) rollback();
           throw;
         }
-        if (!autocommit) exec("COMMIT");
+        if (!autocommit) commit(write);
         return;
       } catch (const PgFailure& failure) {
         rollback();
@@ -443,7 +516,21 @@ struct PostgresStore::Impl final : StoreTxn {
     }
   }
 
+  // A write transaction's COMMIT is waited for: its caller learns that it is durable. A read
+  // transaction's is sent and its answer read later (commit_unread).
+  void commit(bool write) {
+    if (std::exchange(pending_begin, nullptr)) return;  // no statement: nothing was begun
+    if (write ||
+        !libpq::api().send_query_params(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0)) {
+      exec("COMMIT");
+      return;
+    }
+    commit_unread = true;
+  }
+
   void rollback() {
+    if (std::exchange(pending_begin, nullptr)) return;  // no statement: nothing was begun
+    read_unread_commit();
     if (!conn) return;
     if (libpq::api().status(conn) != libpq::CONNECTION_OK) {
       disconnect();

@@ -1,13 +1,16 @@
 // PostgresLedger beyond the conformance suite: its schema version is SQLite's, it reports an
 // unreachable server as a ledger error after retrying (the path the supervisor's AsyncLedger and
-// the spool take), and `ledger copy` carries a ledger across backends with its totals. Skipped
-// without a test server (tests/unit/main.cpp).
+// the spool take), `ledger copy` carries a ledger across backends with its totals, and a read
+// transaction whose COMMIT is not waited for still ends at once. Skipped without a test server
+// (tests/unit/main.cpp).
 #include <chrono>
+#include <thread>
 
 #include <doctest/doctest.h>
 
 #include "ledger/ledger_conformance.hpp"
 #include "ledger/postgres/pg_test_support.hpp"
+#include "spendcap/base/dynamic_library.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/ledger_copy.hpp"
@@ -90,6 +93,66 @@ TEST_CASE("PostgreSQL ledger: ledger copy from SQLite keeps every run and total"
   }
   CHECK(postgres.active_stop_orders().size() == 1);
   CHECK_THROWS_WITH_AS(copy_ledger(from, *to), doctest::Contains("already holds runs"), Error);
+}
+
+namespace {
+
+// One query's first value on a connection of the test's own (libpq loaded here, as the store
+// does): what the server says about the store's session, from outside it.
+class OutsideSession {
+ public:
+  explicit OutsideSession(const std::string& url) : libpq_("libpq.so.5", "libpq") {
+    auto connect = libpq_.function<void* (*)(const char*)>("PQconnectdb");
+    conn_ = connect(url.c_str());
+  }
+  ~OutsideSession() { libpq_.function<void (*)(void*)>("PQfinish")(conn_); }
+  OutsideSession(const OutsideSession&) = delete;
+  OutsideSession& operator=(const OutsideSession&) = delete;
+
+  // "" when there is no row.
+  std::string value(const std::string& sql) {
+    void* result = libpq_.function<void* (*)(void*, const char*)>("PQexec")(conn_, sql.c_str());
+    std::string text;
+    if (libpq_.function<int (*)(const void*)>("PQntuples")(result) > 0) {
+      text = libpq_.function<char* (*)(const void*, int, int)>("PQgetvalue")(result, 0, 0);
+    }
+    libpq_.function<void (*)(void*)>("PQclear")(result);
+    return text;
+  }
+
+ private:
+  DynamicLibrary libpq_;
+  void* conn_ = nullptr;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "PostgreSQL ledger: a read transaction ends at once though its COMMIT is not waited for") {
+  // The store sends a read transaction's COMMIT and reads its answer only before the next
+  // statement (postgres_impl.hpp, commit_unread): the server must still end the transaction then,
+  // or a run would hold a snapshot (and its tables' locks) for as long as its job runs. The
+  // session is found by a name of its own; its state is polled, with a bound, from outside.
+  std::string name = "spendcap_read_" + std::to_string(std::random_device{}());
+  std::string url = fresh_pg_ledger_url("read") + "&application_name=" + name;
+  PostgresLedger ledger(url, {});
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, std::nullopt}}, true);
+  REQUIRE(ledger.budget_rules().size() == 1);  // a read transaction, left as the last thing done
+  OutsideSession outside(pg_test_server_url());
+  std::string query = "SELECT state FROM pg_stat_activity WHERE application_name = '" + name + "'";
+  std::string state = outside.value(query);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (state != "idle" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    state = outside.value(query);
+  }
+  CHECK(state == "idle");  // not "idle in transaction"
+  // The connection goes on: the COMMIT's answer is read before the next statements, a write's
+  // and a read's.
+  REQUIRE(ledger.begin_run(run_start("after", "vision", usd(1))).admitted);
+  CHECK(ledger.active_runs().size() == 1);
+  CHECK(ledger.outbox("").empty());
+  CHECK(ledger.budget_rules().size() == 1);
 }
 
 }  // namespace spendcap::testing
