@@ -749,7 +749,8 @@ std::string report_table(const Report& report, const std::string& currency, int 
     size_t blocks = 0;
     bool is_total = r + 1 == rows;
     if (!is_total && bar_width > 0 && biggest > 0) {
-      double share = report.groups[r].spend.units() / biggest;
+      // A negative spend (a ledger edited by hand) draws no bar: a negative share would wrap.
+      double share = std::clamp(report.groups[r].spend.units() / biggest, 0.0, 1.0);
       blocks = static_cast<size_t>(std::lround(share * static_cast<double>(bar_width)));
       if (blocks == 0 && report.groups[r].spend.micros > 0) blocks = 1;
     }

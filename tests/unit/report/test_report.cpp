@@ -184,3 +184,25 @@ TEST_CASE("report csv quotes fields and carries the same numbers") {
   CHECK(csv.find("\"a,b\",\"e\"\"x\",1,") != std::string::npos);
   CHECK(csv.find(",1.500000,") != std::string::npos);
 }
+
+namespace spendcap::testing {
+
+TEST_CASE("report table: a group of negative spend (a ledger edited by hand) draws no bar") {
+  std::vector<ReportRow> rows = {
+      row("a", "vision", "resnet", RunStatus::succeeded, 10),
+      row("b", "nlp", "bert", RunStatus::succeeded, -2),
+  };
+  ReportOptions options;
+  options.by = {*parse_group_by("team")};
+  Report report = build_report(rows, options);
+  std::string table = report_table(report, "USD", 100);
+  // The bar of the biggest group is drawn; the negative group's line has no block.
+  std::string vision = table.substr(table.find("vision"));
+  vision = vision.substr(0, vision.find('\n'));
+  std::string nlp = table.substr(table.find("nlp"));
+  nlp = nlp.substr(0, nlp.find('\n'));
+  CHECK(vision.find("\u2588") != std::string::npos);
+  CHECK(nlp.find("\u2588") == std::string::npos);
+}
+
+}  // namespace spendcap::testing
