@@ -11,6 +11,9 @@
 # `halt` stops it keeping its data, and `start` then restarts it as it was (a server outage).
 # $SPENDCAP_PG_LISTEN adds listen addresses (comma-separated) and $SPENDCAP_PG_TRUST a network
 # (CIDR) whose connections it trusts: the many-hosts test reaches it from network namespaces.
+# $SPENDCAP_PG_FSYNC=on makes it durable (the fleet test), $SPENDCAP_PG_WALDIR puts its WAL in
+# that directory (initdb --waldir: a small disk to fill), $SPENDCAP_PG_MAX_CONNECTIONS sets
+# max_connections (default 200) and $SPENDCAP_PG_OPTIONS adds server options ("-c name=value").
 set -euo pipefail
 bin=${SPENDCAP_PG_BIN:-/usr/lib/postgresql/15/bin}
 dir=${SPENDCAP_PG_DIR:-/tmp/spendcap-pg-test.$(id -u)}
@@ -31,7 +34,8 @@ case "${1:-}" in
       rm -rf "$dir"
       mkdir -p "$dir"
       if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
-      as_server "$bin/initdb" -D "$dir/data" -U "$(superuser)" --auth=trust -E UTF8 --no-sync >/dev/null
+      as_server "$bin/initdb" -D "$dir/data" -U "$(superuser)" --auth=trust -E UTF8 --no-sync \
+        ${SPENDCAP_PG_WALDIR:+--waldir=$SPENDCAP_PG_WALDIR} >/dev/null
       if [ -n "${SPENDCAP_PG_TRUST:-}" ]; then
         echo "host all all $SPENDCAP_PG_TRUST trust" | as_server tee -a "$dir/data/pg_hba.conf" >/dev/null
       fi
@@ -39,7 +43,8 @@ case "${1:-}" in
     listen=127.0.0.1${SPENDCAP_PG_LISTEN:+,$SPENDCAP_PG_LISTEN}
     # setsid: the server outlives the shell that started it (and its job control).
     as_server setsid "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-      -o "-k $dir -p $port -c listen_addresses=$listen -c fsync=off -c max_connections=200" >/dev/null
+      -o "-k $dir -p $port -c listen_addresses=$listen -c fsync=${SPENDCAP_PG_FSYNC:-off} \
+         -c max_connections=${SPENDCAP_PG_MAX_CONNECTIONS:-200} ${SPENDCAP_PG_OPTIONS:-}" >/dev/null
     ;;
   halt)
     # Stops the server, keeping its data: `start` brings it back as it was.
