@@ -14,6 +14,7 @@
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/admin.hpp"
 #include "spendcap/cli/command_line.hpp"
+#include "spendcap/cli/help.hpp"
 #include "spendcap/cli/ledger_cli.hpp"
 #include "spendcap/cli/report_commands.hpp"
 #include "spendcap/cli/run.hpp"
@@ -76,7 +77,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
                  "charge this directory's size at the policy's storage price per GB-month");
   run.add_option("--checkpoint-max-gb", request.checkpoint_max_gb,
                  "the most --checkpoint-dir may hold: counted in the run's allocated rate");
-  run.add_option("--policy", request.policy, "policy file (default: see README)");
+  run.add_option("--policy", request.policy,
+                 "policy file (default: the search order in spendcap-policy(5))");
   run.add_option("--ledger", request.ledger, "ledger: sqlite:PATH, a path or postgresql://...");
   run.add_option("--webhook-env", request.webhook_envs,
                  "a webhook whose URL is in this environment variable (repeatable)");
@@ -351,7 +353,8 @@ int main(int argc, char** argv) {
   notify->require_subcommand(1);
   CLI::App* notify_test =
       notify->add_subcommand("test", "send a test event to every configured webhook");
-  notify_test->add_option("--policy", notify_request.policy, "policy file (default: see README)");
+  notify_test->add_option("--policy", notify_request.policy,
+                          "policy file (default: the search order in spendcap-policy(5))");
   notify_test->add_option("--webhook-env", notify_request.webhook_envs,
                           "also a webhook whose URL is in this variable (repeatable)");
   notify_test->add_option("--webhook", notify_request.webhook_urls, "also this URL (repeatable)");
@@ -449,6 +452,9 @@ int main(int argc, char** argv) {
   accept->add_option("run_id", accept_run_id, "the run (its id, or any unique prefix)")->required();
   accept->add_option("--note", accept_note, "why it is kept");
 
+  spendcap::HelpRequest help_request;
+  CLI::App* help = spendcap::add_help_command(app, help_request);
+
   accept_count_suffixes(*estimate, "--steps");
   accept_count_suffixes(*estimate, "--params");
   accept_count_suffixes(*estimate, "--tokens");
@@ -456,6 +462,7 @@ int main(int argc, char** argv) {
   accept_count_suffixes(*run, "--estimate-steps");
   name_option_types(app);  // after every subcommand is added
   keep_exit_table_on(app, run);
+  spendcap::install_help_format(app);
 
   // A typo or a stray word is named with what to do, before or instead of CLI11's message.
   auto refuse_command_line = [&](const std::optional<spendcap::CommandLineProblem>& problem) {
@@ -516,6 +523,7 @@ int main(int argc, char** argv) {
     if (*estimate) return spendcap::estimate_command(estimate_request);
     if (*report) return spendcap::report_command(report_request);
     if (*accept) return spendcap::accept_command(choice, accept_run_id, accept_note);
+    if (*help) return spendcap::help_command(app, help_request);
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::escape_for_terminal(spendcap::format_error(error))
               << "\n";

@@ -46,7 +46,7 @@ _spendcap() {
   local options ledger="--policy --ledger --help"
   case $subcommand in
     "") options="run policy budgets ps stop outbox notify ledger show runs estimate report accept
-                 --help --version" ;;
+                 help --help --version" ;;
     run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus
                   --instance --instances --pricing --mode --checkpoint-signal --grace --kill-after
                   --interval --sync --claim-horizon --isolation --stall-after --require-fit
@@ -83,6 +83,8 @@ _spendcap() {
     runs) options="--since --until --team --experiment --user --status --limit --json --format
                    $ledger" ;;
     accept) options="--note $ledger" ;;
+    help) options="--man --options --man-dir --help run policy budgets ps stop outbox notify ledger
+                   show runs estimate report accept help policy-file" ;;
     report) options="--by --since --until --team --experiment --format --csv-raw --baseline --metric
                      --metric-goal $ledger" ;;
     estimate) options="--step-time --steps --gpu-hours --params --tokens --peak-tflops --mfu --rate --gpu --gpus

@@ -1,6 +1,7 @@
 """Installed the way runners install software (issue 13, test 5): `cmake --install` into a DESTDIR
-puts the binary, spendcap(1), bash completion and the example policies in their places; the man
-page renders with man(1) and names every subcommand and exit status; completion offers the
+puts the binary, the man pages (spendcap(1), a page per verb, spendcap-policy(5)), bash completion
+and the example policies in their places; the pages render with man(1), the overview names every
+subcommand and exit status, each verb's page its subcommands and flags; completion offers the
 subcommands; `cpack -G DEB` builds a package that lists those files and carries the postinst.
 
 A fresh Debian 12 root needs debootstrap and a mirror, which this offline machine does not have:
@@ -17,7 +18,11 @@ from spendcap_testlib import REPO, SPENDCAP
 BUILD = os.path.dirname(os.path.abspath(SPENDCAP))
 INSTALLED = [
     "usr/bin/spendcap",
-    "usr/share/man/man1/spendcap.1",
+    "usr/share/man/man1/spendcap.1.gz",
+    "usr/share/man/man1/spendcap-run.1.gz",
+    "usr/share/man/man1/spendcap-ps.1.gz",
+    "usr/share/man/man1/spendcap-budgets.1.gz",
+    "usr/share/man/man5/spendcap-policy.5.gz",
     "usr/share/bash-completion/completions/spendcap",
     "usr/share/doc/spendcap/policies/lab.json",
     "usr/share/doc/spendcap/policies/shared-runner.json",
@@ -32,7 +37,7 @@ def subcommands():
     """The top-level subcommands, as `spendcap --help` lists them."""
     text = subprocess.run([SPENDCAP, "--help"], capture_output=True, text=True).stdout
     section = text.split("Subcommands:")[1].split("\n\n")[0]
-    return [line.split()[0] for line in section.strip().splitlines()]
+    return [line.split()[0] for line in section.splitlines() if re.match(r"  \S", line)]
 
 
 def help_text(*path):
@@ -45,7 +50,7 @@ def nested_subcommands(command):
     if "Subcommands:" not in text:
         return []
     section = text.split("Subcommands:")[1].split("\n\n")[0]
-    return [line.split()[0] for line in section.strip().splitlines()]
+    return [line.split()[0] for line in section.splitlines() if re.match(r"  \S", line)]
 
 
 def command_paths():
@@ -58,10 +63,10 @@ def command_paths():
 
 
 def flags(*path):
-    """The long flags `spendcap PATH --help` lists in its Options, --help itself left out."""
+    """The long flags `spendcap PATH --help` lists in its option groups, --help itself left out."""
     text = help_text(*path)
-    options = text.split("Options:")[1].split("Subcommands:")[0].split("Exit status:")[0]
-    found = set(re.findall(r"^\s+(?:-\w,)?(--[a-z0-9-]+)", options, re.M))
+    options = re.split(r"\n(?:Subcommands|Examples|Exit status):\n", text)[0]
+    found = set(re.findall(r"^  (?:-\w,)?(--[a-z0-9-]+)", options, re.M))
     return sorted(found - {"--help", "--version"})
 
 
@@ -89,29 +94,33 @@ class PackagingTest(unittest.TestCase):
         version = subprocess.run([binary, "--version"], capture_output=True, text=True)
         self.assertEqual(version.returncode, 0, version.stderr)
 
-        # man -l renders the installed page; it names every subcommand and every exit status.
-        page_file = os.path.join(root, "usr/share/man/man1/spendcap.1")
-        rendered = subprocess.run(["man", "-l", page_file],
-                                  capture_output=True, text=True,
-                                  env=dict(os.environ, MANWIDTH="200", MAN_KEEP_FORMATTING="0"))
-        self.assertEqual(rendered.returncode, 0, rendered.stderr)
-        self.assertNotIn("warning", rendered.stderr)
-        page = re.sub(r".\x08", "", rendered.stdout)
-        for section in ("SYNOPSIS", "EXIT STATUS", "POLICY SEARCH ORDER"):
+        # man -l renders the installed pages; the overview names every subcommand and every
+        # exit status, each verb's page its nested subcommands and every flag of their --help, so
+        # the pages keep up with the binary.
+        def rendered(page):
+            result = subprocess.run(["man", "-l", os.path.join(root, "usr/share/man", page)],
+                                    capture_output=True, text=True,
+                                    env=dict(os.environ, MANWIDTH="200", MAN_KEEP_FORMATTING="0"))
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertNotIn("warning", result.stderr)
+            return re.sub(r".\x08", "", result.stdout)
+
+        page = rendered("man1/spendcap.1.gz")
+        for section in ("SYNOPSIS", "EXIT STATUS", "POLICY SEARCH ORDER", "ENVIRONMENT"):
             self.assertIn(section, page)
         commands = subcommands()
         self.assertGreaterEqual(len(commands), 5)
         for command in commands:
             self.assertRegex(page, r"spendcap %s\b" % command)
-        # Every nested subcommand (outbox list, notify test, ...) and every flag of every
-        # subcommand's --help is on the page, so the page keeps up with the binary.
         paths = command_paths()
         self.assertIn(("outbox", "flush"), paths)
         for path in paths:
-            self.assertRegex(page, r"spendcap %s\b" % " ".join(path))
+            verb_page = rendered("man1/spendcap-%s.1.gz" % path[0])
+            self.assertRegex(verb_page, r"spendcap %s\b" % " ".join(path))
             for flag in flags(*path):
-                self.assertRegex(page, r"%s\b" % re.escape(flag), "spendcap %s %s" % (
+                self.assertRegex(verb_page, r"%s\b" % re.escape(flag), "spendcap %s %s" % (
                     " ".join(path), flag))
+        self.assertIn("/defaults/grace", rendered("man5/spendcap-policy.5.gz"))
         for code in exit_codes():
             self.assertRegex(page, r"\n\s+%s\s" % code, "exit status %s" % code)
         # The search order, in order.

@@ -1,8 +1,8 @@
-"""Every command block in README's "## Reports, estimates and FOCUS export" section, run exactly as
-written (issue 21, item 7): each indented line that starts with `spendcap ` is split as a shell
-would (a trailing `  # ...` comment is the answer README promises: each of its parts, split at
-"; ", must appear in the output), with the section's own example policy (its indented JSON block)
-as ./spendcap.json and a ledger that holds a few runs. A command README shows must exit 0."""
+"""Every command block of the guide's page on reports (docs/guide/reports-and-focus.md), run exactly
+as written: each indented line that starts with `spendcap ` is split as a shell
+would (a trailing `  # ...` comment is the answer the page promises: each of its parts, split at
+"; ", must appear in the output), with the page's example policy (its indented JSON block)
+as ./spendcap.json and a ledger that holds a few runs. A command the page shows must exit 0."""
 import json
 import os
 import shlex
@@ -10,16 +10,13 @@ import unittest
 
 from spendcap_testlib import LedgerTest
 
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
-SECTION = "## Reports, estimates and FOCUS export"
+PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "guide",
+                    "reports-and-focus.md")
 
 
 def section_lines():
-    with open(README) as f:
-        text = f.read()
-    start = text.index("\n" + SECTION + "\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end >= 0 else len(text)].splitlines()
+    with open(PAGE) as f:
+        return f.read().splitlines()
 
 
 def indented_blocks(lines):
