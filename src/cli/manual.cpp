@@ -41,6 +41,12 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 
 std::string word_of(const CommandDoc& command, const OptionDoc& positional);
 
+// A verb's summary without the usage example some carry ("run a command under a budget: spendcap
+// run --rate ...").
+std::string short_summary(const std::string& summary) {
+  return summary.substr(0, summary.find(": spendcap "));
+}
+
 // "--quiet, -q", "--budget USD"; a positional by its word ("FILE")
 std::string option_term(const CommandDoc& command, const OptionDoc& option) {
   if (option.positional) return word_of(command, option);
@@ -267,8 +273,8 @@ ManPage overview_page(const CommandDoc& root) {
                   "spendcap-VERB(1), which spendcap help VERB prints.")}});
   ManSection commands{"COMMANDS", {}};
   for (const CommandDoc& verb : root.subcommands) {
-    commands.blocks.push_back(
-        item("spendcap " + verb.path, verb.summary + ". See spendcap-" + verb.path + "(1)."));
+    commands.blocks.push_back(item(
+        "spendcap " + verb.path, short_summary(verb.summary) + " (spendcap-" + verb.path + "(1))"));
   }
   page.sections.push_back(commands);
   page.sections.push_back(
@@ -316,8 +322,7 @@ ManPage verb_page(const CommandDoc& root, std::string_view verb) {
   const VerbText* text = find_verb_text(verb);
   // "run a command under a budget: spendcap run --rate ...": NAME's line is the part before the
   // usage example.
-  std::string summary = command->summary.substr(0, command->summary.find(": spendcap "));
-  ManPage page{"spendcap-" + command->path, 1, summary, {}};
+  ManPage page{"spendcap-" + command->path, 1, short_summary(command->summary), {}};
 
   ManSection synopsis{"SYNOPSIS", {}};
   std::vector<std::string> lines;
@@ -334,7 +339,7 @@ ManPage verb_page(const CommandDoc& root, std::string_view verb) {
   if (text) {
     for (const std::string& p : text->description) description.blocks.push_back(paragraph(p));
   } else {
-    description.blocks.push_back(paragraph(command->summary + "."));
+    description.blocks.push_back(paragraph(short_summary(command->summary)));
   }
   page.sections.push_back(description);
 
@@ -342,7 +347,7 @@ ManPage verb_page(const CommandDoc& root, std::string_view verb) {
   add_options(options, *command, command->path == "run");
   for (const CommandDoc& sub : command->subcommands) {
     options.blocks.push_back(subheading("spendcap " + sub.path));
-    options.blocks.push_back(paragraph(sub.summary + "."));
+    options.blocks.push_back(paragraph(short_summary(sub.summary)));
     add_options(options, sub, false);
   }
   if (options.blocks.empty()) options.blocks.push_back(paragraph("None."));
