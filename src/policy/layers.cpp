@@ -301,6 +301,35 @@ void refuse_loosening(const json& locked, const PolicyLayer& layer,
   throw error;
 }
 
+// Runner-held files (url_file, secret_file, ledger_password_file) are read with the runner's
+// identity only when the locked policy's own entries name them: a user's layer that named the
+// locked webhook's secret_file beside its own url_env would have had events signed with the
+// runner's secret sent to the user's server (issue 29, break 3). So no other layer may name one.
+void refuse_runner_held_files(const PolicyLayer& layer, const std::string& locked_path) {
+  const json& document = layer.document;
+  if (!document.is_object()) return;
+  std::string named;
+  if (document.contains("ledger_password_file")) named = "/ledger_password_file";
+  auto hooks = document.find("webhooks");
+  if (named.empty() && hooks != document.end() && hooks->is_array()) {
+    for (std::size_t i = 0; i < hooks->size() && named.empty(); ++i) {
+      for (const char* key : {"url_file", "secret_file"}) {
+        if ((*hooks)[i].is_object() && (*hooks)[i].contains(key)) {
+          named = "/webhooks/" + std::to_string(i) + "/" + key;
+          break;
+        }
+      }
+    }
+  }
+  if (named.empty()) return;
+  throw Error(layer.source,
+              named +
+                  ": a runner-held file (url_file, secret_file, ledger_password_file) is "
+                  "honoured only from the locked policy " +
+                  locked_path + " itself",
+              "give your own webhook's URL and secret in variables (url_env, secret_env)");
+}
+
 }  // namespace
 
 PolicySearch PolicySearch::from_environment(std::optional<std::string> flag_path) {
@@ -340,6 +369,7 @@ LoadedPolicy load_policy(const PolicySearch& search, const PolicyLayer& flags) {
       throw PolicyError(layer.source, std::move(errors));
     }
     if (locked) refuse_loosening(*locked, layer, search.system_path);
+    if (locked) refuse_runner_held_files(layer, search.system_path);
     overlay(merged, layer.document);
     loaded.sources.push_back(layer.source);
   }

@@ -25,6 +25,7 @@ namespace spendcap {
 
 Inherited Inherited::capture() {
   Inherited inherited;
+  inherited.state = ProcessState::capture();
   if (DIR* dir = ::opendir("/proc/self/fd")) {
     int own = ::dirfd(dir);
     while (dirent* entry = ::readdir(dir)) {
@@ -46,7 +47,8 @@ Inherited Inherited::capture() {
 }
 
 void restore_signals(const Inherited& inherited) {
-  for (int signal : kGuardIgnoredSignals) {
+  for (int signal = 1; signal < NSIG; ++signal) {
+    if (signal == SIGKILL || signal == SIGSTOP) continue;
     bool ignored = std::find(inherited.ignored_signals.begin(), inherited.ignored_signals.end(),
                              signal) != inherited.ignored_signals.end();
     ::signal(signal, ignored ? SIG_IGN : SIG_DFL);
@@ -81,6 +83,7 @@ struct ExecSetup {
       // Best effort: without the cgroup the tree is still followed by parentage.
       [[maybe_unused]] ssize_t n = ::write(cgroup_procs_fd, "0", 1);
     }
+    restore_process_state(spec->inherited.state);
     restore_signals(spec->inherited);
     return {};
   }

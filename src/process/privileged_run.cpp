@@ -27,6 +27,7 @@
 #include "spendcap/process/credentials.hpp"
 #include "spendcap/process/exit_status.hpp"
 #include "spendcap/process/launcher.hpp"
+#include "spendcap/process/process_state.hpp"
 #include "spendcap/process/tree_guard.hpp"
 
 extern char** environ;
@@ -38,6 +39,7 @@ namespace {
 RunnerRun* the_run = nullptr;
 
 constexpr size_t kMaxEnvironmentBytes = size_t{16} << 20;
+constexpr int kFrontSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
 // What the front passes on: a stop signal the user (or a scheduler, or `timeout`) sent it.
 constexpr int kRelayed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // The keeper is root and tiny: no signal but SIGCHLD (and SIGKILL, SIGSTOP) may move it.
@@ -106,7 +108,7 @@ int run_front(const RunnerConfig& config, int argc, char** argv) {
     at += static_cast<size_t>(n);
   }
   // Sealed: what the runner reads is what was written, whoever else holds the fd.
-  ::fcntl(env_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  ::fcntl(env_fd, F_ADD_SEALS, kFrontSeals);
 
   sigset_t watched, caller_mask;
   sigemptyset(&watched);
@@ -189,6 +191,21 @@ std::map<std::string, std::string> read_environment(int fd) {
     start = end + 1;
   }
   return env;
+}
+
+// The front's environment: a memfd (F_GET_SEALS fails on any other file but tmpfs and
+// hugetlbfs ones, which cannot hold these seals) sealed as the front seals it, so that its content
+// is what the front wrote and nobody can change it while the runner reads.
+
+bool is_front_environment(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kFrontSeals) != kFrontSeals) return false;
+  char link[64] = {};
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  return n > 0 && std::string(link, static_cast<size_t>(n)).rfind("/memfd:", 0) == 0;
 }
 
 int parse_fd(const std::string& text) {
@@ -331,7 +348,7 @@ void remove_job_cgroup(const RunCgroups& cgroups) {
 }
 
 std::optional<int> privileged_run(const Identity& caller, const RunnerConfig& config, int& argc,
-                                  char**& argv) {
+                                  char**& argv, Inherited inherited, int cwd_fd) {
   // A setuid exec leaves the real uid the caller's, and kill(2) lets a sender whose uid matches
   // the target's real uid signal it: the keeper (and what it forks) takes root as its real and
   // saved uid before anything else.
@@ -344,29 +361,40 @@ std::optional<int> privileged_run(const Identity& caller, const RunnerConfig& co
   size_t comma = pair.find(',');
   int env_fd = parse_fd(pair.substr(0, comma));
   int control_fd = parse_fd(comma == std::string::npos ? "" : pair.substr(comma + 1));
-  struct stat env_st {
-  }, control_st{};
-  if (::fstat(env_fd, &env_st) != 0 || !S_ISREG(env_st.st_mode) ||
-      ::fstat(control_fd, &control_st) != 0 || !S_ISFIFO(control_st.st_mode)) {
-    throw Error("--front-fds", "not the front's environment and control pipe",
+  struct stat control_st {};
+  if (!is_front_environment(env_fd) || ::fstat(control_fd, &control_st) != 0 ||
+      !S_ISFIFO(control_st.st_mode)) {
+    throw Error("--front-fds", "not the front's sealed environment memfd and control pipe",
+                "run spendcap, not the runner");
+  }
+  // A forged call's subcommand would run as the service user: only the front's run is served.
+  if (argc < 4 || std::string(argv[3]) != "run") {
+    throw Error("--front-fds", "the runner serves the front's `run` only",
                 "run spendcap, not the runner");
   }
   ::fcntl(env_fd, F_SETFD, FD_CLOEXEC);
   ::fcntl(control_fd, F_SETFD, FD_CLOEXEC);
   auto environment = read_environment(env_fd);
   ::close(env_fd);
-  // What the job inherits: the front's fds (make's jobserver, Slurm's PMI), none of the runner's.
-  Inherited inherited = Inherited::capture();
+  // What the job inherits: the front's fds (make's jobserver, Slurm's PMI), none of the runner's;
+  // its limits, signals and scheduling the caller's, captured before the reset.
+  inherited.fds = Inherited::capture().fds;
   RunCgroups cgroups = make_cgroups();
 
   pid_t supervisor = ::fork();
   if (supervisor < 0) throw Error(kConfigWhat, "fork: " + errno_text(errno));
   if (supervisor > 0) {
     ::close(cgroups.procs_fd);
+    if (cwd_fd >= 0) ::close(cwd_fd);
     keep(supervisor, control_fd, cgroups);
   }
   try {
     ::close(control_fd);
+    // The caller's working directory, for the supervisor's relative paths and the job.
+    if (cwd_fd >= 0 && ::fchdir(cwd_fd) != 0) {
+      throw Error(kConfigWhat, "cannot enter the caller's working directory: " + errno_text(errno));
+    }
+    if (cwd_fd >= 0) ::close(cwd_fd);
     PreforkedGuard guard;
     guard.caller = caller;
     guard.service_uid = service.uid;
@@ -442,6 +470,10 @@ std::optional<int> enter_shared_runner(int& argc, char**& argv) {
       throw Error(config->runner, "cannot run the runner: " + errno_text(errno),
                   "the runner's owner reinstalls it with scripts/install-shared-runner.sh");
     }
+    // Nothing of the caller's process state either: limits, signals, umask, scheduling, cwd are
+    // reset before the first privileged step; the job gets the caller's back (process_state.hpp).
+    Inherited user_state = Inherited::capture();
+    int cwd_fd = reset_process_state();
     Identity caller = caller_identity();
     // Nothing of the caller's environment steers the privileged steps. (Another subcommand gets
     // it back once reduced to the setgid ids, as with the setgid install.)
@@ -453,12 +485,15 @@ std::optional<int> enter_shared_runner(int& argc, char**& argv) {
                   "the runner's owner installs it with scripts/install-shared-runner.sh");
     }
     if (argc >= 4 && std::string(argv[1]) == "--front-fds") {
-      return privileged_run(caller, *config, argc, argv);
+      return privileged_run(caller, *config, argc, argv, std::move(user_state), cwd_fd);
     }
     if (argc >= 2 && std::string(argv[1]) == "run") {
       throw Error("run", "the runner runs jobs only for the front", "run spendcap run ...");
     }
     reduce_to_setgid(caller, service_of(*config, caller).gid);
+    if (cwd_fd >= 0 && ::fchdir(cwd_fd) != 0) {
+      throw Error(kConfigWhat, "cannot enter the working directory: " + errno_text(errno));
+    }
     environ = caller_environ;
     return std::nullopt;
   } catch (const Error& error) {

@@ -111,6 +111,78 @@ class RunnerSecretsTest(SharedRunnerSetup):
                 with open(os.path.join(root, name), "rb") as f:
                     self.assertNotIn(SECRET.encode(), f.read(), name)
 
+    def test_a_users_layer_naming_a_runner_held_file_is_refused(self):
+        # Issue 29, break 3: the user's ./spendcap.json named the runner's secret_file beside its
+        # own url_env, and the runner signed events with the runner's secret for the user's URL.
+        user = self.users[0]
+        home = os.path.join(self.tmp, user)
+        evil = Endpoint([200])
+        self.addCleanup(evil.close)
+        layers = {
+            "secret_file": {"webhooks": [{"url_env": "EVIL", "secret_file": SECRET_FILE,
+                                          "events": ["finished"]}]},
+            "url_file": {"webhooks": [{"url_file": URL_FILE, "events": ["finished"]}]},
+            "ledger_password_file": {"ledger_password_file": SECRET_FILE},
+            # The negative control: the user's own webhook by variable runs and is sent.
+            None: {"webhooks": [{"url_env": "EVIL", "events": ["finished"]}]},
+        }
+        for named, layer in layers.items():
+            with self.subTest(named=named):
+                with open(os.path.join(home, "spendcap.json"), "w") as f:
+                    json.dump(layer, f)
+                result = self.inside(["sh", "-c", 'cd "$0" && exec "$1" run --team vision -- true',
+                                      home, self.bin], user=user,
+                                     env=self.user_env(user, {"EVIL": evil.url}))
+                if named is None:
+                    self.assertEqual(result.returncode, 0, result.stderr)
+                    self.assertEqual(len(evil.requests), 1, result.stderr)
+                    self.assertNotIn("webhook-signature", {k.lower() for k in
+                                                           evil.requests[0]["headers"]})
+                    continue
+                self.assertEqual(result.returncode, 125, result.stderr)
+                self.assertIn("runner-held file", result.stderr)
+                self.assertIn(named, result.stderr)
+                self.assertNotIn(SECRET, result.stderr)
+                self.assertEqual(evil.requests, [], "an event reached the user's server")
+
+    def test_a_forged_front_call_is_refused(self):
+        # Issue 29, break 8: any regular file passed as the environment, and a forged call's
+        # other subcommands acting as the service user.
+        user = self.users[0]
+        env_file = os.path.join(self.tmp, user, "env")
+        with open(env_file, "w") as f:
+            f.write("PATH=/usr/bin:/bin\0")
+        forge = r"""
+import fcntl, os, subprocess, sys
+runner, env_file, kind = sys.argv[1:4]
+if kind == "file":
+    env = os.open(env_file, os.O_RDONLY)
+else:
+    env = os.memfd_create("spendcap-environment", os.MFD_ALLOW_SEALING)
+    os.write(env, b"PATH=/usr/bin:/bin\0")
+    if kind != "unsealed":
+        fcntl.fcntl(env, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW |
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+r, w = os.pipe()
+args = sys.argv[4:]
+result = subprocess.run([runner, "--front-fds", "%d,%d" % (env, r)] + args, pass_fds=(env, r),
+                        capture_output=True, text=True, timeout=30)
+sys.stdout.write(result.stderr)
+sys.exit(result.returncode)
+"""
+        cases = (("file", ["run", "--team", "vision", "--", "true"], "sealed environment memfd"),
+                 ("unsealed", ["run", "--team", "vision", "--", "true"],
+                  "sealed environment memfd"),
+                 ("sealed", ["stop", "--team", "vision"], "the front's `run` only"),
+                 ("sealed", ["ps"], "the front's `run` only"))
+        for kind, args, message in cases:
+            with self.subTest(kind=kind, args=args):
+                result = self.inside(["python3", "-c", forge, self.runner, env_file, kind] + args,
+                                     user=user, env=self.user_env(user))
+                self.assertEqual(result.returncode, 125, result.stdout + result.stderr)
+                self.assertIn(message, result.stdout)
+        self.assertEqual(self.root_sql("SELECT count(*) FROM stop_orders"), "0")
+
     def test_a_secret_file_everyone_reads_is_refused(self):
         self.inside(["chmod", "0644", SECRET_FILE])
         result = self.spendcap(self.users[0], ["run", "--team", "vision", "--", "true"])

@@ -7,7 +7,8 @@
 //   3. PR_SET_PDEATHSIG(SIGKILL), then a getppid() re-check: the guard may have died before prctl;
 //   4. the run's cgroup: the child is created in it (clone3 with CLONE_INTO_CGROUP), or on older
 //      kernels writes "0" to its cgroup.procs before the command can fork;
-//   5. the signal mask and dispositions spendcap inherited (SIG_IGN from nohup stays ignored).
+//   5. the signal mask and dispositions spendcap inherited (SIG_IGN from nohup stays ignored), and
+//      its resource limits, umask, nice value and scheduling (process_state.hpp).
 // Under the privileged runner (LaunchSpec::run_as) the child first becomes the caller (groups,
 // gids, uids, no capabilities: credentials.hpp), and only then arms PDEATHSIG, which a change of
 // credentials clears; it joins the cgroup through the runner's cgroup.procs (open-time rights).
@@ -27,6 +28,7 @@
 
 #include "spendcap/base/exit_code.hpp"
 #include "spendcap/process/credentials.hpp"
+#include "spendcap/process/process_state.hpp"
 
 namespace spendcap {
 
@@ -36,6 +38,7 @@ struct Inherited {
   std::vector<int> fds;  // open above 2 and not close-on-exec
   sigset_t mask{};
   std::vector<int> ignored_signals;
+  ProcessState state;  // limits, umask, nice... (process_state.hpp)
 
   static Inherited capture();
 };
@@ -77,8 +80,8 @@ inline int exec_failure_status(int err) {
 inline constexpr int kGuardIgnoredSignals[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGTSTP, SIGTTIN,
                                                SIGTTOU, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
 
-// Restores, in the child before exec, the dispositions of kGuardIgnoredSignals and the signal mask
-// that spendcap inherited.
+// Restores, in the child before exec, the signal dispositions (each signal SIG_IGN if spendcap
+// inherited it ignored, else SIG_DFL) and the signal mask that spendcap inherited.
 void restore_signals(const Inherited& inherited);
 
 }  // namespace spendcap
