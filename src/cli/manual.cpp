@@ -371,7 +371,12 @@ ManPage verb_page(const CommandDoc& root, std::string_view verb) {
   page.sections.push_back(exit_status);
 
   ManSection environment = environment_section(command->path);
-  if (!environment.blocks.empty()) page.sections.push_back(environment);
+  if (environment.blocks.empty()) {
+    environment.blocks.push_back(paragraph("spendcap " + command->path +
+                                           " reads no variable of its own; those every verb "
+                                           "reads are in spendcap(1)."));
+  }
+  page.sections.push_back(environment);
 
   std::vector<std::string> see_also = {"spendcap(1)"};
   if (text) see_also.insert(see_also.end(), text->see_also.begin(), text->see_also.end());
@@ -403,7 +408,7 @@ ManPage policy_file_page() {
         paragraph("A /etc/spendcap/policy.json with \"locked\": true always loads first and "
                   "every other layer may only tighten it: each key's rule is under KEYS. Where "
                   "the locked policy leaves a key out, its built-in default is what is locked "
-                  "(marked \"locked default\"). A locked policy refuses to load when anyone but "
+                  "(said under each key). A locked policy refuses to load when anyone but "
                   "its owner can write it or its directory.")}});
   ManSection keys{"KEYS", {}};
   keys.blocks.push_back(
@@ -413,7 +418,10 @@ ManPage policy_file_page() {
   for (const PolicyKey& key : policy_keys()) {
     const PolicyKeyDoc* doc = find_policy_key_doc(key.path);
     std::string text;
-    if (doc) text = doc->meaning.empty() ? "" : doc->meaning + ". ";
+    if (doc && !doc->meaning.empty()) {
+      text = doc->meaning + ". ";
+      text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
+    }
     text += "Type: " + (doc ? doc->type : std::string("see spendcap policy keys")) + ".";
     std::string default_value = doc ? doc->default_value : "";
     if (!key.default_value.is_null()) {

@@ -28,8 +28,8 @@ from spendcap_testlib import HERE, REPO, SPENDCAP
 BUILD = os.path.dirname(os.path.abspath(SPENDCAP))
 MAN_DIR = os.path.join(BUILD, "man")
 GUIDE = sorted(glob.glob(os.path.join(REPO, "docs", "guide", "*.md")))
-DOCS = [os.path.join(REPO, "README.md"), os.path.join(REPO, "CHANGELOG.md")] + sorted(
-    glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+DOCS = [os.path.join(REPO, name) for name in ("README.md", "CHANGELOG.md", "policies/README.md")]
+DOCS += sorted(glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
 
 
 # ---- runnable examples ----
@@ -299,7 +299,7 @@ class ManPagesTest(unittest.TestCase):
                 code, warnings, text = render(self.page("spendcap-%s.1" % verb))
                 self.assertEqual((code, warnings), (0, ""))
                 for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXAMPLES",
-                                "EXIT STATUS", "SEE ALSO"):
+                                "EXIT STATUS", "ENVIRONMENT", "SEE ALSO"):
                     self.assertRegex(text, r"(?m)^%s$" % section)
                 options = parser_options(verb)
                 if verb not in ("show", "policy", "ledger"):
