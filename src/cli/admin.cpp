@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -142,6 +144,14 @@ Money live_spend(const RunView& run, double now) {
   return std::max(run.spend, most);
 }
 
+// What the ledger holds for a run against its budgets (HELD): an unfinished run's ceiling (a silent
+// run's too, until it is charged); nothing once it finished or was charged.
+Money held_by(const RunView& run) {
+  bool unfinished = run.status == RunStatus::running ||
+                    (run.status == RunStatus::lost && !run.reconciled && !run.finished_at);
+  return unfinished ? run.ceiling : Money{};
+}
+
 // Why a lost run shows what it shows.
 std::string lost_status(const RunView& run, double now, const std::string& currency) {
   std::string since = utc_time_of(run.heartbeat_at);
@@ -153,11 +163,56 @@ std::string lost_status(const RunView& run, double now, const std::string& curre
          format_money(run.ceiling, currency) + ")";
 }
 
+// A run of this host that is paused (Ctrl-Z, SIGTSTP): spendcap itself stopped (Ctrl-Z on a
+// terminal stops the job and spendcap), or every process under its guard stopped (SIGTSTP to
+// spendcap without a terminal stops the job alone). Read from /proc, so seen on the run's own
+// host only; elsewhere it shows as running.
+char proc_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? '\0' : text[paren + 2];
+}
+
+std::vector<pid_t> proc_children(pid_t pid) {
+  std::vector<pid_t> out;
+  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    std::ifstream in(task.path() / "children");
+    pid_t child = 0;
+    while (in >> child) out.push_back(child);
+  }
+  return out;
+}
+
+bool paused_here(const RunView& run) {
+  if (run.status != RunStatus::running || run.pid <= 0 || run.host != host_name()) return false;
+  char own = proc_state(run.pid);
+  if (own == 'T') return true;
+  if (own == '\0' || own == 'Z') return false;
+  // spendcap -> its guard -> the job's processes: all of them stopped.
+  int stopped = 0;
+  for (pid_t guard : proc_children(run.pid)) {
+    std::vector<pid_t> pending = proc_children(guard);
+    for (std::size_t i = 0; i < pending.size() && i < 10000; ++i) {
+      char state = proc_state(pending[i]);
+      if (state == 'Z' || state == '\0') continue;
+      if (state != 'T' && state != 't') return false;
+      ++stopped;
+      for (pid_t child : proc_children(pending[i])) pending.push_back(child);
+    }
+  }
+  return stopped > 0;
+}
+
 // squeue's view of the budget a run is in: of its budgeted scopes, the one with the least left
-// (the one that binds), as spent + held of its amount ("team:vision 45% of $10.00"); a run with
-// only its own --budget, its ceiling of that. "-" when the run has neither.
+// (the one that binds), as what was used of its amount ("team:vision 45% of $10.00"): used as
+// `budgets` says it, finished runs' spend and running runs' spend so far (never the ceilings they
+// hold: HELD shows those). A run with only its own --budget: its spend of that. "-" when the run
+// has neither.
 std::string budget_share(const RunView& run, const std::vector<BudgetView>& views,
-                         const std::string& currency) {
+                         const std::string& currency, double now) {
   const BudgetView* binding = nullptr;
   for (const Scope& scope : named_scopes(run)) {
     for (const BudgetView& view : views) {
@@ -173,12 +228,11 @@ std::string budget_share(const RunView& run, const std::vector<BudgetView>& view
     return std::string(text);
   };
   if (binding && binding->rule.amount > Money{}) {
-    return to_string(binding->rule.scope) + " " +
-           percent(binding->spent + binding->held, binding->rule.amount) + " of " +
-           format_money(binding->rule.amount, currency);
+    return to_string(binding->rule.scope) + " " + percent(used(*binding), binding->rule.amount) +
+           " of " + format_money(binding->rule.amount, currency);
   }
   if (run.budget && *run.budget > Money{}) {
-    return "run " + percent(run.ceiling, *run.budget) + " of " +
+    return "run " + percent(live_spend(run, now), *run.budget) + " of " +
            format_money(*run.budget, currency);
   }
   return "-";
@@ -379,6 +433,8 @@ int ps_command(const LedgerChoice& choice, bool json) {
                      {"spend", money_to_json(run.spend)},
                      {"live_spend", money_to_json(live_spend(run, now))},
                      {"ceiling", money_to_json(run.ceiling)},
+                     {"held", money_to_json(held_by(run))},
+                     {"paused", paused_here(run)},
                      {"rate_per_hour", money_to_json(run.rate_per_hour)},
                      {"started_at", run.started_at},
                      {"heartbeat_at", run.heartbeat_at},
@@ -393,17 +449,18 @@ int ps_command(const LedgerChoice& choice, bool json) {
   }
   std::vector<BudgetView> budget_views = ledger->budgets();
   std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "HOST", "PID", "TEAM", "EXPERIMENT",
-                                                 "STATUS", "SPEND", "CEILING", "BURN/H", "AGE",
+                                                 "STATUS", "SPEND", "HELD", "BURN/H", "AGE",
                                                  "BUDGET USED"}};
   auto add_row = [&](const RunView& run, const std::string& status) {
     rows.push_back({run.id.substr(0, 8), run.user.empty() ? "-" : run.user, run.host,
                     std::to_string(run.pid), run.team, run.experiment, status,
                     format_money(live_spend(run, now), currency),
-                    format_money(run.ceiling, currency), format_money(run.rate_per_hour, currency),
-                    age(now - run.started_at), budget_share(run, budget_views, currency)});
+                    format_money(held_by(run), currency), format_money(run.rate_per_hour, currency),
+                    age(now - run.started_at), budget_share(run, budget_views, currency, now)});
   };
   auto status_of = [&](const RunView& run) {
-    return run.status == RunStatus::lost ? lost_status(run, now, currency) : to_string(run.status);
+    if (run.status == RunStatus::lost) return lost_status(run, now, currency);
+    return paused_here(run) ? std::string("paused") : to_string(run.status);
   };
   // A multi-node run (--run-id: its id is its nodes' job key, each row tagged with its node) is
   // one row, its nodes under it (issue 23).
@@ -427,7 +484,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
     int lost = 0;
     for (const RunView* node : group->second) {
       spend += live_spend(*node, now);
-      ceiling += node->ceiling;
+      ceiling += held_by(*node);
       burn += node->rate_per_hour;
       started = std::min(started, node->started_at);
       lost += node->status == RunStatus::lost;
@@ -439,11 +496,11 @@ int ps_command(const LedgerChoice& choice, bool json) {
                     lost ? "running (" + std::to_string(lost) + " lost)" : "running",
                     format_money(spend, currency), format_money(ceiling, currency),
                     format_money(burn, currency), age(now - started),
-                    budget_share(run, budget_views, currency)});
+                    budget_share(run, budget_views, currency, now)});
     for (const RunView* node : group->second) {
       rows.push_back({"  " + *node_of(*node), "", node->host, std::to_string(node->pid), "", "",
                       status_of(*node), format_money(live_spend(*node, now), currency),
-                      format_money(node->ceiling, currency),
+                      format_money(held_by(*node), currency),
                       format_money(node->rate_per_hour, currency), age(now - node->started_at),
                       ""});
     }

@@ -92,10 +92,21 @@ void ProgressState::apply(const std::optional<ProgressLine>& line, TimePoint at,
   ++good_lines;
   if (line->step) {
     step = line->step;
-    if (!first_step || *line->step < *first_step) {
-      first_step = line->step;
-      spend_at_first_step = spend;
+    if (!pace.empty() && *line->step < pace.back().step) pace.clear();
+    if (pace.empty()) training_since = at;
+    PaceSample sample{*line->step, at, spend};
+    // Lines of one read share its time: the latest stands for them. Samples closer together than
+    // kPaceSampleGap are thinned (the newest replaces the last), bounding what is kept.
+    bool thin =
+        !pace.empty() && (pace.back().at == at ||
+                          (pace.size() >= 2 && at - pace[pace.size() - 2].at < kPaceSampleGap));
+    if (thin) {
+      pace.back() = sample;
+    } else {
+      pace.push_back(sample);
     }
+    TimePoint window_start = at - pace_window(*this);
+    while (pace.size() > 2 && pace[1].at <= window_start) pace.pop_front();
   }
   if (line->total_steps) total_steps = line->total_steps;
   if (line->metric_name) {
@@ -108,12 +119,22 @@ void ProgressState::apply(const std::optional<ProgressLine>& line, TimePoint at,
   spend_at_last_line = spend;
 }
 
+Nanos pace_window(const ProgressState& state) {
+  if (!state.training_since || state.pace.empty()) return kPaceWindowMin;
+  Nanos training = state.pace.back().at - *state.training_since;
+  return std::clamp<Nanos>(training / 4, kPaceWindowMin, kPaceWindowMax);
+}
+
 namespace {
-// The spend per step between the first and the latest line; none until they differ in step.
+// The spend per step over the pace window; none until two samples differ in step and are read
+// kPaceMinSpan apart.
 std::optional<double> pace_micros_per_step(const ProgressState& state) {
-  if (!state.step || !state.first_step || *state.step <= *state.first_step) return std::nullopt;
-  return static_cast<double>((state.spend_at_last_line - state.spend_at_first_step).micros) /
-         static_cast<double>(*state.step - *state.first_step);
+  if (state.pace.size() < 2) return std::nullopt;
+  const auto& from = state.pace.front();
+  const auto& to = state.pace.back();
+  if (to.step <= from.step || to.at - from.at < kPaceMinSpan) return std::nullopt;
+  return static_cast<double>((to.spend - from.spend).micros) /
+         static_cast<double>(to.step - from.step);
 }
 }  // namespace
 

@@ -16,6 +16,9 @@
 
 namespace spendcap {
 
+int guard_own_io_fd = -1;
+int guard_thread_io_fd = -1;
+
 namespace {
 
 // What the child reports once set up: the step that failed and its errno, or {0, 0}.
@@ -68,6 +71,9 @@ void set_up_child(bool user_namespace, int go_fd, int ready_fd) {
   if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) fail(2);
   // After the id maps: a non-dumpable process's /proc files belong to root, and the parent could
   // no longer write them.
+  guard_own_io_fd = ::open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+  std::string thread_io = "/proc/self/task/" + std::to_string(::getpid()) + "/io";
+  guard_thread_io_fd = ::open(thread_io.c_str(), O_RDONLY | O_CLOEXEC);
   if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail(3);
   SetupResult ok;
   [[maybe_unused]] ssize_t n = ::write(ready_fd, &ok, sizeof ok);

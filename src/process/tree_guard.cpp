@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -15,6 +16,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <new>
 #include <optional>
 
 #include "spendcap/base/error.hpp"
@@ -81,6 +84,64 @@ struct Reaped {
   bool tree_empty = false;  // nothing is left to reap: the tree is gone
 };
 
+// The page the guard publishes its reaped children's write count in (GuardHandle::reaped_written),
+// mapped before the guard is forked; none when it could not be mapped.
+std::atomic<std::uint64_t>* reaped_page = nullptr;
+
+std::atomic<std::uint64_t>* map_reaped_page() {
+  void* page = ::mmap(nullptr, sizeof(std::atomic<std::uint64_t>), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return nullptr;
+  return new (page) std::atomic<std::uint64_t>(kNotPublished);
+}
+
+std::optional<std::uint64_t> wchar_in(const std::string& text) {
+  auto at = text.find("wchar:");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtoull(text.c_str() + at + 6, nullptr, 10);
+}
+
+// /proc/self/io or a thread's: through the fd opened while the guard was dumpable, else the path.
+std::optional<std::uint64_t> own_wchar(int fd, const std::string& io_path) {
+  if (fd >= 0) {
+    char buffer[512];
+    ssize_t n = ::pread(fd, buffer, sizeof buffer - 1, 0);
+    if (n <= 0) return std::nullopt;
+    return wchar_in(std::string(buffer, static_cast<size_t>(n)));
+  }
+  std::ifstream in(io_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return wchar_in(text);
+}
+
+// In the guard: its whole count (reaped children's included) less its own threads' (its event
+// pipe), as the supervisor's write_count_of_tree reads it through /proc where it may.
+void publish_reaped_writes() {
+  if (!reaped_page) return;
+  std::optional<std::uint64_t> whole = own_wchar(guard_own_io_fd, "/proc/self/io");
+  if (!whole) return;
+  std::uint64_t own = 0;
+  if (guard_thread_io_fd >= 0) {
+    // Not dumpable: the guard is one thread (forked before any), read through its fd.
+    std::optional<std::uint64_t> thread = own_wchar(guard_thread_io_fd, "");
+    if (!thread) return;
+    own = *thread;
+  } else if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      std::optional<std::uint64_t> thread =
+          own_wchar(-1, std::string("/proc/self/task/") + entry->d_name + "/io");
+      if (!thread) {
+        ::closedir(dir);
+        return;
+      }
+      own += *thread;
+    }
+    ::closedir(dir);
+  }
+  reaped_page->store(*whole >= own ? *whole - own : 0, std::memory_order_release);
+}
+
 // The one reaper (tini's reap_zombies): reaps everything that died in the tree, orphans included,
 // without blocking. A stopped main process is not reaped but told, so that spendcap can stop with
 // it on a terminal (job control); an orphan's exit is told only when the pipe has room.
@@ -94,6 +155,7 @@ Reaped reap_children(pid_t main_pid, int events_fd) {
       continue;
     }
     if (pid > 0) {
+      publish_reaped_writes();  // before the exit is told: its count is the guard's now
       if (pid == main_pid) {
         reaped.main_exited = true;
         reaped.main_status = status;
@@ -145,6 +207,9 @@ int poll_timeout(std::optional<TimePoint> wake) {
   std::vector<int> keep = spec.inherited.fds;
   keep.insert(keep.end(), {0, 1, 2, control_fd, events_fd});
   keep.insert(keep.end(), own_fds.begin(), own_fds.end());
+  for (int fd : {guard_own_io_fd, guard_thread_io_fd}) {
+    if (fd >= 0) keep.push_back(fd);
+  }
   close_all_but(keep);
   if (options.subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   for (int signal : kGuardIgnoredSignals) ::signal(signal, SIG_IGN);
@@ -169,6 +234,7 @@ int poll_timeout(std::optional<TimePoint> wake) {
   for (bool launch = false; !launch;) {
     if (!read_orders(control_fd, watchdog, &launch)) ::_exit(EXIT_SUCCESS);
   }
+  publish_reaped_writes();  // nothing reaped yet: the job's count starts at what it writes
   Launched launched = launch_command(spec);
   if (launched.pid <= 0) {
     send(events_fd, GuardEventKind::launch_failed, -1,
@@ -339,6 +405,7 @@ void prefork_guard(const PreforkedGuard& setup) {
     throw Error("guard", "pipe: " + errno_text(errno));
   }
   std::string why_not;
+  reaped_page = map_reaped_page();
   pid_t pid = fork_into_pid_namespace(&why_not);
   if (pid < 0) {
     throw Error("privileged runner", "cannot make the run's PID namespace: " + why_not,
@@ -379,6 +446,7 @@ GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const Guar
     handle.isolated = true;
     handle.events_fd = preforked.events_fd;
     handle.control_fd = preforked.control_fd;
+    handle.reaped_written = reaped_page;
     ::fcntl(handle.events_fd, F_SETFL, O_NONBLOCK);
     ::fcntl(handle.control_fd, F_SETFL, O_NONBLOCK);
     return handle;
@@ -387,6 +455,8 @@ GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const Guar
   if (::pipe2(control, O_CLOEXEC) != 0) throw Error("guard", "pipe: " + errno_text(errno));
   if (::pipe2(events, O_CLOEXEC) != 0) throw Error("guard", "pipe: " + errno_text(errno));
   GuardHandle handle;
+  reaped_page = map_reaped_page();
+  handle.reaped_written = reaped_page;
   pid_t pid = -1;
   if (options.pid_namespace) {
     pid = fork_into_pid_namespace(&handle.why_not_isolated);

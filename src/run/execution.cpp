@@ -286,7 +286,9 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   }
   admitted.launched();  // from here the supervisor's outcome is the run's final row
   // On a pipe a line needs no newline first while the job has written nothing since the last.
-  reporter.set_job_write_count([pid = guard.pid] { return write_count_of_tree(pid); });
+  reporter.set_job_write_count([pid = guard.pid, reaped = guard.reaped_written] {
+    return write_count_of_tree(pid, reaped);
+  });
   reporter.write_in_background();
   if (notifier) notifier->start();  // its thread only once the guard is forked
 

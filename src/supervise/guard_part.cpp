@@ -66,6 +66,7 @@ class GuardPart final : public RunPart {
             const RunTerms& terms, const GuardPlan& plan, std::function<void(const Trip&)> trip,
             std::optional<ProgressState>& progress_out)
       : timer_(io),
+        poll_timer_(io),
         reporter_(reporter),
         meter_(meter),
         plan_(terms),
@@ -82,7 +83,10 @@ class GuardPart final : public RunPart {
     }
   }
 
-  void on_launched(TimePoint) override { tick(); }
+  void on_launched(TimePoint) override {
+    poll();
+    tick();
+  }
   void on_stopping() override { stop(); }
   void on_finish() override {
     stop();
@@ -97,6 +101,18 @@ class GuardPart final : public RunPart {
   void stop() {
     stopped_ = true;
     timer_.cancel();
+    poll_timer_.cancel();
+  }
+
+  // Reads the file between the intervals: each line gets the time it was read at, within
+  // kProgressPoll of its writing, whatever the sampling interval.
+  void poll() {
+    if (stopped_ || guards_plan_.progress_path.empty()) return;
+    read_progress(now());
+    poll_timer_.expires_after(kProgressPoll);
+    poll_timer_.async_wait([this](auto error) {
+      if (!error) poll();
+    });
   }
 
   void read_progress(TimePoint at) {
@@ -150,6 +166,7 @@ class GuardPart final : public RunPart {
   }
 
   asio::steady_timer timer_;
+  asio::steady_timer poll_timer_;
   const Reporter& reporter_;
   const Meter& meter_;
   const RunTerms& plan_;

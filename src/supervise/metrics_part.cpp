@@ -213,6 +213,11 @@ class MetricsPart final : public RunPart {
     try {
       std::vector<TeamBudget> budgets;
       if (budgets_) budgets = budgets_();
+      // Read before this run's final row: the ledger still holds its ceiling and has none of its
+      // spend. What is left once it ended, as `budgets` shows AVAILABLE then: its spend counted,
+      // its ceiling released (issue 30: the gauge stayed short by the ending run's ceiling).
+      Money ceiling = ceiling_();
+      for (TeamBudget& budget : budgets) budget.remaining = budget.remaining + ceiling - spend();
       sink_->add_to_team(metrics_plan_.team, plan_.currency, spend(), budgets);
     } catch (const std::exception& error) {
       complain(error.what());

@@ -154,6 +154,14 @@ void settle_end(RunOutcome& outcome, const RunEnd& end) {
       outcome.status = RunStatus::killed;
       outcome.reason = "interrupted";
     }
+    // The terminal hung up: the kernel's SIGHUP reached the job (the shell that got it exited)
+    // before spendcap's own trip. The user ended it as with Ctrl-C: killed (hangup), not failed
+    // (a failure counts toward the crash-loop guard), and spendcap dies by it too.
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGHUP) {
+      outcome.status = RunStatus::killed;
+      outcome.reason = "hangup";
+      if (end.gave_terminal) outcome.reraise_signal = SIGHUP;
+    }
   }
 }
 

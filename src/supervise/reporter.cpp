@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "spendcap/base/text.hpp"
+#include "spendcap/process/tree_guard.hpp"
 
 namespace spendcap {
 
@@ -96,15 +97,22 @@ std::vector<pid_t> children_of(pid_t pid) {
 
 }  // namespace
 
-std::optional<std::uint64_t> write_count_of_tree(pid_t guard) {
+std::optional<std::uint64_t> write_count_of_tree(pid_t guard,
+                                                 const std::atomic<std::uint64_t>* reaped_written) {
   if (guard <= 0) return std::nullopt;
   std::string base = "/proc/" + std::to_string(guard);
   // The guard's whole count holds its children's once reaped (the kernel adds a reaped child's
   // I/O to its parent's); its own threads' counts are its event pipe, not the job's output.
   std::optional<std::uint64_t> total = wchar_of(base + "/io");
-  if (!total) return std::nullopt;
   std::uint64_t own = 0;
-  if (DIR* dir = ::opendir((base + "/task").c_str())) {
+  if (!total) {
+    // Not readable: the guard is not dumpable, and only root may read it. The guard's own count,
+    // published after each reap (tree_guard.hpp), stands for it.
+    std::uint64_t published =
+        reaped_written ? reaped_written->load(std::memory_order_acquire) : kNotPublished;
+    if (published == kNotPublished) return std::nullopt;
+    total = published;
+  } else if (DIR* dir = ::opendir((base + "/task").c_str())) {
     while (dirent* entry = ::readdir(dir)) {
       if (entry->d_name[0] == '.') continue;
       auto thread = wchar_of(base + "/task/" + entry->d_name + "/io");

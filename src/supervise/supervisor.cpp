@@ -292,8 +292,14 @@ class Supervisor::Impl {
       return;
     }
     if (!trip_) {
-      reporter_.line("got " + signal_name(signal) + ": stopping the job");
-      trip(Trip{TripKind::signal, "signal:" + signal_name(signal), signal}, now());
+      // SIGHUP: the terminal hung up (tmux kill-session, a closed ssh session, the front gone).
+      // The user ended the run, as with Ctrl-C: the checkpoint signal and the grace, recorded as
+      // "hangup", never as the command's failure.
+      bool hangup = signal == SIGHUP;
+      reporter_.line("got " + signal_name(signal) +
+                     (hangup ? " (the terminal hung up): stopping the job" : ": stopping the job"));
+      trip(Trip{TripKind::signal, hangup ? "hangup" : "signal:" + signal_name(signal), signal},
+           now());
       return;
     }
     // A second signal hurries the kill path along, one step per signal.

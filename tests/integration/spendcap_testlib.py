@@ -239,3 +239,69 @@ class LedgerTest(SpendcapTest):
         result = self.run_spendcap(list(args) + ["--json"])
         self.assertEqual(result.returncode, 0, result.stderr)
         return json.loads(result.stdout)
+
+
+def why_no_ordinary_user():
+    """None where a test can create an ordinary user and run spendcap as it (root, useradd,
+    setpriv); else why not."""
+    if os.geteuid() != 0:
+        return "needs root to create an ordinary user"
+    missing = [tool for tool in ("useradd", "userdel", "setpriv") if not shutil.which(tool)]
+    return "missing tools: " + ", ".join(missing) if missing else None
+
+
+class UserLedgerTest(LedgerTest):
+    """A LedgerTest whose spendcap runs as an ordinary user created for the test (as the shared
+    runner's tests create theirs): the test's directory, its ledger and its home are the user's.
+    The test itself stays root (it reads the ledger, waits for processes)."""
+
+    def setUp(self):
+        super().setUp()
+        self.user = "sc" + uuid.uuid4().hex[:10]
+        for attempt in range(20):  # another test's useradd may hold /etc/passwd's lock
+            made = subprocess.run(["useradd", "--no-create-home", "--user-group", self.user],
+                                  capture_output=True, text=True)
+            if made.returncode == 0:
+                break
+            time.sleep(0.5)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        self.addCleanup(subprocess.run, ["groupdel", self.user], capture_output=True)
+        self.addCleanup(subprocess.run, ["userdel", self.user], capture_output=True)
+        import pwd
+        entry = pwd.getpwnam(self.user)
+        self.uid, self.gid = entry.pw_uid, entry.pw_gid
+        os.chmod(self.tmp, 0o755)
+        for root, dirs, files in os.walk(self.tmp):
+            for name in [root] + [os.path.join(root, n) for n in dirs + files]:
+                os.chown(name, self.uid, self.gid)
+        self.env["HOME"] = self.tmp
+        self.env["USER"] = self.env["LOGNAME"] = self.user
+        self.env["PATH"] = "/usr/local/bin:/usr/bin:/bin"  # root's own (pyenv) are not the user's
+
+    def as_user(self, argv):
+        return ["setpriv", "--reuid", self.user, "--regid", self.user, "--init-groups", "--"] + \
+            list(argv)
+
+    def write_policy(self, policy, name="spendcap.json"):
+        path = super().write_policy(policy, name)
+        os.chown(path, self.uid, self.gid)
+        return path
+
+    def run_spendcap(self, args, extra_env=None, timeout=120):
+        out_path, err_path = self.path("spendcap.out"), self.path("spendcap.err")
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            for path in (out_path, err_path):
+                os.chown(path, self.uid, self.gid)
+            completed = subprocess.run(self.as_user([SPENDCAP] + list(args)),
+                                       env=self.spendcap_env(extra_env), cwd=self.tmp, stdout=out,
+                                       stderr=err, timeout=timeout)
+        with open(out_path) as out, open(err_path) as err:
+            completed.stdout, completed.stderr = out.read(), err.read()
+        return completed
+
+    def start_spendcap(self, args, extra_env=None, **kwargs):
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        return subprocess.Popen(self.as_user([SPENDCAP] + list(args)),
+                                env=self.spendcap_env(extra_env), cwd=self.tmp, text=True,
+                                **kwargs)

@@ -285,7 +285,8 @@ class OutsideAttacksTest(RunnerCase):
         # The front's death is a SIGHUP to the run: recorded, not lost, and nothing outlives it.
         wait_until(lambda: [r[1] for r in self.runs() if r[0] == user] == ["killed"], 30,
                    what="the run stopped after its front died")
-        self.assertIn("SIGHUP", [r for r in self.runs() if r[0] == user][0][2])
+        # SIGHUP is a hangup (issue 30, item 5): ended by the user's side, as with Ctrl-C.
+        self.assertEqual([r for r in self.runs() if r[0] == user][0][2], "hangup")
         wait_until(lambda: not user_processes(self.uids[user]), 15, what="nothing left")
 
 

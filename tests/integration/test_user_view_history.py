@@ -190,9 +190,9 @@ class PsTest(LedgerTest):
         self.assertIn(pwd.getpwuid(os.getuid()).pw_name, row.split())
         share = re.search(r"team:demo (\d+)% of \$20\.00", row)
         self.assertIsNotNone(share, row)
-        # What the ledger holds for the team (its ceiling, since nothing has finished) over $20.
-        held = self.spendcap_json(["budgets"])[0]
-        expected = 100 * (held["spent"] + held["held"]) / 20
+        # What the team used as `budgets` says it (spend, never the ceilings held; issue 30).
+        team = self.spendcap_json(["budgets"])[0]
+        expected = 100 * team["used"] / 20
         self.assertAlmostEqual(int(share.group(1)), expected, delta=1.0)
 
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,12 +59,19 @@ struct ProgressState {
   std::int64_t good_lines = 0, bad_lines = 0;
   std::optional<TimePoint> last_line_at;  // when the last good line was read
   Money spend_at_last_line;               // the run's spend when it was read
-  // The first line that gave a step, and the spend then: the pace is measured from there, so that
-  // the job's start-up (imports, data loading) is not counted as training, and a resumed run
-  // whose first step is 40000 is not priced as if it had done 40000 steps here. A step below it
-  // (the job restarted from an older checkpoint) starts the measure again.
-  std::optional<std::int64_t> first_step;
-  Money spend_at_first_step;
+  // The pace: the step, the time it was read and the spend then, of recent lines. The time is
+  // each line's own as read (the reader polls the file every kProgressPoll), not the sampling
+  // interval's; the job's start-up before its first step is never inside it, and a resumed run
+  // whose first step is 40000 is not priced as if it had done 40000 steps here. A step below the
+  // last (the job restarted from an older checkpoint) starts the measure again. Kept: the window
+  // (pace_window) and the one sample before it, about kPaceSampleGap apart.
+  struct PaceSample {
+    std::int64_t step;
+    TimePoint at;
+    Money spend;
+  };
+  std::deque<PaceSample> pace;
+  std::optional<TimePoint> training_since;  // the first line of the current measure
 
   // Folds one line in (nullopt: a bad line), read at `at` when the spend was `spend`.
   void apply(const std::optional<ProgressLine>& line, TimePoint at, Money spend);
@@ -73,9 +81,18 @@ struct ProgressState {
 // job did not report what it needs (never 0 for "not known").
 std::optional<double> cost_per_step(const ProgressState& state);
 std::optional<double> cost_per_thousand_units(const ProgressState& state);
-// Spend so far + (spend between the first and the latest line / steps between them) x steps
-// remaining: the total the run will cost at its training pace. None before two lines with
-// different steps.
+// How far back the pace is measured: a quarter of the time since the first step, at least
+// kPaceWindowMin (a pace that changed shows within it) and at most kPaceWindowMax.
+inline constexpr Nanos kPaceWindowMin = std::chrono::seconds(5);
+inline constexpr Nanos kPaceWindowMax = std::chrono::minutes(10);
+// No pace from lines read closer together than this (the read times' jitter would dominate).
+inline constexpr Nanos kPaceMinSpan = std::chrono::seconds(1);
+inline constexpr Nanos kPaceSampleGap = std::chrono::milliseconds(250);
+Nanos pace_window(const ProgressState& state);
+
+// Spend so far + (spend over the pace window / steps in it) x steps remaining: the total the run
+// will cost at its recent training pace. None before two lines with different steps read at
+// least kPaceMinSpan apart.
 std::optional<Money> projected_total(const ProgressState& state);
 
 // "$0.0012", "$0.00004617": four significant digits, never an exponent (format_unit_price).

@@ -28,4 +28,10 @@ namespace spendcap {
 // left behind then).
 pid_t fork_into_pid_namespace(std::string* why_not);
 
+// In the child (the guard): its own /proc/self/io and its thread's, opened before it stops being
+// dumpable (then its /proc files are root's, mode 0400, and even it cannot open them; an open file
+// still reads). -1 where not opened (no namespace, or the open failed). Close-on-exec.
+extern int guard_own_io_fd;
+extern int guard_thread_io_fd;
+
 }  // namespace spendcap

@@ -29,6 +29,9 @@
 // watchdog.hpp's pure step; the guard's loop reaps, reads orders, takes the step and sleeps.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -99,8 +102,15 @@ struct GuardOptions {
   std::string run_dir;
 };
 
+// What the guard's reaped children wrote, as the guard itself counts it (its whole write count
+// less its own threads'), in a page shared with the supervisor: the guard is not dumpable, so an
+// ordinary user's supervisor cannot read /proc/GUARD/io (root can). kNotPublished until the
+// guard wrote it.
+inline constexpr std::uint64_t kNotPublished = ~std::uint64_t{0};
+
 struct GuardHandle {
-  pid_t pid = -1;                // the host's pid, also when the guard runs in its own namespace
+  pid_t pid = -1;  // the host's pid, also when the guard runs in its own namespace
+  const std::atomic<std::uint64_t>* reaped_written = nullptr;  // none: not shared
   bool isolated = false;         // the guard is the init of its own PID namespace
   std::string why_not_isolated;  // why a PID namespace was asked for and could not be made
   int events_fd = -1;            // read end: GuardEvent records (close-on-exec, non-blocking)

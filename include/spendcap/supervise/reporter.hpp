@@ -22,6 +22,8 @@
 // enforces the budget. A full queue drops lines; at exit what is queued gets a bounded wait.
 #pragma once
 
+#include <atomic>
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -83,6 +85,9 @@ class Reporter {
 // What the processes under `guard` (the tree guard: the job, its descendants, and every child it
 // reaped) have written, by the kernel's I/O accounting, the guard's own writes (its event pipe)
 // left out. None when a /proc/PID/io cannot be read (another user's process).
-std::optional<std::uint64_t> write_count_of_tree(pid_t guard);
+// `reaped_written`: the guard's published count of its reaped children's writes, used where its
+// /proc/GUARD/io cannot be read (an ordinary user's non-dumpable guard).
+std::optional<std::uint64_t> write_count_of_tree(
+    pid_t guard, const std::atomic<std::uint64_t>* reaped_written = nullptr);
 
 }  // namespace spendcap

@@ -103,6 +103,42 @@ TEST_CASE("projection: the start-up before the first step is not counted; a resu
   CHECK_FALSE(projected_total(same));
 }
 
+TEST_CASE("projection: one line per step, each timed as read; a pace that changes") {
+  // Issue 30: $0.01 a second, 10 lines a second read every 50 ms, 300 steps. Timed by the
+  // sampling interval (every line of a second at one moment) the projection said $0.01 at step 9.
+  auto spend_at = [](double t) { return Money{static_cast<std::int64_t>(t * 10000)}; };
+  ProgressState state;
+  ProgressLine line;
+  line.total_steps = 300;
+  std::int64_t step = 0;
+  auto read_until = [&](double from, double to, double lines_per_second, double since) {
+    for (double t = from; t <= to + 1e-9; t += 0.05) {
+      auto due = static_cast<std::int64_t>((t - since) * lines_per_second + 1e-6);
+      while (step < due) {
+        line.step = ++step;
+        state.apply(line,
+                    kLaunch + std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(t)),
+                    spend_at(t));
+      }
+    }
+  };
+  read_until(2.0, 2.5, 10, 2.0);        // 2 s of start-up, then 5 steps in 0.5 s
+  CHECK_FALSE(projected_total(state));  // under a second of lines: no pace yet
+  read_until(2.55, 8.0, 10, 2.0);       // step 60 at 8 s: $0.08, 240 steps left at $0.001
+  REQUIRE(projected_total(state));
+  CHECK(projected_total(state)->micros == doctest::Approx(80000 + 240 * 1000).epsilon(0.02));
+  // Then 2 lines a second: after a window (5 s, a quarter of the time since the first step at
+  // least), the steps left are priced at $0.005 each, not at the average since the first line.
+  double since = 8.0 - 60 / 2.0;  // step 60 at 8 s on the new schedule
+  read_until(8.05, 16.0, 2, since);
+  REQUIRE(projected_total(state));
+  CHECK(*state.step == 76);
+  CHECK(projected_total(state)->micros ==
+        doctest::Approx(160000 + (300 - 76) * 5000).epsilon(0.03));
+  // What is kept stays small: the window and one sample before it, a few a second.
+  CHECK(state.pace.size() < 40);
+}
+
 TEST_CASE("unit prices and money: fixed-point, enough digits, never an exponent") {
   CHECK(format_unit_cost(4.617e-05) == "$0.00004617");
   CHECK(format_unit_cost(2.2e-05) == "$0.000022");
