@@ -20,9 +20,12 @@ if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then
   # file(1): `cpack -G DEB` reads each binary's type with it for the package's shared-library deps.
   packages+=(man-db groff-base python3-yaml slurm-wlm munge file)
 fi
-# The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh); ip(8) makes the
-# network namespaces of its many-hosts test.
-if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(postgresql postgresql-client iproute2); fi
+# The PostgreSQL ledger's tests run a throwaway server (scripts/pg-test-server.sh) and, beside it,
+# a pgbouncer that the suite also runs through; ip(8) makes the network namespaces of its
+# many-hosts test.
+if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then
+  packages+=(postgresql postgresql-client pgbouncer iproute2)
+fi
 # The metrics test (tests/integration/test_metrics.py): promtool, and a real node_exporter.
 if [ "${SPENDCAP_SETUP_TESTS:-0}" = 1 ]; then packages+=(prometheus prometheus-node-exporter); fi
 # setfacl: install-shared-runner.sh --metrics-reader gives node_exporter a default ACL

@@ -35,12 +35,38 @@ def psql(sql, user=None, check=True):
     return completed
 
 
+# Through a pooler (tests/cmake/through_pgbouncer.sh: SPENDCAP_TEST_PG_URL is pgbouncer's):
+# pgbouncer refuses a url's `options`, so the schema is the role's search_path instead (set on the
+# server directly, by psql), and the server's superuser is a superuser role of the schema's own.
+POOLER = os.environ.get("SPENDCAP_TEST_PG_POOLER") == "1"
+_pooled_roles = set()
+
+
+def pooled_role(schema, user, env=None):
+    """`user` (a new superuser role for `schema` when None) with `schema` as its search_path."""
+    role = user or "su_" + schema
+    if (role, schema) not in _pooled_roles:
+        create = "" if user else "CREATE ROLE %s LOGIN SUPERUSER; " % role
+        completed = subprocess.run(
+            ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c",
+             "%sALTER ROLE %s SET search_path = %s" % (create, role, schema)],
+            env=env, capture_output=True, text=True, timeout=60)
+        if completed.returncode != 0:
+            raise AssertionError("psql failed: %s" % completed.stderr)
+        _pooled_roles.add((role, schema))
+    return role
+
+
 def ledger_url(schema, user=None, password=None):
     """The test server's url for `schema`, connecting as `user`."""
     parts = urllib.parse.urlsplit(PG_URL)
+    if POOLER:
+        user = pooled_role(schema, user)
     user = user or parts.username
     credentials = user + (":" + password if password else "")
     netloc = "%s@%s:%s" % (credentials, parts.hostname, parts.port)
+    if POOLER:
+        return "postgresql://%s%s" % (netloc, parts.path)
     return "postgresql://%s%s?options=-csearch_path%%3D%s" % (netloc, parts.path, schema)
 
 
@@ -506,20 +532,28 @@ class ServerOutageTest(LedgerTest):
         super().setUp()
         self.server_env = dict(os.environ, SPENDCAP_PG_DIR="/tmp/spendcap-pg-outage-" +
                                uuid.uuid4().hex[:8], SPENDCAP_PG_PORT=str(free_port()))
+        if POOLER:  # through the outage server's own pgbouncer, which stays up
+            self.server_env["SPENDCAP_PGBOUNCER_PORT"] = str(free_port())
         self.server("start")
         self.addCleanup(self.server, "stop")
         self.url = "postgresql://%s@127.0.0.1:%s/postgres?options=-csearch_path%%3Doutage" % (
             urllib.parse.urlsplit(PG_URL).username, self.server_env["SPENDCAP_PG_PORT"])
+        if POOLER:
+            role = pooled_role("outage", None, env=self.psql_env())
+            self.url = "postgresql://%s@127.0.0.1:%s/postgres" % (
+                role, self.server_env["SPENDCAP_PGBOUNCER_PORT"])
+
+    def psql_env(self):
+        return dict(os.environ, PGHOST=self.server_env["SPENDCAP_PG_DIR"],
+                    PGPORT=self.server_env["SPENDCAP_PG_PORT"])
 
     def server(self, action):
         subprocess.run([SERVER_SCRIPT, action], env=self.server_env, check=True, timeout=120,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
     def rows(self):
-        env = dict(os.environ, PGHOST=self.server_env["SPENDCAP_PG_DIR"],
-                   PGPORT=self.server_env["SPENDCAP_PG_PORT"])
         out = subprocess.run(["psql", "-X", "-At", "-c",
-                              "SELECT row_to_json(r) FROM outage.runs r"], env=env,
+                              "SELECT row_to_json(r) FROM outage.runs r"], env=self.psql_env(),
                              capture_output=True, text=True, timeout=60)
         return [json.loads(line) for line in out.stdout.splitlines() if line]
 

@@ -18,43 +18,41 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- reconcile_at (grant_rule.cpp), with time_to_cost's rounding up to whole nanoseconds.
+-- The pure helpers on the grant path (this one, spendcap_period_days, spendcap_named_scopes,
+-- spendcap_lock_scope) are SQL functions simple enough for the planner to inline into the
+-- statement that calls them (one expression, or one SELECT for a table function; no SET clause,
+-- not SECURITY DEFINER): nothing is planned or compiled per call, nor per new backend, as a
+-- PL/pgSQL function is at its first call (schema version 16; a SQL function the planner cannot
+-- inline is planned at every call, which is why the others stay PL/pgSQL).
 CREATE OR REPLACE FUNCTION spendcap_reconcile_at(hb double precision, ceiling bigint,
     spend bigint, rate bigint, shutdown_ms bigint, sync_ms bigint) RETURNS double precision
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-  stale double precision := spendcap_stale_seconds(sync_ms);
-  shutdown double precision := (shutdown_ms * 1000000)::double precision / 1e9;
-  ns numeric := 0;
-BEGIN
-  IF rate <= 0 THEN RETURN hb + stale + shutdown; END IF;
-  IF ceiling - spend > 0 THEN
-    ns := div((ceiling - spend)::numeric * 3600000000000 + rate - 1, rate);
-    ns := least(ns, 9223372036854775807);
-  END IF;
-  RETURN hb + greatest(stale, ns::bigint::double precision / 1e9 + shutdown);
-END $$;
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN rate <= 0
+    THEN hb + spendcap_stale_seconds(sync_ms) + (shutdown_ms * 1000000)::double precision / 1e9
+    ELSE hb + greatest(spendcap_stale_seconds(sync_ms),
+      least(CASE WHEN ceiling - spend > 0
+                 THEN div((ceiling - spend)::numeric * 3600000000000 + rate - 1, rate)
+                 ELSE 0 END, 9223372036854775807)::bigint::double precision / 1e9
+      + (shutdown_ms * 1000000)::double precision / 1e9) END
+$$;
 
--- The days of the period that contains `day` (period_days).
-CREATE OR REPLACE FUNCTION spendcap_period_days(period text, day bigint,
-    OUT first_day bigint, OUT last_day bigint)
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-  weekday bigint;
-  d date;
-BEGIN
-  IF period = 'day' THEN
-    first_day := day; last_day := day;
-  ELSIF period = 'week' THEN
-    weekday := ((day + 3) % 7 + 7) % 7;
-    first_day := day - weekday; last_day := day - weekday + 6;
-  ELSIF period = 'month' THEN
-    d := date '1970-01-01' + day::integer;
-    first_day := date_trunc('month', d)::date - date '1970-01-01';
-    last_day := (date_trunc('month', d) + interval '1 month')::date - date '1970-01-01' - 1;
-  ELSE
-    first_day := -9223372036854775808; last_day := 9223372036854775807;
-  END IF;
-END $$;
+-- The days of the period that contains `day` (period_days): one row. (A set-returning function,
+-- so that `FROM spendcap_period_days(...)` inlines; v15's was PL/pgSQL with OUT parameters.)
+DROP FUNCTION IF EXISTS spendcap_period_days(text, bigint);
+CREATE FUNCTION spendcap_period_days(period text, day bigint)
+RETURNS TABLE (first_day bigint, last_day bigint)
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE period WHEN 'day' THEN day
+           WHEN 'week' THEN day - ((day + 3) % 7 + 7) % 7
+           WHEN 'month' THEN date_trunc('month', (date '1970-01-01' + day::integer)::timestamp)::date
+                             - date '1970-01-01'
+           ELSE -9223372036854775808 END,
+         CASE period WHEN 'day' THEN day
+           WHEN 'week' THEN day - ((day + 3) % 7 + 7) % 7 + 6
+           WHEN 'month' THEN (date_trunc('month', (date '1970-01-01' + day::integer)::timestamp)
+                              + interval '1 month')::date - date '1970-01-01' - 1
+           ELSE 9223372036854775807 END
+$$;
 
 -- The helpers below (to spendcap_count_unfinished) run only inside the SECURITY DEFINER functions
 -- (they are revoked from PUBLIC), whose own SET search_path is in force while they run: they set
@@ -74,29 +72,22 @@ BEGIN
 END $$;
 
 -- The scope lock of lock_scopes (postgres_store.cpp): the same key, so that the server's
--- functions and the client's transactions exclude each other.
--- (PL/pgSQL, not SQL, here and below: PostgreSQL plans a SQL function's body at every call that it
--- cannot inline, and PL/pgSQL keeps its plans; 1.9 ms against 0.1 ms a call, measured.)
+-- functions and the client's transactions exclude each other. (SQL, inlined: see
+-- spendcap_reconcile_at.)
 CREATE OR REPLACE FUNCTION spendcap_lock_scope(kind text, name text) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name,
-                                                 0));
-END $$;
+LANGUAGE sql AS $$
+  SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name, 0))
+$$;
 
 -- A run's named scopes in BudgetLedger's sorted order (team < experiment < project < user: one
 -- of each kind, so the order of kinds is the order).
 CREATE OR REPLACE FUNCTION spendcap_named_scopes(r runs)
 RETURNS TABLE (k integer, kind text, name text)
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-  IF r.team <> '' THEN k := 1; kind := 'team'; name := r.team; RETURN NEXT; END IF;
-  IF r.experiment <> '' THEN
-    k := 2; kind := 'experiment'; name := r.experiment; RETURN NEXT;
-  END IF;
-  IF r.project <> '' THEN k := 3; kind := 'project'; name := r.project; RETURN NEXT; END IF;
-  IF r.user_name <> '' THEN k := 4; kind := 'user'; name := r.user_name; RETURN NEXT; END IF;
-END $$;
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT s.k, s.kind, s.name FROM (VALUES (1, 'team', r.team), (2, 'experiment', r.experiment),
+      (3, 'project', r.project), (4, 'user', r.user_name)) AS s(k, kind, name)
+    WHERE s.name <> '' ORDER BY s.k
+$$;
 
 -- Charges every lost run that is due its ceiling (reconcile in budget_ledger.cpp).
 CREATE OR REPLACE FUNCTION spendcap_reconcile_due(now double precision) RETURNS integer

@@ -138,7 +138,7 @@ TEST_CASE(
   PostgresLedger ledger(url, {});
   ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, std::nullopt}}, true);
   REQUIRE(ledger.budget_rules().size() == 1);  // a read transaction, left as the last thing done
-  OutsideSession outside(pg_test_server_url());
+  OutsideSession outside(pg_test_server_direct_url());
   std::string query = "SELECT state FROM pg_stat_activity WHERE application_name = '" + name + "'";
   std::string state = outside.value(query);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
