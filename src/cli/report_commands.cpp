@@ -663,7 +663,8 @@ int report_command(const ReportRequest& request) {
   } else if (request.format == "json") {
     std::cout << report_json(report, policy.currency);
   } else {
-    std::cout << report_table(report, policy.currency, terminal_width());
+    write_report_table(report, policy.currency, terminal_width(),
+                       [](std::string_view part) { std::cout << part; });
   }
   return 0;
 }

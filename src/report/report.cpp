@@ -222,9 +222,21 @@ bool report_includes(const ReportOptions& options, const ReportRow& row) {
   return true;
 }
 
-ReportBuilder::ReportBuilder(ReportOptions options) : options_(std::move(options)) {}
+ReportBuilder::ReportBuilder(ReportOptions options)
+    : options_(std::move(options)),
+      keeps_extras_(options_.baseline.has_value() || !options_.experiment_baselines.empty()) {
+  groups_.parts_ = options_.by.size();
+}
 
-void ReportBuilder::account(GroupTotals& g, Extra& extra, const ReportRow& row) {
+GroupMeasures& ReportBuilder::measures_of(GroupSums& g) {
+  if (g.measures == GroupSums::kNone) {
+    g.measures = static_cast<std::uint32_t>(groups_.measures_.size());
+    groups_.measures_.emplace_back();
+  }
+  return groups_.measures_[g.measures];
+}
+
+void ReportBuilder::account(GroupSums& g, Extra* extra, const ReportRow& row) {
   if (g.runs == 0 || row.started_at < g.started_first) g.started_first = row.started_at;
   g.started_last = std::max(g.started_last, row.started_at);
   ++g.runs;
@@ -259,34 +271,40 @@ void ReportBuilder::account(GroupTotals& g, Extra& extra, const ReportRow& row) 
   if (row.preempted) ++g.preempted;
   if (wasted) g.waste += row.spend;
   if (row.accepted) ++g.accepted;
-  auto hours = [](const std::optional<double>& seconds) {
-    return seconds ? std::optional<double>(*seconds / 3600.0) : std::nullopt;
-  };
-  auto units_of = [](const std::optional<Money>& money) {
-    return money ? std::optional<double>(money->units()) : std::nullopt;
-  };
-  g.gpu_hours_allocated.add(hours(row.gpu_seconds_allocated));
-  g.gpu_hours_busy.add(hours(row.gpu_seconds_busy));
-  g.idle_spend.add(units_of(row.idle_spend));
-  g.energy_kwh.add(row.energy_kwh);
-  g.co2_kg.add(row.co2_kg);
-  g.units.add(row.units);
   if (row.units) g.units_spend += row.spend;
-  g.egress_gb.add(row.egress_gb);
-  g.egress_spend.add(units_of(row.egress_spend));
-  if (row.storage_peak_gb) {
-    // Peaks do not add across runs held at different times: the group's peak is the largest.
-    g.storage_peak_gb.runs++;
-    g.storage_peak_gb.total = std::max(g.storage_peak_gb.total, *row.storage_peak_gb);
+  if (row.gpu_seconds_allocated || row.gpu_seconds_busy || row.idle_spend || row.energy_kwh ||
+      row.co2_kg || row.units || row.egress_gb || row.egress_spend || row.storage_peak_gb ||
+      row.storage_spend) {
+    auto hours = [](const std::optional<double>& seconds) {
+      return seconds ? std::optional<double>(*seconds / 3600.0) : std::nullopt;
+    };
+    auto units_of = [](const std::optional<Money>& money) {
+      return money ? std::optional<double>(money->units()) : std::nullopt;
+    };
+    GroupMeasures& m = measures_of(g);
+    m.gpu_hours_allocated.add(hours(row.gpu_seconds_allocated));
+    m.gpu_hours_busy.add(hours(row.gpu_seconds_busy));
+    m.idle_spend.add(units_of(row.idle_spend));
+    m.energy_kwh.add(row.energy_kwh);
+    m.co2_kg.add(row.co2_kg);
+    m.units.add(row.units);
+    m.egress_gb.add(row.egress_gb);
+    m.egress_spend.add(units_of(row.egress_spend));
+    if (row.storage_peak_gb) {
+      // Peaks do not add across runs held at different times: the group's peak is the largest.
+      m.storage_peak_gb.runs++;
+      m.storage_peak_gb.total = std::max(m.storage_peak_gb.total, *row.storage_peak_gb);
+    }
+    m.storage_spend.add(units_of(row.storage_spend));
   }
-  g.storage_spend.add(units_of(row.storage_spend));
-  if (extra.experiment.empty() && !extra.several) {
-    extra.experiment = row.experiment;
-  } else if (extra.experiment != row.experiment) {
-    extra.several = true;
+  if (!extra) return;
+  if (extra->experiment.empty() && !extra->several) {
+    extra->experiment = row.experiment;
+  } else if (extra->experiment != row.experiment) {
+    extra->several = true;
   }
   if (row.metric_name && row.metric_value && std::isfinite(*row.metric_value)) {
-    auto [it, inserted] = extra.metric_range.try_emplace(
+    auto [it, inserted] = extra->metric_range.try_emplace(
         *row.metric_name, std::pair{*row.metric_value, *row.metric_value});
     if (!inserted) {
       it->second.first = std::min(it->second.first, *row.metric_value);
@@ -295,13 +313,14 @@ void ReportBuilder::account(GroupTotals& g, Extra& extra, const ReportRow& row) 
   }
 }
 
-void ReportBuilder::finish_group(GroupTotals& g, const Extra& extra) const {
+std::optional<GroupMetric> ReportBuilder::finish_group(Money spend, const Extra& extra) const {
   std::optional<Baseline> baseline = options_.baseline;
   if (!baseline && !extra.several) {
     auto it = options_.experiment_baselines.find(extra.experiment);
     if (it != options_.experiment_baselines.end()) baseline = it->second;
   }
-  if (!baseline) return;
+  if (!baseline) return std::nullopt;
+  GroupMetric g;
   const std::pair<double, double>* range = nullptr;
   if (!baseline->metric.empty()) {
     auto it = extra.metric_range.find(baseline->metric);
@@ -312,7 +331,8 @@ void ReportBuilder::finish_group(GroupTotals& g, const Extra& extra) const {
     g.metric_name = extra.metric_range.begin()->first;
   }
   if (range) g.best_metric = baseline->goal == MetricGoal::max ? range->second : range->first;
-  g.per_point = cost_per_metric_point(g.spend, *baseline, g.best_metric);
+  g.per_point = cost_per_metric_point(spend, *baseline, g.best_metric);
+  return g;
 }
 
 size_t ReportBuilder::group_of(const ReportRow& row) {
@@ -340,49 +360,182 @@ size_t ReportBuilder::group_of(const ReportRow& row) {
     }
     key_ += '\x1f';
   }
-  auto [it, inserted] = index_.try_emplace(key_, groups_.size());
-  if (inserted) {
-    groups_.emplace_back();
-    for (const GroupBy& by : options_.by) groups_.back().key.push_back(group_value(row, by));
-    extras_.emplace_back();
+  ReportGroups& g = groups_;
+  const std::uint64_t hash = std::hash<std::string_view>{}(key_);
+  auto key_at = [&g](size_t group) {
+    size_t begin = g.key_begin_[group];
+    size_t end = group + 1 < g.key_begin_.size() ? g.key_begin_[group + 1] : g.keys_.size();
+    return std::string_view(g.keys_).substr(begin, end - begin);
+  };
+  size_t mask = slots_.size() - 1;
+  if (!slots_.empty()) {
+    for (size_t at = hash & mask;; at = (at + 1) & mask) {
+      std::uint32_t slot = slots_[at];
+      if (slot == 0) break;
+      if (hashes_[slot - 1] == hash && key_at(slot - 1) == key_) return slot - 1;
+    }
   }
-  return it->second;
+  // A new group: its key, its sums; the index grown to keep it at most half full.
+  const size_t group = g.sums_.size();
+  if (group > 0xfffffff0u) throw std::length_error("report: too many groups");
+  g.key_begin_.push_back(static_cast<std::uint32_t>(g.keys_.size()));
+  size_t part_start = g.keys_.size();
+  g.keys_ += key_;
+  for (size_t i = part_start; i < g.keys_.size(); ++i) {
+    if (g.keys_[i] == '\x1f') g.part_end_.push_back(static_cast<std::uint32_t>(i));
+  }
+  // A part that holds the separator itself splits in two: the parts are the key's values, each
+  // ended by one separator, so count them from the values instead.
+  if (g.part_end_.size() != (group + 1) * g.parts_) {
+    g.part_end_.resize(group * g.parts_);
+    size_t at = part_start;
+    for (const GroupBy& by : options_.by) {
+      at += group_value(row, by).size();
+      g.part_end_.push_back(static_cast<std::uint32_t>(at));
+      ++at;
+    }
+  }
+  g.sums_.emplace_back();
+  hashes_.push_back(hash);
+  if (keeps_extras_) extras_.emplace_back();
+  if ((group + 1) * 2 > slots_.size()) {
+    slots_.assign(std::max<size_t>(64, slots_.size() * 2), 0);
+    mask = slots_.size() - 1;
+    for (size_t i = 0; i <= group; ++i) {
+      size_t at = hashes_[i] & mask;
+      while (slots_[at] != 0) at = (at + 1) & mask;
+      slots_[at] = static_cast<std::uint32_t>(i + 1);
+    }
+  } else {
+    size_t at = hash & mask;
+    while (slots_[at] != 0) at = (at + 1) & mask;
+    slots_[at] = static_cast<std::uint32_t>(group + 1);
+  }
+  return group;
 }
 
 void ReportBuilder::add(const ReportRow& row) {
   if (!report_includes(options_, row)) return;
   size_t group = group_of(row);
-  account(groups_[group], extras_[group], row);
-  account(total_, total_extra_, row);
+  account(groups_.sums_[group], extra_of(group), row);
+  account(total_, keeps_extras_ ? &total_extra_ : nullptr, row);
 }
 
 Report ReportBuilder::finish() && {
-  for (size_t i = 0; i < groups_.size(); ++i) finish_group(groups_[i], extras_[i]);
-  finish_group(total_, total_extra_);
-  // The order is sorted as indices, then applied in place one cycle of the permutation at a time,
-  // so that each group moves once (Report::groups says why). Keys are unique: the order is total.
-  std::vector<size_t> order(groups_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
-    const GroupTotals& x = groups_[a];
-    const GroupTotals& y = groups_[b];
-    if (x.spend != y.spend) return x.spend > y.spend;
-    return x.key < y.key;
-  });
-  for (size_t start = 0; start < order.size(); ++start) {
-    if (order[start] == start) continue;  // in its place already
-    GroupTotals held = std::move(groups_[start]);
-    size_t at = start;
-    while (order[at] != start) {  // place `at` takes the group at order[at]
-      size_t from = order[at];
-      groups_[at] = std::move(groups_[from]);
-      order[at] = at;
-      at = from;
+  ReportGroups& g = groups_;
+  if (keeps_extras_) {
+    for (size_t i = 0; i < g.sums_.size(); ++i) {
+      if (auto metric = finish_group(g.sums_[i].spend, extras_[i])) {
+        g.sums_[i].metric = static_cast<std::uint32_t>(g.metrics_.size());
+        g.metrics_.push_back(std::move(*metric));
+      }
     }
-    groups_[at] = std::move(held);
-    order[at] = at;
   }
-  return Report{options_.by, std::move(groups_), std::move(total_)};
+  Report report;
+  report.by = options_.by;
+  g.fill_group(total_, ReportGroups::kTotal, report.total);
+  if (keeps_extras_) {
+    if (auto metric = finish_group(total_.spend, total_extra_)) {
+      report.total.metric_name = std::move(metric->metric_name);
+      report.total.best_metric = metric->best_metric;
+      report.total.per_point = std::move(metric->per_point);
+    }
+  }
+  // Sorted as indices: the groups stay where they were added. Keys are unique: the order is total.
+  g.order_.resize(g.sums_.size());
+  for (size_t i = 0; i < g.order_.size(); ++i) g.order_[i] = static_cast<std::uint32_t>(i);
+  std::sort(g.order_.begin(), g.order_.end(), [&g](std::uint32_t a, std::uint32_t b) {
+    Money x = g.sums_[a].spend, y = g.sums_[b].spend;
+    if (x != y) return x > y;
+    for (size_t j = 0; j < g.parts_; ++j) {
+      int c = g.part(a, j).compare(g.part(b, j));
+      if (c != 0) return c < 0;
+    }
+    return false;
+  });
+  slots_ = {};
+  hashes_ = {};
+  extras_ = {};
+  report.groups = std::move(groups_);
+  return report;
+}
+
+// ---- ReportGroups ----
+
+std::string_view ReportGroups::part(size_t g, size_t j) const {
+  size_t begin = j == 0 ? key_begin_[g] : part_end_[g * parts_ + j - 1] + 1;
+  return std::string_view(keys_).substr(begin, part_end_[g * parts_ + j] - begin);
+}
+
+void ReportGroups::fill_group(const GroupSums& s, size_t g, GroupTotals& out) const {
+  out.key.resize(g == kTotal ? 0 : parts_);
+  for (size_t j = 0; j < out.key.size(); ++j) out.key[j].assign(part(g, j));
+  out.runs = s.runs;
+  out.running = s.running;
+  out.succeeded = s.succeeded;
+  out.failed = s.failed;
+  out.killed = s.killed;
+  out.refused = s.refused;
+  out.lost = s.lost;
+  out.preempted = s.preempted;
+  out.accepted = s.accepted;
+  out.spend = s.spend;
+  out.running_spend = s.running_spend;
+  out.waste = s.waste;
+  out.units_spend = s.units_spend;
+  out.started_first = s.started_first;
+  out.started_last = s.started_last;
+  static const GroupMeasures kNone;
+  const GroupMeasures& m = s.measures == GroupSums::kNone ? kNone : measures_[s.measures];
+  out.gpu_hours_allocated = m.gpu_hours_allocated;
+  out.gpu_hours_busy = m.gpu_hours_busy;
+  out.idle_spend = m.idle_spend;
+  out.energy_kwh = m.energy_kwh;
+  out.co2_kg = m.co2_kg;
+  out.units = m.units;
+  out.egress_gb = m.egress_gb;
+  out.egress_spend = m.egress_spend;
+  out.storage_peak_gb = m.storage_peak_gb;
+  out.storage_spend = m.storage_spend;
+  if (s.metric == GroupSums::kNone) {
+    out.metric_name.reset();
+    out.best_metric.reset();
+    out.per_point.reset();
+  } else {
+    const GroupMetric& metric = metrics_[s.metric];
+    out.metric_name = metric.metric_name;
+    out.best_metric = metric.best_metric;
+    out.per_point = metric.per_point;
+  }
+}
+
+void ReportGroups::fill(size_t i, GroupTotals& out) const {
+  fill_group(sums_[order_[i]], order_[i], out);
+}
+
+GroupTotals ReportGroups::operator[](size_t i) const {
+  GroupTotals out;
+  fill(i, out);
+  return out;
+}
+
+const GroupTotals& ReportGroups::const_iterator::operator*() const {
+  groups_->fill(at_, *scratch_);
+  return *scratch_;
+}
+
+ReportGroups::const_iterator ReportGroups::begin() const {
+  const_iterator it;
+  it.groups_ = this;
+  it.scratch_ = std::make_shared<GroupTotals>();
+  return it;
+}
+
+ReportGroups::const_iterator ReportGroups::end() const {
+  const_iterator it;
+  it.groups_ = this;
+  it.at_ = size();
+  return it;
 }
 
 Report build_report(const std::vector<ReportRow>& rows, const ReportOptions& options) {
@@ -659,13 +812,32 @@ std::string table_header(const std::string& name) {
 }  // namespace
 
 std::string report_table(const Report& report, const std::string& currency, int width) {
+  std::string text;
+  write_report_table(report, currency, width, [&text](std::string_view part) { text += part; });
+  return text;
+}
+
+void write_report_table(const Report& report, const std::string& currency, int width,
+                        const std::function<void(std::string_view)>& write) {
   std::vector<Column> all = columns(currency);
   std::vector<const Column*> shown;
   std::vector<std::string> unmeasured;
-  for (const Column& column : all) {
-    bool any = column.measured(report.total);
-    for (const GroupTotals& g : report.groups) any = any || column.measured(g);
-    if (any) {
+  // Which columns some group measured: each group made once (ReportGroups), every column asked.
+  std::vector<char> measured(all.size(), 0);
+  size_t left = all.size();
+  auto ask = [&](const GroupTotals& g) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!measured[i] && all[i].measured(g)) {
+        measured[i] = 1;
+        --left;
+      }
+    }
+  };
+  ask(report.total);
+  for (auto it = report.groups.begin(); left > 0 && it != report.groups.end(); ++it) ask(*it);
+  for (size_t c = 0; c < all.size(); ++c) {
+    const Column& column = all[c];
+    if (measured[c]) {
       shown.push_back(&column);
     } else if (column.header.find("gpu") != std::string::npos || column.header == "energy_kwh" ||
                column.header == "co2_kg" || column.header == "idle_spend" ||
@@ -682,9 +854,11 @@ std::string report_table(const Report& report, const std::string& currency, int 
   // Rows: the groups, then the total. One row's keys and cells at a time, in these (reused).
   const size_t rows = report.groups.size() + 1;
   std::vector<std::string> keys(key_count), cells(cell_count);
+  GroupTotals group;  // the row's group, made again for each row (ReportGroups::fill)
   auto fill = [&](size_t r) {
     const bool is_total = r + 1 == rows;
-    const GroupTotals& g = is_total ? report.total : report.groups[r];
+    if (!is_total) report.groups.fill(r, group);
+    const GroupTotals& g = is_total ? report.total : group;
     for (size_t i = 0; i < key_count; ++i) {
       std::string_view value = i < g.key.size() ? key_text(g.key[i]) : "all";
       if (is_total) value = i == 0 ? "total" : "";
@@ -724,12 +898,23 @@ std::string report_table(const Report& report, const std::string& currency, int 
   if (bar_width < 4) bar_width = 0;
 
   double biggest = 0;
-  for (const GroupTotals& g : report.groups) biggest = std::max(biggest, g.spend.units());
+  for (size_t r = 0; r < report.groups.size(); ++r) {
+    biggest = std::max(biggest, report.groups.spend(r).units());
+  }
 
-  // One buffer for the whole table (a bar's block is 3 bytes of UTF-8).
+  // The lines go out through one 64 KiB buffer, handed to `write` whenever it fills: a table of
+  // 100,000 groups built in one string was 12 MB of fresh pages (a bar's block is 3 bytes of
+  // UTF-8).
   const std::string_view block = "\u2588";
+  constexpr size_t kChunk = 64 * 1024;
   std::string out;
-  out.reserve((rows + 2) * (keys_total + numbers + block.size() * bar_width + 1));
+  out.reserve(kChunk + keys_total + numbers + block.size() * bar_width + 256);
+  auto flush = [&](bool always) {
+    if (!out.empty() && (always || out.size() >= kChunk)) {
+      write(out);
+      out.clear();
+    }
+  };
   auto line = [&](const std::vector<std::string>& key, const std::vector<std::string>& row,
                   size_t blocks) {
     const size_t start = out.size();
@@ -741,6 +926,7 @@ std::string report_table(const Report& report, const std::string& currency, int 
     for (size_t i = 0; i < blocks; ++i) out += block;
     while (out.size() > start && out.back() == ' ') out.pop_back();
     out += '\n';
+    flush(false);
   };
   std::vector<std::string> header;
   for (const Column* column : shown) header.push_back(table_header(column->header));
@@ -750,9 +936,10 @@ std::string report_table(const Report& report, const std::string& currency, int 
     bool is_total = r + 1 == rows;
     if (!is_total && bar_width > 0 && biggest > 0) {
       // A negative spend (a ledger edited by hand) draws no bar: a negative share would wrap.
-      double share = std::clamp(report.groups[r].spend.units() / biggest, 0.0, 1.0);
+      Money spend = report.groups.spend(r);
+      double share = std::clamp(spend.units() / biggest, 0.0, 1.0);
       blocks = static_cast<size_t>(std::lround(share * static_cast<double>(bar_width)));
-      if (blocks == 0 && report.groups[r].spend.micros > 0) blocks = 1;
+      if (blocks == 0 && spend.micros > 0) blocks = 1;
     }
     if (is_total) out += "\n";
     fill(r);
@@ -760,7 +947,7 @@ std::string report_table(const Report& report, const std::string& currency, int 
   }
   if (report.total.running > 0) out += "* includes the spend so far of runs still running\n";
   if (!unmeasured.empty()) out += "not measured: " + join(unmeasured, ", ") + "\n";
-  return out;
+  flush(true);
 }
 
 std::string report_csv(const Report& report, const std::string& currency, CsvCells cells) {

@@ -82,13 +82,11 @@ void ReportBuilder::add_cell(const RollupCell& cell, std::optional<Money> egress
   if (options_.team && scratch_.team != *options_.team) return;
   if (options_.experiment && scratch_.experiment != *options_.experiment) return;
   size_t group = group_of(scratch_);
-  for (auto [g, extra] :
-       {std::pair{&groups_[group], &extras_[group]}, std::pair{&total_, &total_extra_}}) {
-    merge(*g, *extra, cell, egress_price);
-  }
+  merge(groups_.sums_[group], extra_of(group), cell, egress_price);
+  merge(total_, keeps_extras_ ? &total_extra_ : nullptr, cell, egress_price);
 }
 
-void ReportBuilder::merge(GroupTotals& g, Extra& extra, const RollupCell& c,
+void ReportBuilder::merge(GroupSums& g, Extra* extra, const RollupCell& c,
                           std::optional<Money> egress_price) {
   if (g.runs == 0 || c.started_first < g.started_first) g.started_first = c.started_first;
   g.started_last = std::max(g.started_last, c.started_last);
@@ -102,37 +100,45 @@ void ReportBuilder::merge(GroupTotals& g, Extra& extra, const RollupCell& c,
   g.preempted += c.preempted;
   g.waste += c.waste;
   g.units_spend += c.units_spend;
-  auto add = [](Measured& m, std::int64_t runs, double total) {
-    m.runs += runs;
-    m.total += total;
-  };
-  add(g.gpu_hours_allocated, c.gpu_seconds_allocated.runs, c.gpu_seconds_allocated.total / 3600.0);
-  add(g.gpu_hours_busy, c.gpu_seconds_busy.runs, c.gpu_seconds_busy.total / 3600.0);
-  add(g.idle_spend, c.idle_runs, c.idle_spend.units());
-  add(g.energy_kwh, c.energy_kwh.runs, c.energy_kwh.total);
-  add(g.co2_kg, c.co2_kg.runs, c.co2_kg.total);
-  add(g.units, c.units.runs, c.units.total);
-  add(g.egress_gb, c.egress_gb.runs, c.egress_gb.total);
-  if (egress_price && c.egress_gb.runs > 0) {
-    // Priced on the cell's sum: within half a micro-unit a run of what pricing each run gives.
-    add(g.egress_spend, c.egress_gb.runs,
-        Money{static_cast<std::int64_t>(
-                  std::llround(c.egress_gb.total * static_cast<double>(egress_price->micros)))}
-            .units());
+  if (c.gpu_seconds_allocated.runs > 0 || c.gpu_seconds_busy.runs > 0 || c.idle_runs > 0 ||
+      c.energy_kwh.runs > 0 || c.co2_kg.runs > 0 || c.units.runs > 0 || c.egress_gb.runs > 0 ||
+      c.storage_peak_runs > 0 || c.storage_spend_runs > 0) {
+    GroupMeasures& m = measures_of(g);
+    auto add = [](Measured& measured, std::int64_t runs, double total) {
+      measured.runs += runs;
+      measured.total += total;
+    };
+    add(m.gpu_hours_allocated, c.gpu_seconds_allocated.runs,
+        c.gpu_seconds_allocated.total / 3600.0);
+    add(m.gpu_hours_busy, c.gpu_seconds_busy.runs, c.gpu_seconds_busy.total / 3600.0);
+    add(m.idle_spend, c.idle_runs, c.idle_spend.units());
+    add(m.energy_kwh, c.energy_kwh.runs, c.energy_kwh.total);
+    add(m.co2_kg, c.co2_kg.runs, c.co2_kg.total);
+    add(m.units, c.units.runs, c.units.total);
+    add(m.egress_gb, c.egress_gb.runs, c.egress_gb.total);
+    if (egress_price && c.egress_gb.runs > 0) {
+      // Priced on the cell's sum: within half a micro-unit a run of what pricing each run gives.
+      add(m.egress_spend, c.egress_gb.runs,
+          Money{static_cast<std::int64_t>(
+                    std::llround(c.egress_gb.total * static_cast<double>(egress_price->micros)))}
+              .units());
+    }
+    if (c.storage_peak_runs > 0) {
+      m.storage_peak_gb.runs += c.storage_peak_runs;
+      m.storage_peak_gb.total = std::max(m.storage_peak_gb.total, c.storage_peak_gb);
+    }
+    add(m.storage_spend, c.storage_spend_runs, c.storage_spend.units());
   }
-  if (c.storage_peak_runs > 0) {
-    g.storage_peak_gb.runs += c.storage_peak_runs;
-    g.storage_peak_gb.total = std::max(g.storage_peak_gb.total, c.storage_peak_gb);
-  }
-  add(g.storage_spend, c.storage_spend_runs, c.storage_spend.units());
-  if (extra.experiment.empty() && !extra.several) {
-    extra.experiment = c.key.experiment;
-  } else if (extra.experiment != c.key.experiment) {
-    extra.several = true;
+  if (!extra) return;
+  if (extra->experiment.empty() && !extra->several) {
+    extra->experiment = c.key.experiment;
+  } else if (extra->experiment != c.key.experiment) {
+    extra->several = true;
   }
 }
 
 void ReportBuilder::add_metric(const RollupMetric& metric) {
+  if (!keeps_extras_) return;  // only a baseline reads the metrics' ranges
   key_row(metric.key, scratch_);
   if (options_.team && scratch_.team != *options_.team) return;
   if (options_.experiment && scratch_.experiment != *options_.experiment) return;
@@ -150,7 +156,7 @@ void ReportBuilder::add_metric(const RollupMetric& metric) {
 void ReportBuilder::add_accepted(const ReportRow& row) {
   if (!report_includes(options_, row)) return;
   size_t group = group_of(row);
-  ++groups_[group].accepted;
+  ++groups_.sums_[group].accepted;
   ++total_.accepted;
 }
 

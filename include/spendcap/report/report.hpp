@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -119,6 +121,85 @@ struct GroupTotals {
   std::optional<double> cost_per_thousand_units() const;
 };
 
+// A group's sums as ReportBuilder keeps them, and Report's groups hold them: the counts and money
+// every run has, 128 bytes; the figures that few runs measure (GPU, energy, units, egress,
+// storage) in a GroupMeasures of their own, made for a group when one of its runs measured one,
+// and a baseline's figures in a GroupMetric. (A GroupTotals is 432 bytes: 100,000 of them were
+// 43 MB of fresh pages, which cost more than the report's arithmetic.)
+struct GroupSums {
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  std::int64_t runs = 0, running = 0, succeeded = 0, failed = 0, killed = 0, refused = 0, lost = 0,
+               preempted = 0, accepted = 0;
+  Money spend, running_spend, waste, units_spend;
+  double started_first = 0, started_last = 0;
+  std::uint32_t measures = kNone;  // its GroupMeasures, if any
+  std::uint32_t metric = kNone;    // its GroupMetric, if any
+};
+struct GroupMeasures {
+  Measured gpu_hours_allocated, gpu_hours_busy, idle_spend, energy_kwh, co2_kg, units, egress_gb,
+      egress_spend, storage_peak_gb, storage_spend;
+};
+struct GroupMetric {
+  std::optional<std::string> metric_name;
+  std::optional<double> best_metric;
+  std::optional<CostPerPoint> per_point;
+};
+
+// A report's groups, biggest spend first, then by key: each is made a GroupTotals when it is read
+// (operator[], or iterating, which reuses one GroupTotals for every group), from its sums, its
+// key's parts (kept back to back in one string) and its measures.
+class ReportGroups {
+ public:
+  size_t size() const { return order_.size(); }
+  bool empty() const { return order_.empty(); }
+  // The i-th group into `out`, reusing its buffers.
+  void fill(size_t i, GroupTotals& out) const;
+  GroupTotals operator[](size_t i) const;
+  GroupTotals front() const { return (*this)[0]; }
+  Money spend(size_t i) const { return sums_[order_[i]].spend; }
+
+  // An input iterator: `*it` is valid until the iterator moves (range-for's use).
+  class const_iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = GroupTotals;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const GroupTotals*;
+    using reference = const GroupTotals&;
+    const_iterator() = default;
+    const GroupTotals& operator*() const;
+    const GroupTotals* operator->() const { return &**this; }
+    const_iterator& operator++() {
+      ++at_;
+      return *this;
+    }
+    bool operator==(const const_iterator& other) const { return at_ == other.at_; }
+
+   private:
+    friend class ReportGroups;
+    const ReportGroups* groups_ = nullptr;
+    size_t at_ = 0;
+    std::shared_ptr<GroupTotals> scratch_;
+  };
+  const_iterator begin() const;
+  const_iterator end() const;
+
+ private:
+  friend class ReportBuilder;
+  static constexpr size_t kTotal = static_cast<size_t>(-1);  // fill_group: the total, no key
+  // Group g's key: keys_[key_begin_[g], ...), its parts separated by \x1f (the builder's lookup
+  // key); part j ends at part_end_[g * parts_ + j].
+  std::string_view part(size_t g, size_t j) const;
+  void fill_group(const GroupSums& sums, size_t g, GroupTotals& out) const;
+  size_t parts_ = 0;
+  std::deque<GroupSums> sums_;
+  std::deque<GroupMeasures> measures_;
+  std::vector<GroupMetric> metrics_;
+  std::string keys_;
+  std::vector<std::uint32_t> key_begin_, part_end_;
+  std::vector<std::uint32_t> order_;  // biggest spend first, then by key
+};
+
 struct ReportOptions {
   std::vector<GroupBy> by;             // empty: one group of everything
   std::optional<double> since, until;  // started_at in [since, until)
@@ -131,10 +212,7 @@ struct ReportOptions {
 
 struct Report {
   std::vector<GroupBy> by;
-  // Biggest spend first, then by key. A deque: a group is over 400 bytes, and a vector of 100,000
-  // of them grown and then sorted moved each several times, into fresh pages (which cost more than
-  // the report's own arithmetic); the builder sorts these in place, moving each group once.
-  std::deque<GroupTotals> groups;
+  ReportGroups groups;  // biggest spend first, then by key
   GroupTotals total;
 };
 
@@ -155,22 +233,29 @@ class ReportBuilder {
   Report finish() &&;
 
  private:
+  // What a baseline needs (kept only when the options have one): the group's one experiment, and
+  // its metrics' ranges.
   struct Extra {
     std::string experiment;  // the group's one experiment; "" when none or several
     bool several = false;
     std::map<std::string, std::pair<double, double>> metric_range;  // name -> (min, max)
   };
   size_t group_of(const ReportRow& row);  // its group's index, added when new
-  void account(GroupTotals& group, Extra& extra, const ReportRow& row);
-  static void merge(GroupTotals& group, Extra& extra, const RollupCell& cell,
-                    std::optional<Money> egress_price);
-  void finish_group(GroupTotals& group, const Extra& extra) const;
+  GroupMeasures& measures_of(GroupSums& sums);
+  void account(GroupSums& group, Extra* extra, const ReportRow& row);
+  void merge(GroupSums& group, Extra* extra, const RollupCell& cell,
+             std::optional<Money> egress_price);
+  std::optional<GroupMetric> finish_group(Money spend, const Extra& extra) const;
+  Extra* extra_of(size_t group) { return keeps_extras_ ? &extras_[group] : nullptr; }
 
   ReportOptions options_;
-  std::unordered_map<std::string, size_t> index_;  // joined key -> groups_
-  std::deque<GroupTotals> groups_;                 // becomes Report::groups
+  bool keeps_extras_ = false;  // a baseline is asked for
+  ReportGroups groups_;        // becomes Report::groups
+  // An open-addressing index of the groups' keys (ReportGroups::keys_): group + 1, 0 empty.
+  std::vector<std::uint32_t> slots_;
+  std::vector<std::uint64_t> hashes_;  // each group's key's hash
   std::deque<Extra> extras_;
-  GroupTotals total_;
+  GroupSums total_;
   Extra total_extra_;
   std::string key_;    // scratch
   ReportRow scratch_;  // a cell's tags
@@ -192,6 +277,10 @@ std::string csv_line(const std::vector<std::string>& cells);
 
 // The outputs. `width` is the terminal's; table numbers are right-aligned with the currency.
 std::string report_table(const Report& report, const std::string& currency, int width);
+// The same table handed to `write` a part at a time (parts of about 64 KiB), so that a table of
+// 100,000 groups is never held whole.
+void write_report_table(const Report& report, const std::string& currency, int width,
+                        const std::function<void(std::string_view)>& write);
 std::string report_csv(const Report& report, const std::string& currency,
                        CsvCells cells = CsvCells::safe);
 std::string report_json(const Report& report, const std::string& currency);

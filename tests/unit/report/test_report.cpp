@@ -22,7 +22,7 @@ ReportRow row(std::string id, std::string team, std::string experiment, RunStatu
   return r;
 }
 
-const GroupTotals& group(const Report& report, const std::vector<std::string>& key) {
+GroupTotals group(const Report& report, const std::vector<std::string>& key) {
   for (const GroupTotals& g : report.groups) {
     if (g.key == key) return g;
   }
