@@ -8,15 +8,17 @@ loaded machine where absolute times do not.
 
 Variants: the default (SQLite ledger, --isolation pid, the run's cgroup); a webhook configured (a
 local endpoint answering 204; `finished` is not subscribed, so a run sends nothing, as by
-default); a PostgreSQL ledger (--pg URL); and, for the breakdown, --isolation none, no cgroup
+default); a PostgreSQL ledger (--pg URL), and the same through a pooler (--pgbouncer URL: a
+pgbouncer in front of that server, whose warm backends a run borrows instead of starting one);
+and, for the breakdown, --isolation none, no cgroup
 (SPENDCAP_TEST_SWITCHES=no-cgroup), no proc connector (the respawn guard's netlink socket), and the
 ledger on tmpfs (/dev/shm).
 
 With --before OLD_SPENDCAP, the older binary's twin of each chosen variant (the default, webhook
 and PostgreSQL runs) joins the rounds (the same ledgers), for a paired before/after of a change.
 
-Usage: overhead_bench.py SPENDCAP [--runs 30] [--pg postgresql://...] [--variants a,b,...]
-                         [--before OLD_SPENDCAP]
+Usage: overhead_bench.py SPENDCAP [--runs 30] [--pg postgresql://...] [--pgbouncer URL]
+                         [--variants a,b,...] [--before OLD_SPENDCAP]
 """
 import argparse
 import http.server
@@ -43,16 +45,21 @@ class Hook(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def run_once(argv, env):
+CPU_MS = {}  # candidate -> CPU ms of each run (user + system, the run's whole tree as reaped)
+
+
+def run_once(argv, env, name=None):
     devnull = os.open(os.devnull, os.O_WRONLY)
     start = time.perf_counter()
     pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
         (os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     elapsed = (time.perf_counter() - start) * 1000
     os.close(devnull)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit("%s exited %d" % (" ".join(argv), os.waitstatus_to_exitcode(status)))
+    if name:
+        CPU_MS.setdefault(name, []).append((usage.ru_utime + usage.ru_stime) * 1000)
     return elapsed
 
 
@@ -61,6 +68,9 @@ def main():
     parser.add_argument("spendcap")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--pg", default="")
+    parser.add_argument("--pgbouncer", default="")
+    parser.add_argument("--figures", default="",
+                        help="append NAME=VALUE lines of the headline figures to this file")
     parser.add_argument("--before", default="")
     parser.add_argument("--variants", default="sqlite,webhook,pg,isolation-none,no-cgroup,"
                         "no-proc-connector,tmpfs")
@@ -81,6 +91,10 @@ def main():
                     run + ["--webhook-env", "BENCH_HOOK", "--", "true"],
                     dict(base, BENCH_HOOK=hook_url)),
         "pg": ("spendcap, PostgreSQL ledger", run + ["--ledger", args.pg, "--", "true"], base),
+        "pgbouncer": ("spendcap, PostgreSQL through pgbouncer",
+                      run + ["--ledger", args.pgbouncer, "--", "true"], base),
+        "version": ("spendcap --version", [spendcap, "--version"], base),
+        "ps": ("spendcap ps", [spendcap, "ps"], base),
         "isolation-none": ("spendcap --isolation none", run + ["--isolation", "none", "--", "true"],
                            base),
         "no-cgroup": ("spendcap, no cgroup (parentage)", run + ["--", "true"],
@@ -108,6 +122,8 @@ def main():
     for name in args.variants.split(","):
         if name in ("pg", "before-pg") and not args.pg:
             continue
+        if name == "pgbouncer" and not args.pgbouncer:
+            continue
         candidates.append(known[name])
     times = {c[0]: [] for c in candidates}
     try:
@@ -117,7 +133,7 @@ def main():
             order = list(candidates)
             random.shuffle(order)
             for name, argv, env in order:
-                times[name].append(run_once(argv, env))
+                times[name].append(run_once(argv, env, name))
     finally:
         server.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -126,16 +142,24 @@ def main():
     print("### Exec overhead: %d interleaved rounds, %d candidates in random order per round\n"
           % (args.runs, len(candidates)))
     print("| command | median ms | p25 ms | p75 ms | ratio to timeout (median, paired) "
-          "| minus timeout (median, paired) |")
-    print("|---|---|---|---|---|---|")
+          "| minus timeout (median, paired) | CPU ms (median) | CPU ratio to timeout |")
+    print("|---|---|---|---|---|---|---|---|")
+    timeout_cpu = CPU_MS["timeout 100 true"]
+    figures = []
     for name, _, _ in candidates:
         ms = sorted(times[name])
         q = statistics.quantiles(ms, n=4)
         ratios = [a / b for a, b in zip(times[name], timeout)]
         diffs = [a - b for a, b in zip(times[name], timeout)]
-        print("| %s | %.2f | %.2f | %.2f | %.2f | %+.2f ms |" % (
+        cpu = CPU_MS[name]
+        cpu_ratios = [a / b for a, b in zip(cpu, timeout_cpu) if b > 0]
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %+.2f ms | %.1f | %s |" % (
             name, statistics.median(ms), q[0], q[2], statistics.median(ratios),
-            statistics.median(diffs)))
+            statistics.median(diffs), statistics.median(cpu),
+            "%.2f" % statistics.median(cpu_ratios) if cpu_ratios else "-"))
+        figures.append((name, statistics.median(ms), statistics.median(ratios),
+                        statistics.median(cpu), statistics.median(cpu) /
+                        max(statistics.median(timeout_cpu), 1e-9)))
     sqlite = times.get("spendcap, SQLite ledger")
     if sqlite:
         print("\nAgainst the default run, paired (medians of per-round differences and ratios):")
@@ -146,6 +170,25 @@ def main():
                                             statistics.median(ratios)))
     print("\nwebhook deliveries received: %d (none expected: finished is not subscribed)\n"
           % Hook.received)
+    if args.figures:
+        keys = {"timeout 100 true": "timeout", "spendcap, SQLite ledger": "run_sqlite",
+                "spendcap, PostgreSQL ledger": "run_pg",
+                "spendcap, PostgreSQL through pgbouncer": "run_pgbouncer",
+                "spendcap --version": "version", "spendcap ps": "ps"}
+        with open(args.figures, "a") as out:
+            for name, ms, ratio, cpu, cpu_ratio in figures:
+                if name in keys:
+                    k = keys[name]
+                    out.write("%s_ms=%.2f\n%s_ratio=%.3f\n%s_cpu_ms=%.2f\n%s_cpu_ratio=%.3f\n"
+                              % (k, ms, k, ratio, k, cpu, k, cpu_ratio))
+            if sqlite:
+                for name, key in (("spendcap, PostgreSQL ledger", "pg_vs_sqlite"),
+                                  ("spendcap, PostgreSQL through pgbouncer",
+                                   "pgbouncer_vs_sqlite")):
+                    if name in times:
+                        ratio = statistics.median(
+                            [a / b for a, b in zip(times[name], sqlite)])
+                        out.write("%s=%.3f\n" % (key, ratio))
 
 
 if __name__ == "__main__":
