@@ -23,7 +23,7 @@ for runtime in libclang_rt.fuzzer-x86_64.a libclang_rt.asan-x86_64.a; do
 done
 cmake -S tests/fuzz -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"${JOBS:-2}" >/dev/null
-for target in policy duration money progress; do
+for target in policy duration money progress runner; do
   scratch="$(mktemp -d)"
   echo "fuzz: $target for ${seconds}s"
   status=0

@@ -2,16 +2,19 @@
 # Installs spendcap for a shared runner whose users do not trust each other (README, "Installing a
 # shared runner" and "Threat model"). Idempotent; run as root:
 #
-#   scripts/install-shared-runner.sh [--binary BUILT] [--bin PATH] [--runner PATH]
+#   scripts/install-shared-runner.sh [--binary BUILT] [--runner-binary BUILT_RUNNER] [--bin PATH]
+#       [--runner PATH]
 #       [--ledger-dir DIR] [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
 #       [--metrics-dir MDIR [--metrics-reader USER]] [POLICY]
 #
 # It creates the group (default spendcap; users are NOT added to it) and the service user (default
 # spendcap, in that group, no login), installs BUILT (default build/spendcap) as the front PATH
-# (default /usr/local/bin/spendcap, root 0755: what users run) and as the runner PATH (default
-# /usr/local/lib/spendcap/spendcap-runner, setuid root, root:GROUP 4755), and names both in
-# /etc/spendcap/runner.json (root 0644). Runs then have their supervisor and guard under the
-# service user, out of the users' reach, and the job as the user (process/privileged_run.hpp).
+# (default /usr/local/bin/spendcap, root 0755: what users run, and what the runner execs as the
+# supervisor) and BUILT_RUNNER (default spendcap-runner beside BUILT; its own small program) as the
+# runner PATH (default /usr/local/lib/spendcap/spendcap-runner, setuid root, root:GROUP 4755: the
+# one setuid file), and names them in /etc/spendcap/runner.json (root 0644). Runs then have their
+# supervisor and guard under the service user, out of the users' reach, and the job as the user
+# (process/privileged_run.hpp).
 # It creates DIR (default /var/lib/spendcap) root:GROUP 2770 and the ledger DIR/ledger.db
 # root:GROUP 0660, writes POLICY (default policies/shared-runner.json) as the locked LOCKED
 # (default /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file, and applies
@@ -29,6 +32,7 @@ set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 binary="$here/build/spendcap"
+runner_binary=""
 bin=/usr/local/bin/spendcap
 runner=/usr/local/lib/spendcap/spendcap-runner
 ledger_dir=/var/lib/spendcap
@@ -44,6 +48,7 @@ metrics_reader=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary=$2; shift 2 ;;
+    --runner-binary) runner_binary=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --runner) runner=$2; shift 2 ;;
     --ledger-dir) ledger_dir=$2; shift 2 ;;
@@ -53,7 +58,7 @@ while [ $# -gt 0 ]; do
     --setgid-only) setgid_only=1; shift ;;
     --metrics-dir) metrics_dir=$2; shift 2 ;;
     --metrics-reader) metrics_reader=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     -*) echo "install-shared-runner: unknown option $1" >&2; exit 2 ;;
     *) policy=$1; shift ;;
   esac
@@ -66,15 +71,22 @@ fi
 [ -r "$policy" ] || { echo "install-shared-runner: cannot read the policy $policy" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "install-shared-runner: needs python3 to write the policy" >&2; exit 1; }
 case "$runner" in /*) ;; *) echo "install-shared-runner: --runner must be an absolute path" >&2; exit 2 ;; esac
+case "$bin" in /*) ;; *) echo "install-shared-runner: --bin must be an absolute path" >&2; exit 2 ;; esac
+[ -n "$runner_binary" ] || runner_binary="$(dirname "$binary")/spendcap-runner"
+if [ "$setgid_only" = 0 ] && [ ! -x "$runner_binary" ]; then
+  echo "install-shared-runner: no built spendcap-runner at $runner_binary (build it first)" >&2; exit 1
+fi
 
 getent group "$group" >/dev/null || groupadd --system "$group"
 
-# Installs BUILT as $1 with owner $2 and mode $3; a file already in place (the Debian package's)
-# only gets the owner and mode. Some filesystems clear set-id bits on rename: set them again.
+# Installs $4 (default BUILT) as $1 with owner $2 and mode $3; a file already in place (the Debian
+# package's) only gets the owner and mode. Some filesystems clear set-id bits on rename: set them
+# again.
 place() {
-  if [ "$(readlink -f "$binary")" != "$(readlink -f "$1")" ] && ! cmp -s "$binary" "$1"; then
+  source=${4:-$binary}
+  if [ "$(readlink -f "$source")" != "$(readlink -f "$1")" ] && ! cmp -s "$source" "$1"; then
     install -d -m 0755 "$(dirname "$1")"
-    install -o root -g "$2" -m "$3" "$binary" "$1.new"
+    install -o root -g "$2" -m "$3" "$source" "$1.new"
     mv -f "$1.new" "$1"
   fi
   chown root:"$2" "$1"
@@ -91,12 +103,12 @@ else
     useradd --system --no-create-home --home-dir / --shell /usr/sbin/nologin --gid "$group" "$user"
   [ "$(id -u "$user")" -ne 0 ] || { echo "install-shared-runner: the service user must not be root" >&2; exit 1; }
   place "$bin" root 0755
-  place "$runner" "$group" 4755
-  python3 - "$runner" "$user" "$runner_config.new" <<'PY'
+  place "$runner" "$group" 4755 "$runner_binary"
+  python3 - "$runner" "$user" "$bin" "$runner_config.new" <<'PY'
 import json, sys
-runner, user, out = sys.argv[1:]
+runner, user, spendcap, out = sys.argv[1:]
 with open(out, "w") as f:
-    json.dump({"runner": runner, "user": user}, f, indent=2)
+    json.dump({"runner": runner, "user": user, "spendcap": spendcap}, f, indent=2)
     f.write("\n")
 PY
   chown root:root "$runner_config.new"
@@ -158,5 +170,5 @@ done
 if [ "$setgid_only" = 1 ]; then
   echo "installed $bin (setgid $group, no privileged runner), ledger $ledger, locked policy $policy_file"
 else
-  echo "installed $bin (front) and $runner (runner, setuid root; runs as $user), ledger $ledger, locked policy $policy_file"
+  echo "installed $bin (front and supervisor) and $runner (runner, the one setuid-root file; runs as $user), ledger $ledger, locked policy $policy_file"
 fi

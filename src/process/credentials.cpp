@@ -178,6 +178,107 @@ void reduce_to_setgid(const Identity& caller, gid_t ledger_gid) {
   }
 }
 
+// ---- the split runner ----
+
+namespace {
+
+constexpr int kHighestCapability = 63;
+
+bool bounding_set_is(std::uint64_t keep) {
+  for (int cap = 0; cap <= kHighestCapability; ++cap) {
+    int held = ::prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+    if (held < 0) break;  // past the kernel's last capability
+    if ((held == 1) != ((keep & cap_bit(cap)) != 0)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void limit_bounding_set(std::uint64_t keep) {
+  const char* what = "privileged runner";
+  for (int cap = 0; cap <= kHighestCapability; ++cap) {
+    if (cap == CAP_SETPCAP || (keep & cap_bit(cap))) continue;
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+      fail(what, "dropping capability " + std::to_string(cap) + " from the bounding set");
+    }
+  }
+  if (!(keep & cap_bit(CAP_SETPCAP)) && ::prctl(PR_CAPBSET_DROP, CAP_SETPCAP, 0, 0, 0) != 0) {
+    fail(what, "dropping CAP_SETPCAP from the bounding set");
+  }
+  errno = EPERM;
+  if (!bounding_set_is(keep)) fail(what, "the bounding set is not as asked");
+}
+
+void reduce_keeper(std::uint64_t keep) {
+  const char* what = "privileged runner (keeper)";
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(0, 0, 0) != 0) fail(what, "root's groups");
+  limit_bounding_set(keep);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(what, "PR_SET_NO_NEW_PRIVS");
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+    fail(what, "clearing the ambient capabilities");
+  }
+  if (!lower_capabilities(keep)) fail(what, "lowering the capabilities");
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
+  errno = EPERM;
+  if (!ids_are(0, 0, 0, 0, 0, 0) || ::getgroups(0, nullptr) != 0) {
+    fail(what, "the keeper's uids are not root's");
+  }
+}
+
+void switch_to_service_for_exec(const Identity& caller, uid_t service_uid, gid_t service_gid,
+                                std::uint64_t ambient) {
+  const char* what = "privileged runner (supervisor)";
+  if (service_uid == 0 || service_uid == caller.uid) {
+    errno = EINVAL;
+    fail(what, "the service user must be neither root nor the caller");
+  }
+  limit_bounding_set(ambient);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(what, "PR_SET_NO_NEW_PRIVS");
+  if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) fail(what, "PR_SET_KEEPCAPS");
+  if (::setgroups(caller.groups.size(), caller.groups.data()) != 0) fail(what, "setgroups");
+  if (::setresgid(caller.gid, service_gid, service_gid) != 0) fail(what, "setresgid");
+  if (::setresuid(service_uid, service_uid, service_uid) != 0) fail(what, "setresuid");
+  if (::prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) fail(what, "PR_SET_KEEPCAPS");
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    auto word = static_cast<std::uint32_t>(ambient >> (32 * i));
+    data[i].permitted = data[i].effective = data[i].inheritable = word;
+  }
+  if (::syscall(SYS_capset, &header, data) != 0) fail(what, "capset");
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) fail(what, "ambient");
+  for (int cap = 0; cap <= kHighestCapability; ++cap) {
+    if ((ambient & cap_bit(cap)) && ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0) {
+      fail(what, "raising an ambient capability");
+    }
+  }
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
+  errno = EPERM;
+  std::uint64_t permitted = 0, effective = 0, inheritable = 0;
+  if (!ids_are(service_uid, service_uid, service_uid, caller.gid, service_gid, service_gid) ||
+      !get_capabilities(&permitted, &effective, &inheritable) || permitted != ambient ||
+      effective != ambient || inheritable != ambient ||
+      ::getgroups(0, nullptr) != static_cast<int>(caller.groups.size())) {
+    fail(what, "the ids or capabilities are not as asked after the switch");
+  }
+}
+
+void settle_supervisor(uid_t caller_uid, std::uint64_t keep) {
+  const char* what = "runner's supervisor";
+  ::setfsuid(caller_uid);
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) fail(what, "ambient");
+  if (!lower_capabilities(keep)) fail(what, "lowering the capabilities");
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
+  errno = EPERM;
+  if (static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) != caller_uid) {
+    fail(what, "the filesystem uid is not the caller's");
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, CAP_SETUID, 0, 0) != 0 || ::setuid(0) == 0) {
+    fail(what, "root could be regained");
+  }
+}
+
 bool become_caller(const Identity& caller) noexcept {
   if (::setgroups(caller.groups.size(), caller.groups.data()) != 0) return false;
   if (::setresgid(caller.gid, caller.gid, caller.gid) != 0) return false;

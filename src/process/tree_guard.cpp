@@ -394,7 +394,7 @@ bool read_all(int fd, std::string* out) {
 
 }  // namespace
 
-void prefork_guard(const PreforkedGuard& setup) {
+PreforkedEnds prefork_guard(const PreforkedGuard& setup) {
   if (int threads = count_threads(); threads > 1) {
     throw Error("guard", "the runner already runs " + std::to_string(threads) + " threads",
                 "the guard must be forked before any thread starts (a bug in spendcap)");
@@ -421,6 +421,12 @@ void prefork_guard(const PreforkedGuard& setup) {
   ::close(control[0]);
   ::close(events[1]);
   preforked = Preforked{true, pid, spec[1], events[0], control[1]};
+  return PreforkedEnds{pid, spec[1], events[0], control[1]};
+}
+
+void adopt_preforked_guard(pid_t pid, int spec_fd, int events_fd, int control_fd) {
+  for (int fd : {spec_fd, events_fd, control_fd}) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  preforked = Preforked{true, pid, spec_fd, events_fd, control_fd};
 }
 
 GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const GuardOptions& options) {

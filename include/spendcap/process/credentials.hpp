@@ -75,6 +75,30 @@ bool lower_capabilities(std::uint64_t keep) noexcept;
 // failure (errno set); the caller then _exits. Async-signal-safe: no allocation.
 bool become_caller(const Identity& caller) noexcept;
 
+// ---- the split runner (issue 29, item 6) ----
+
+// As root: the bounding set cut to `keep` (every other capability dropped; CAP_SETPCAP is needed
+// for that, so it is dropped last). Checked against /proc's view. Throws Error.
+void limit_bounding_set(std::uint64_t keep);
+
+// The keeper: its uids and gids root, no supplementary group (no process of the service user or the
+// caller may signal it), its permitted and effective capabilities and its bounding set exactly
+// `keep`, none inheritable or ambient, no_new_privs, not dumpable. Checked. Throws Error.
+void reduce_keeper(std::uint64_t keep);
+
+// From root, before the exec of the unprivileged spendcap as the run's supervisor: the bounding
+// set `ambient`, no_new_privs; supplementary groups the caller's, gids real = the caller's,
+// effective and saved = `service_gid`, uids all `service_uid`; permitted, effective, inheritable
+// and ambient capabilities exactly `ambient` (the exec keeps the ambient ones, nothing else); not
+// dumpable. Checked. Throws Error.
+void switch_to_service_for_exec(const Identity& caller, uid_t service_uid, gid_t service_gid,
+                                std::uint64_t ambient);
+
+// First thing in the exec'd supervisor: the filesystem uid `caller_uid` (the one use of
+// CAP_SETUID), then permitted and effective capabilities exactly `keep`, none inheritable or
+// ambient; not dumpable. Checked (root cannot be regained). Throws Error.
+void settle_supervisor(uid_t caller_uid, std::uint64_t keep);
+
 // The capabilities held now (effective set), as a bit mask.
 std::uint64_t effective_capabilities() noexcept;
 

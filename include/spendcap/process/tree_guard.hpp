@@ -138,7 +138,19 @@ struct PreforkedGuard {
   int cgroup_kill_fd = -1;   // opened by the runner (root)
   Inherited inherited;
 };
-void prefork_guard(const PreforkedGuard& setup);
+// Returns the guard's pid and the ends of its pipes kept here (close-on-exec).
+struct PreforkedEnds {
+  pid_t pid = -1;
+  int spec_fd = -1;
+  int events_fd = -1;
+  int control_fd = -1;
+};
+PreforkedEnds prefork_guard(const PreforkedGuard& setup);
+
+// In the exec'd supervisor (the split runner, privileged_run.hpp): the guard the runner preforked
+// before the exec, its pipes' ends inherited (made close-on-exec here); start_guard then hands it
+// the spec as above.
+void adopt_preforked_guard(pid_t pid, int spec_fd, int events_fd, int control_fd);
 
 // Writes one order to the guard's control pipe (non-blocking; a full pipe or a gone guard drops
 // it: the guard acts on the last deadline it read). Never throws.
