@@ -387,6 +387,7 @@ int main(int argc, char** argv) {
   add_ledger_options(*show, choice);
   show->add_option("run", show_run, "the run's id, or any unique prefix (runs and ps show 8)")
       ->required();
+  show->add_flag("--json", json, "print JSON");
   spendcap::RunsRequest runs_request;
   CLI::App* runs = app.add_subcommand(
       "runs", "run history, newest first, as sacct: finished and running runs, one row each");
@@ -534,7 +535,7 @@ int main(int argc, char** argv) {
     if (*outbox_flush) return spendcap::outbox_flush_command(choice);
     if (*notify_test) return spendcap::notify_test_command(notify_request);
     if (*copy) return spendcap::ledger_copy_command(copy_from, copy_to);
-    if (*show) return spendcap::show_command(choice, show_run);
+    if (*show) return spendcap::show_command(choice, show_run, json);
     if (*runs) return spendcap::runs_command(runs_request);
     if (*estimate) return spendcap::estimate_command(estimate_request);
     if (*report) return spendcap::report_command(report_request);

@@ -653,18 +653,117 @@ std::string fixed_text(double value, int digits) {
 
 }  // namespace
 
-int show_command(const LedgerChoice& choice, const std::string& run_id) {
+namespace {
+
+nlohmann::json optional_json(const auto& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json();
+}
+nlohmann::json optional_money_json(const std::optional<Money>& value) {
+  return value ? nlohmann::json(money_to_json(*value)) : nlohmann::json();
+}
+nlohmann::json text_or_null(const std::string& text) {
+  return text.empty() ? nlohmann::json() : nlohmann::json(text);
+}
+
+double run_duration(const RunView& run, double now) {
+  return std::max(0.0, run.finished_at.value_or(now) - run.started_at);
+}
+
+nlohmann::json show_json(const RunView& run, const std::vector<BudgetRule>& rules,
+                         const std::string& currency, double now) {
+  ShownBudget budget = run_budget_of(run, rules);
+  nlohmann::json gpu = nullptr;
+  if (run.gpu) {
+    const RunGpu& g = *run.gpu;
+    gpu = {{"measured", g.not_measured.empty()},
+           {"not_measured", text_or_null(g.not_measured)},
+           {"devices", g.devices},
+           {"allocated_gpu_seconds", g.allocated_seconds},
+           {"busy_gpu_seconds", optional_json(g.busy_seconds)},
+           {"mean_utilisation", optional_json(g.mean_utilisation())},
+           {"idle_spend", optional_money_json(g.idle_spend)},
+           {"energy_kwh", optional_json(g.energy_kwh)},
+           {"co2_kg", optional_json(g.co2_kg)},
+           {"energy_cost_usd", optional_money_json(g.energy_cost)},
+           {"sources", text_or_null(g.sources)}};
+  }
+  return {{"id", run.id},
+          {"status", to_string(run.status)},
+          {"reason", run.reason},
+          {"user", run.user},
+          {"uid", optional_json(run.uid)},
+          {"team", run.team},
+          {"experiment", run.experiment},
+          {"project", run.project},
+          {"job_key", text_or_null(run.job_key)},
+          {"tags", run.tags},
+          {"host", run.host},
+          {"pid", run.pid},
+          {"mode", to_string(run.mode)},
+          {"started_at", iso_time(run.started_at)},
+          {"finished_at",
+           run.finished_at ? nlohmann::json(iso_time(*run.finished_at)) : nlohmann::json()},
+          {"duration_seconds", std::round(run_duration(run, now) * 1000) / 1000},
+          {"exit_code", optional_json(run.exit_code)},
+          {"currency", currency},
+          {"spend", money_to_json(run.spend)},
+          {"rate_per_hour", money_to_json(run.rate_per_hour)},
+          {"pricing", run.pricing ? nlohmann::json(to_string(*run.pricing)) : nlohmann::json()},
+          {"budget", optional_money_json(budget.amount)},
+          {"budget_source", text_or_null(budget.source)},
+          {"ceiling", money_to_json(run.ceiling)},
+          {"overrun", run.overrun},
+          {"gpu", gpu}};
+}
+
+}  // namespace
+
+int show_command(const LedgerChoice& choice, const std::string& run_id, bool json) {
   std::string currency = "USD";
   auto ledger = open_chosen_ledger(choice, &currency);
   // Any unique prefix: the 8 characters `ps`, `runs` and the end line print.
   auto run = ledger->find_run(resolve_run_id(*ledger, run_id, "show " + run_id));
   if (!run) throw Error("show " + run_id, "is not in the ledger " + ledger->url());
+  double now = wall_now();
+  std::vector<BudgetRule> rules = ledger->budget_rules();
+  if (json) {
+    std::cout << plain_json_numbers(dump_json(show_json(*run, rules, currency, now), 2)) << "\n";
+    return 0;
+  }
+  auto field = [](const std::string& name, const std::string& value) {
+    std::string padded = name + ":";
+    padded.resize(std::max<std::size_t>(padded.size() + 1, 13), ' ');
+    std::cout << "  " << padded << escape_for_terminal(value) << "\n";
+  };
+  auto or_dash = [](const std::string& text) { return text.empty() ? std::string("-") : text; };
   std::cout << "run " << run->id << ": " << to_string(run->status)
             << (run->reason.empty() ? "" : " (" + run->reason + ")") << "\n";
-  std::cout << "  spent " << format_money(run->spend, currency) << " at "
-            << format_money(run->rate_per_hour, currency) << "/h";
-  if (run->budget) std::cout << ", budget " << format_money(*run->budget, currency);
-  std::cout << "\n";
+  field("user", or_dash(run->user) + (run->uid ? " (uid " + std::to_string(*run->uid) + ")" : ""));
+  field("team", or_dash(run->team));
+  field("experiment", or_dash(run->experiment));
+  field("project", or_dash(run->project));
+  std::string tags;
+  for (const auto& [key, value] : run->tags) tags += (tags.empty() ? "" : " ") + key + "=" + value;
+  field("tags", or_dash(tags));
+  if (!run->job_key.empty()) field("job", run->job_key);
+  field("host", run->host + " (pid " + std::to_string(run->pid) + ")");
+  field("started", iso_time(run->started_at));
+  field("ended", run->finished_at ? iso_time(*run->finished_at) : "- (still running)");
+  field("duration",
+        format_duration(std::chrono::milliseconds(std::llround(run_duration(*run, now) * 1000))));
+  field("exit code", run->exit_code ? std::to_string(*run->exit_code) : "-");
+  field("stopped by", run->reason.empty() ? "-" : run->reason);
+  std::string spend = format_money(run->spend, currency) + " at " +
+                      format_money(run->rate_per_hour, currency) + "/h" +
+                      (run->mode == Mode::warn ? " (warn mode)" : "");
+  if (run->overrun)
+    spend += " (OVERRUN: above its ceiling " + format_money(run->ceiling, currency) + ")";
+  field("spend", spend);
+  ShownBudget budget = run_budget_of(*run, rules);
+  field("budget", budget.amount ? format_money(*budget.amount, currency) +
+                                      (budget.source.empty() ? "" : " (from " + budget.source + ")")
+                                : "- (none of its own; team and other budgets still apply)");
+  field("pricing", run->pricing ? to_string(*run->pricing) : "- (not recorded)");
   if (!run->gpu) {
     std::cout << "  GPU: no record (the run did not finish with GPU measurement)\n";
     return 0;

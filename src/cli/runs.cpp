@@ -15,6 +15,7 @@
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/report_commands.hpp"
+#include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/report/report.hpp"
 
@@ -38,6 +39,16 @@ std::string utc_time(double unix_seconds) {
   return text;
 }
 
+// "2026-12-01T21:40:05Z": ISO 8601 UTC, as runs' csv and json and `show --json` give times.
+std::string iso_utc(double unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
 double duration_seconds(const RunView& run, double now) {
   if (run.finished_at) return std::max(0.0, *run.finished_at - run.started_at);
   return std::max(0.0, now - run.started_at);
@@ -47,7 +58,34 @@ std::string duration_text(double seconds) {
   return format_duration(std::chrono::seconds(static_cast<std::int64_t>(std::llround(seconds))));
 }
 
+// Seconds to the millisecond, the same number in csv and json.
+double rounded_ms(double seconds) {
+  return std::round(seconds * 1000) / 1000;
+}
+
 }  // namespace
+
+ShownBudget run_budget_of(const RunView& run, const std::vector<BudgetRule>& rules) {
+  // As admission does (grant_rule.hpp): the smallest max_run of the run's scopes lowers --budget,
+  // or is the run's budget without one.
+  std::vector<BudgetRule> own;
+  for (const BudgetRule& rule : rules) {
+    if (in_scope(run, rule.scope)) own.push_back(rule);
+  }
+  RunBudget effective = effective_run_budget(run.budget, own);
+  ShownBudget out;
+  out.amount = effective.amount;
+  if (effective.lowered_by) {
+    out.source = "max_run of " + to_string(*effective.lowered_by);
+  } else if (effective.amount) {
+    out.source = "flag --budget";
+  }
+  return out;
+}
+
+std::string iso_time(double unix_seconds) {
+  return iso_utc(unix_seconds);
+}
 
 void print_table(std::vector<std::vector<std::string>> rows) {
   for (auto& row : rows) {
@@ -116,6 +154,7 @@ int runs_command(const RunsRequest& request) {
   std::string currency = "USD";
   auto ledger = open_chosen_ledger(request.choice, &currency);
   std::vector<ListedRun> listed = ledger->list_runs(query);
+  std::vector<BudgetRule> rules = ledger->budget_rules();
   bool more = listed.size() > static_cast<size_t>(request.limit);
   if (more) listed.resize(static_cast<size_t>(request.limit));
   double now = now_seconds();
@@ -124,46 +163,60 @@ int runs_command(const RunsRequest& request) {
     nlohmann::json out = nlohmann::json::array();
     for (const ListedRun& l : listed) {
       const RunView& r = l.run;
-      out.push_back({{"id", r.id},
-                     {"short_id", r.id.substr(0, l.unique_prefix)},
-                     {"user", r.user},
-                     {"team", r.team},
-                     {"experiment", r.experiment},
-                     {"project", r.project},
-                     {"host", r.host},
-                     {"status", to_string(r.status)},
-                     {"reason", r.reason},
-                     {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nullptr},
-                     {"started_at", r.started_at},
-                     {"finished_at", r.finished_at ? nlohmann::json(*r.finished_at) : nullptr},
-                     {"duration_seconds", duration_seconds(r, now)},
-                     {"spend", money_to_json(r.spend)},
-                     {"budget", r.budget ? nlohmann::json(money_to_json(*r.budget)) : nullptr},
-                     {"currency", currency}});
+      out.push_back(
+          {{"id", r.id},
+           {"short_id", r.id.substr(0, l.unique_prefix)},
+           {"user", r.user},
+           {"team", r.team},
+           {"experiment", r.experiment},
+           {"project", r.project},
+           {"host", r.host},
+           {"status", to_string(r.status)},
+           {"reason", r.reason},
+           {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nullptr},
+           {"started_at", iso_utc(r.started_at)},
+           {"finished_at", r.finished_at ? nlohmann::json(iso_utc(*r.finished_at)) : nullptr},
+           {"duration_seconds", rounded_ms(duration_seconds(r, now))},
+           {"spend", money_to_json(r.spend)},
+           {"budget", run_budget_of(r, rules).amount
+                          ? nlohmann::json(money_to_json(*run_budget_of(r, rules).amount))
+                          : nullptr},
+           {"budget_source", run_budget_of(r, rules).source.empty()
+                                 ? nlohmann::json()
+                                 : nlohmann::json(run_budget_of(r, rules).source)},
+           {"currency", currency}});
     }
     std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "TEAM", "EXPERIMENT", "STATUS",
-                                                 "REASON", "STARTED (UTC)", "DURATION", "SPEND",
-                                                 "BUDGET"}};
+                                                 "REASON", "EXIT", "STARTED (UTC)", "DURATION",
+                                                 "SPEND", "BUDGET"}};
   for (const ListedRun& l : listed) {
     const RunView& r = l.run;
+    std::optional<Money> budget = run_budget_of(r, rules).amount;
+    std::string source = run_budget_of(r, rules).source;
     rows.push_back({r.id.substr(0, l.unique_prefix), r.user.empty() ? "-" : r.user,
                     r.team.empty() ? "-" : r.team, r.experiment.empty() ? "-" : r.experiment,
-                    to_string(r.status), r.reason.empty() ? "-" : r.reason, utc_time(r.started_at),
+                    to_string(r.status), r.reason.empty() ? "-" : r.reason,
+                    r.exit_code ? std::to_string(*r.exit_code) : "-", utc_time(r.started_at),
                     duration_text(duration_seconds(r, now)), format_money(r.spend, currency),
-                    r.budget ? format_money(*r.budget, currency) : "-"});
+                    // A policy's max_run says so; a plain amount is the run's --budget.
+                    !budget ? "-"
+                    : source == "flag --budget" || source.empty()
+                        ? format_money(*budget, currency)
+                        : format_money(*budget, currency) + " (" + source + ")"});
   }
   if (request.format == "csv") {
     // Plain numbers for a spreadsheet; every cell through report's csv_field, the one place that
     // quotes (and defuses) a csv cell.
-    std::cout << "id,short_id,user,team,experiment,status,reason,started_at,duration_seconds,spend,"
-                 "budget,currency\n";
+    std::cout << "id,short_id,user,team,experiment,status,reason,exit_code,started_at,finished_at,"
+                 "duration_seconds,spend,budget,budget_source,currency\n";
     for (const ListedRun& l : listed) {
       const RunView& r = l.run;
       char duration[32];
-      std::snprintf(duration, sizeof duration, "%.0f", duration_seconds(r, now));
+      std::snprintf(duration, sizeof duration, "%.3f", rounded_ms(duration_seconds(r, now)));
+      std::optional<Money> budget = run_budget_of(r, rules).amount;
       std::vector<std::string> cells = {r.id,
                                         r.id.substr(0, l.unique_prefix),
                                         r.user,
@@ -171,10 +224,13 @@ int runs_command(const RunsRequest& request) {
                                         r.experiment,
                                         to_string(r.status),
                                         r.reason,
-                                        utc_time(r.started_at),
+                                        r.exit_code ? std::to_string(*r.exit_code) : "",
+                                        iso_utc(r.started_at),
+                                        r.finished_at ? iso_utc(*r.finished_at) : "",
                                         duration,
                                         to_decimal(r.spend),
-                                        r.budget ? to_decimal(*r.budget) : "",
+                                        budget ? to_decimal(*budget) : "",
+                                        run_budget_of(r, rules).source,
                                         currency};
       std::string line;
       for (size_t i = 0; i < cells.size(); ++i) line += (i ? "," : "") + csv_field(cells[i]);

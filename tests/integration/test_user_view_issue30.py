@@ -3,6 +3,8 @@ test where users run it: the projection from the job's measured pace at 1, 10 an
 second and when the pace changes; no blank lines through a pipe; one meaning of "used" in ps,
 budgets and the metrics; `show` with the whole record and `runs` with EXIT and the budget's source;
 a terminal hangup handled as Ctrl-C is. Real runs of the real binary on a real SQLite ledger."""
+import csv
+import io
 import json
 import os
 import re
@@ -305,6 +307,87 @@ class HangupTest(UserLedgerTest):
         shell.hang_up()
         self.check_recorded()
         wait_until(lambda: not processes_with_marker(self.marker), 15, what="nothing left")
+
+
+ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
+
+
+@unittest.skipIf(NO_USER, NO_USER or "")
+class WholeRecordTest(UserLedgerTest):
+    """Item 4: `show ID [--json]` gives the run's record (as the ledger keeps it: user,
+    team, experiment, project, tags, host, times, exit code, reason, spend, budget and its source,
+    pricing, GPU); `runs` an EXIT column and where the
+    budget came from (a policy's max_run is not "-": "$0.50 (max_run of team:t4)"); its csv and
+    json of the same types. Before:
+    `show` printed three lines, `runs` had no exit code and "-" as a max_run budget, and csv said
+    duration 0 where json said 0.342, a date string where json said epoch seconds."""
+
+    def setUp(self):
+        super().setUp()
+        self.write_policy({"budgets": {"team": {"t4": {"amount": 10, "max_run": 0.5}}},
+                           "defaults": {"grace": "0s", "kill_after": "1s"},
+                           "guards": {"crash_loop": {"enabled": False}}})
+
+    def test_show_and_runs(self):
+        command = ["python3", PROGRESS_JOB, "--lines-per-second", "10", "--steps", "10",
+                   "--total-steps", "100"]
+        first = self.run_spendcap(["run", "--team", "t4", "--experiment", "e4", "--project", "p4",
+                                   "--tag", "lr=3e-4", "--rate", "36", "--status-file",
+                                   self.path("first.json"), "--"] + command)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        failed = self.run_spendcap(["run", "--team", "t4", "--rate", "36", "--budget", "0.3",
+                                    "--", "python3", "-c", "import sys; sys.exit(3)"])
+        self.assertEqual(failed.returncode, 3, failed.stderr)
+        first_id = self.read_json("first.json")["run_id"]
+        ids = [r["id"] for r in self.runs()]
+        self.assertEqual(ids[0], first_id)
+
+        shown = self.spendcap_json(["show", first_id[:8]])
+        status = self.read_json("first.json")
+        import socket
+        expected = {"id": first_id, "status": "succeeded", "reason": "exited", "user": self.user,
+                    "uid": self.uid, "team": "t4", "experiment": "e4", "project": "p4",
+                    "tags": {"lr": "3e-4"}, "host": socket.gethostname(), "exit_code": 0,
+                    "budget": 0.5, "budget_source": "max_run of team:t4", "currency": "USD",
+                    "rate_per_hour": 36}
+        for key, value in expected.items():
+            self.assertEqual(shown[key], value, key)
+        self.assertAlmostEqual(shown["spend"], status["spend"], places=6)
+        self.assertRegex(shown["started_at"], ISO)
+        self.assertRegex(shown["finished_at"], ISO)
+        self.assertGreater(shown["duration_seconds"], 0.5)
+        self.assertIn("pricing", shown)
+        self.assertIn("gpu", shown)
+        text = self.run_spendcap(["show", first_id[:8]]).stdout
+        for line in (r"run %s: succeeded \(exited\)" % first_id, r"user: +%s" % self.user,
+                     r"team: +t4", r"experiment: +e4", r"project: +p4", r"tags: +lr=3e-4",
+                     r"exit code: +0", r"budget: +\$0\.50(00)? \(from max_run of team:t4\)",
+                     r"started: +\d{4}-", r"duration: +\d"):
+            self.assertRegex(text, line, text)
+        failed_run = self.spendcap_json(["show", ids[1]])
+        self.assertEqual((failed_run["exit_code"], failed_run["budget_source"]),
+                         (3, "flag --budget"))
+
+        table = self.run_spendcap(["runs"]).stdout.splitlines()
+        header = re.split(r"\s{2,}", table[0])
+        self.assertIn("EXIT", header)
+        row = [line for line in table if line.startswith(first_id[:8])][0]
+        self.assertRegex(row, r"\$0\.50(00)? \(max_run of team:t4\)")
+        self.assertRegex([line for line in table if line.startswith(ids[1][:8])][0],
+                         r"\bfailed\s+exited\s+3\b")
+        listed = {r["id"]: r for r in self.spendcap_json(["runs"])}
+        rows = {r["id"]: r for r in csv.DictReader(io.StringIO(
+            self.run_spendcap(["runs", "--format", "csv"]).stdout))}
+        for run_id in ids:
+            j, c = listed[run_id], rows[run_id]
+            self.assertRegex(j["started_at"], ISO)
+            self.assertEqual(j["started_at"], c["started_at"])
+            self.assertEqual(j["finished_at"], c["finished_at"])
+            self.assertIsInstance(j["duration_seconds"], (int, float))
+            self.assertAlmostEqual(j["duration_seconds"], float(c["duration_seconds"]), places=3)
+            self.assertEqual(str(j["exit_code"]), c["exit_code"])
+            self.assertEqual(j["budget_source"], c["budget_source"])
+        self.assertEqual(listed[first_id]["budget"], 0.5)
 
 
 if __name__ == "__main__":

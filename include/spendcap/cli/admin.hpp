@@ -59,6 +59,6 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request);
 // replayed.
 std::unique_ptr<Ledger> open_ledger_for(const LedgerChoice& choice);
 // One run: its spend, and what its GPUs did, with a sparkline of utilisation per minute.
-int show_command(const LedgerChoice& choice, const std::string& run_id);
+int show_command(const LedgerChoice& choice, const std::string& run_id, bool json = false);
 
 }  // namespace spendcap

@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/base/money.hpp"
 #include "spendcap/cli/admin.hpp"
 
 namespace spendcap {
 
 class Ledger;
+struct RunView;
+struct BudgetRule;
 
 struct RunsRequest {
   LedgerChoice choice;
@@ -30,5 +33,16 @@ std::string resolve_run_id(Ledger& ledger, const std::string& prefix, const std:
 
 // Rows as left-aligned columns, each cell escaped for the terminal (names come from other users).
 void print_table(std::vector<std::vector<std::string>> rows);
+
+// The run's budget in effect and where it came from ("flag --budget", "max_run of team:vision";
+// none and "" when neither): its --budget as recorded, lowered to (or, without one, set by) the
+// smallest max_run of its scopes among the ledger's budgets as they are now.
+struct ShownBudget {
+  std::optional<Money> amount;
+  std::string source;
+};
+ShownBudget run_budget_of(const RunView& run, const std::vector<BudgetRule>& rules);
+// "2026-12-01T21:40:05Z".
+std::string iso_time(double unix_seconds);
 
 }  // namespace spendcap
