@@ -61,10 +61,12 @@ const std::vector<VerbText>& verb_texts() {
         "spendcap-estimate(1)", "spendcap-policy(5)"}},
       {"ps",
        "[--json] [--ledger URL]",
-       {"Lists the ledger's running and lost runs, one row each: the user, team and experiment, "
-        "the live spend, the budget used (spend / budget) and the ceiling the run holds. A running "
-        "run shows the most it can have spent (its rate since admission, at least its last "
-        "heartbeat's, at most its ceiling), so its spend never goes down. A run whose heartbeat "
+       {"Lists the ledger's running and lost runs, one row each: the user, host, team and "
+        "experiment, the status (running, paused for a job stopped by Ctrl-Z, lost), the live "
+        "spend, what the ledger holds for the run (HELD: its ceiling) and the binding budget's "
+        "used share (spend / budget, as budgets says it). A running run shows the most it can "
+        "have spent (its rate since admission, at least its last heartbeat's, at most its "
+        "ceiling), so its spend never goes down. A run whose heartbeat "
         "stopped is lost: it keeps its ceiling and, once it can no longer be spending, is charged "
         "exactly that, until its spooled final row replaces the charge.",
         "A multi-node run (--run-id) is one row with its nodes under it; --json keeps a row per "
