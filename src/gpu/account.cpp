@@ -256,12 +256,34 @@ void GpuAccount::poll(Device& d, const std::set<unsigned>& ours, unsigned long l
   } else {
     auto device = probe_.device_samples(d.info.index, d.last_seen_us);
     std::vector<unsigned long long> times;
+    // No device samples on this driver: nvmlDeviceGetUtilizationRates, read at this poll, stands
+    // in (the device's, not the run's). Its time is the poll's, not a driver sample's: it never
+    // cuts the per-process samples' segments; it measures the interval where no process had a
+    // sample (an idle run's NOT_FOUND), which would otherwise be lost.
+    bool point = false;
     if (device.ok()) {
-      for (const GpuDeviceSample& s : device.value) times.push_back(s.timestamp_us);
+      for (const GpuDeviceSample& s : device.value) point = point || s.point_reading;
+      if (!point) {
+        for (const GpuDeviceSample& s : device.value) times.push_back(s.timestamp_us);
+      }
     }
     auto process = proc_ours_ ? probe_.process_utilisation(d.info.index, d.last_seen_us)
                               : GpuReading<std::vector<GpuProcessSample>>{};
-    if (process.status == GpuStatus::ok || process.status == GpuStatus::not_found) {
+    if (point && (process.status == GpuStatus::not_found || !proc_ours_)) {
+      notes_.insert(label +
+                    ": device-level utilisation (nvmlDeviceGetUtilizationRates: the driver "
+                    "gives no device samples)");
+    }
+    if (point && process.status == GpuStatus::not_found) {
+      // No process had a sample since last_seen: the device's own reading over the interval
+      // (an upper bound of the run's; 0% for an idle device).
+      BusyWindow w = device_busy(device.value, d.last_seen_us);
+      if (w.fresh) {
+        window = w;
+        d.device_level = true;
+      }
+      d.last_seen_us = std::max(w.last_seen_us, d.last_seen_us);
+    } else if (process.status == GpuStatus::ok || process.status == GpuStatus::not_found) {
       BusyWindow w = process_busy(process.value, times, ours, d.last_seen_us);
       std::set<unsigned> everyone;
       bool own_sample = false;
@@ -282,6 +304,8 @@ void GpuAccount::poll(Device& d, const std::set<unsigned>& ours, unsigned long l
         BusyWindow all = process_busy(process.value, times, everyone, d.last_seen_us);
         if (w.fresh) {
           window = w;
+          // Measured only because the point reading cut the interval: its timing is the
+          // device-level reading's.
           d.per_process = d.per_process || w.measured_seconds > 0;
           if (all.busy_seconds > 0) run_share = w.busy_seconds / all.busy_seconds;
         }

@@ -1,8 +1,10 @@
 #include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "spendcap/base/dynamic_library.hpp"
 #include "spendcap/base/error.hpp"
@@ -200,16 +202,22 @@ class NvmlProbe final : public GpuProbe {
                                                           unsigned long long since_us) override {
     GpuReading<std::vector<GpuDeviceSample>> r;
     nvmlDevice_t device = handle(index);
-    if (!device || !samples_) {
+    if (!device) {
       r.status = GpuStatus::not_supported;
       return r;
     }
+    if (!samples_ || samples_unsupported_.count(index)) return point_reading(device);
     auto& buffer = samples_buffer_[index];
     unsigned n = 0;
     nvmlValueType_t type = NVML_VALUE_TYPE_UNSIGNED_INT;
     r.status = status_of(fill(buffer, n, [&](nvmlSample_t* s, unsigned* c) {
       return samples_(device, NVML_GPU_UTILIZATION_SAMPLES, since_us, &type, c, s);
     }));
+    if (r.status == GpuStatus::not_supported) {
+      // Some drivers have the symbol and answer NOT_SUPPORTED: the point reading from then on.
+      samples_unsupported_.insert(index);
+      return point_reading(device);
+    }
     if (r.ok()) {
       for (unsigned i = 0; i < n; ++i) {
         const nvmlValue_t& v = buffer[i].sampleValue;
@@ -217,7 +225,7 @@ class NvmlProbe final : public GpuProbe {
                                                           : (type == NVML_VALUE_TYPE_UNSIGNED_INT
                                                                  ? v.uiVal
                                                                  : static_cast<unsigned>(v.ullVal));
-        r.value.push_back({buffer[i].timeStamp, percent});
+        r.value.push_back({buffer[i].timeStamp, percent, false});
       }
     }
     return r;
@@ -335,7 +343,13 @@ class NvmlProbe final : public GpuProbe {
       notes_.push_back("no nvmlDeviceGetProcessUtilization: device-level utilisation only");
     }
     samples_ = library_.function<nvmlDeviceGetSamples_fn>("nvmlDeviceGetSamples");
-    if (!samples_) notes_.push_back("no nvmlDeviceGetSamples: no device-level utilisation");
+    rates_ = library_.function<nvmlDeviceGetUtilizationRates_fn>("nvmlDeviceGetUtilizationRates");
+    if (!samples_) {
+      notes_.push_back(rates_ ? "no nvmlDeviceGetSamples: device-level utilisation from "
+                                "nvmlDeviceGetUtilizationRates, one reading a poll"
+                              : "no nvmlDeviceGetSamples nor nvmlDeviceGetUtilizationRates: no "
+                                "device-level utilisation");
+    }
     by_uuid_ = library_.function<nvmlDeviceGetHandleByUUID_fn>("nvmlDeviceGetHandleByUUID");
     energy_ = library_.function<nvmlDeviceGetTotalEnergyConsumption_fn>(
         "nvmlDeviceGetTotalEnergyConsumption");
@@ -404,6 +418,27 @@ class NvmlProbe final : public GpuProbe {
     }
   }
 
+  // nvmlDeviceGetUtilizationRates: the percent of the driver's last sample period (1/6 s to 1 s)
+  // a kernel ran, read now: one device-level sample stamped with this CPU's clock (the clock of
+  // nvmlDeviceGetSamples' timestamps).
+  GpuReading<std::vector<GpuDeviceSample>> point_reading(nvmlDevice_t device) {
+    GpuReading<std::vector<GpuDeviceSample>> r;
+    if (!rates_) {
+      r.status = GpuStatus::not_supported;
+      return r;
+    }
+    nvmlUtilization_t utilisation{};
+    r.status = status_of(rates_(device, &utilisation));
+    if (r.ok()) {
+      timespec ts{};
+      clock_gettime(CLOCK_REALTIME, &ts);
+      auto now_us = static_cast<unsigned long long>(ts.tv_sec) * 1000000ULL +
+                    static_cast<unsigned long long>(ts.tv_nsec / 1000);
+      r.value.push_back({now_us, std::min(100u, utilisation.gpu), true});
+    }
+    return r;
+  }
+
   nvmlDevice_t handle(unsigned index) const {
     for (std::size_t i = 0; i < devices_.size(); ++i) {
       if (devices_[i].index == index) return handles_[i];
@@ -419,6 +454,8 @@ class NvmlProbe final : public GpuProbe {
   nvmlDeviceGetRunningProcesses_fn compute_ = nullptr, graphics_ = nullptr, mps_ = nullptr;
   nvmlDeviceGetProcessUtilization_fn process_utilisation_ = nullptr;
   nvmlDeviceGetSamples_fn samples_ = nullptr;
+  nvmlDeviceGetUtilizationRates_fn rates_ = nullptr;
+  std::set<unsigned> samples_unsupported_;  // devices whose nvmlDeviceGetSamples is NOT_SUPPORTED
   nvmlDeviceGetHandleByUUID_fn by_uuid_ = nullptr;
   nvmlDeviceGetTotalEnergyConsumption_fn energy_ = nullptr;
   nvmlDeviceGetPowerUsage_fn power_ = nullptr;

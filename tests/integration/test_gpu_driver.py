@@ -13,7 +13,7 @@ import unittest
 
 from spendcap_testlib import SPENDCAP
 import test_gpu
-from test_gpu import FAKE_CURRENT, within
+from test_gpu import FAKE_CURRENT, FAKE_OLD, within
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A line for a pid file: the pid as the writer sees it and its PID namespace.
@@ -139,6 +139,31 @@ class GpuDriverTest(test_gpu.GpuRunner):
         # nothing is measured.
         self.assertLess(gpu.get("measured_gpu_seconds", 0), 1.5, gpu)
         self.assertTrue(notes_with(gpu, "MPS clients"), gpu)
+
+    def test_idle_guard_without_device_samples_uses_the_utilisation_rates(self):
+        # An idle job (0%: the driver has no per-process sample for it, NOT_FOUND) on a driver
+        # without device samples: nvmlDeviceGetSamples missing (the old library) or answering
+        # NOT_SUPPORTED. Every interval used to be unmeasured and the guard never tripped
+        # ("busy time not measured", exit 0); nvmlDeviceGetUtilizationRates now measures it.
+        policy = {"guards": {"idle_gpu": {"below_percent": 5, "for": "2s"}}}
+        for library, device in ((FAKE_OLD, {}), (FAKE_CURRENT, {"device_samples": "not_supported"})):
+            device = dict(device, segments=[{"util": 0, "power_w": 50}])
+            result, status = self.gpu_run([device], 60, library=library, policy=policy)
+            what = "%s %s: %s" % (library, device, result.stderr)
+            self.assertEqual(result.returncode, 123, what)
+            self.assertEqual(status["reason"], "runaway:idle-gpu", what)
+            self.assertLess(status["elapsed_seconds"], 30, what)
+            gpu = status["gpu"]
+            self.assertIn("device-level", gpu["utilisation_source"], gpu)
+            self.assertTrue(notes_with(gpu, "device-level utilisation"), gpu)
+            self.assertIn("device-level", result.stderr)
+            self.assertNotIn("busy time not measured", result.stderr)
+        # Negative control: a busy job on the same drivers is measured busy and runs to its end.
+        for library, device in ((FAKE_OLD, {}), (FAKE_CURRENT, {"device_samples": "not_supported"})):
+            device = dict(device, segments=[{"util": 90, "power_w": 300}])
+            result, status = self.gpu_run([device], 4, library=library, policy=policy)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            within(self, status["gpu"]["mean_utilisation"], 0.9, 0.1, what="busy")
 
     def test_list_races_and_no_permission(self):
         # The first three fills find one more process than they were sized for: the size loop

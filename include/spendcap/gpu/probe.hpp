@@ -33,10 +33,14 @@ struct GpuProcessSample {
   unsigned sm_percent = 0;
 };
 
-// One device-level utilisation sample (nvmlDeviceGetSamples, NVML_GPU_UTILIZATION_SAMPLES).
+// One device-level utilisation sample (nvmlDeviceGetSamples, NVML_GPU_UTILIZATION_SAMPLES), or,
+// where the driver has no device samples (the symbol is missing or answers NOT_SUPPORTED), a point
+// reading of nvmlDeviceGetUtilizationRates (the last sample period) stamped with the time it was
+// read.
 struct GpuDeviceSample {
   unsigned long long timestamp_us = 0;
   unsigned percent = 0;
+  bool point_reading = false;  // from nvmlDeviceGetUtilizationRates
 };
 
 // How a reading went. not_found: nothing new (NOT_FOUND), not an error and not 0.
@@ -61,7 +65,8 @@ class GpuProbe {
   // Per-process samples newer than `since_us`; not_found: none newer.
   virtual GpuReading<std::vector<GpuProcessSample>> process_utilisation(
       unsigned index, unsigned long long since_us) = 0;
-  // The device's own utilisation samples newer than `since_us`; not_found: none newer.
+  // The device's own utilisation samples newer than `since_us`; not_found: none newer. Without
+  // device samples, one point reading of nvmlDeviceGetUtilizationRates (point_reading set).
   virtual GpuReading<std::vector<GpuDeviceSample>> device_samples(unsigned index,
                                                                   unsigned long long since_us) = 0;
   // A MIG slice's SM utilisation (percent) since the previous call, from GPM (Hopper and later);
