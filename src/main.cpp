@@ -87,6 +87,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--webhook", request.webhook_urls,
                  "a webhook URL (repeatable; any user's ps shows it: prefer --webhook-env)");
   run.add_flag("--quiet,-q", request.quiet, "print errors only");
+  run.add_flag("--verbose", request.verbose,
+               "start line in full (reserve, isolation, ledger) and the guards' detectors");
   run.add_flag("--title", request.title, "show live spend in the terminal title");
   run.add_option("--spot-notice", request.spot_notice,
                  "aws, gcp or an http:// URL: poll for a spot termination notice; one stops the "
@@ -109,7 +111,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.positionals_at_end();
 }
 
-// "50k" -> "50000", "1.5M" -> "1500000", "7B" -> "7000000000": counts as people write them.
+// "50k" -> "50000", "1.5M" -> "1500000", "7B" -> "7000000000", "1T" -> "1000000000000": counts
+// as people write them (K, M, B or G, T).
 // Anything else is passed on unchanged, for the command's own check to judge.
 std::string expand_count_suffix(std::string text) {
   if (text.size() < 2) return text;
@@ -125,6 +128,9 @@ std::string expand_count_suffix(std::string text) {
     case 'B':
     case 'G':
       factor = 1e9;
+      break;
+    case 'T':
+      factor = 1e12;
       break;
     default:
       return text;
@@ -385,8 +391,8 @@ int main(int argc, char** argv) {
   std::string show_run;
   CLI::App* show = app.add_subcommand("show", "one run: spend, GPU time, energy, timeline");
   add_ledger_options(*show, choice);
-  show->add_option("run", show_run, "the run's id, or any unique prefix (runs and ps show 8)")
-      ->required();
+  // Not required here: bare `show` says what it needs (CLI11 would say "run is required").
+  show->add_option("run", show_run, "the run's id, or any unique prefix (runs and ps show 8)");
   show->add_flag("--json", json, "print JSON");
   spendcap::RunsRequest runs_request;
   CLI::App* runs = app.add_subcommand(
@@ -535,6 +541,11 @@ int main(int argc, char** argv) {
     if (*outbox_flush) return spendcap::outbox_flush_command(choice);
     if (*notify_test) return spendcap::notify_test_command(notify_request);
     if (*copy) return spendcap::ledger_copy_command(copy_from, copy_to);
+    if (*show && show_run.empty()) {
+      throw spendcap::Error("show", "which run? give its id, or any unique prefix of it",
+                            "spendcap runs lists the recent runs (the ID column); then "
+                            "spendcap show ID");
+    }
     if (*show) return spendcap::show_command(choice, show_run, json);
     if (*runs) return spendcap::runs_command(runs_request);
     if (*estimate) return spendcap::estimate_command(estimate_request);

@@ -272,7 +272,13 @@ int policy_check_command(const std::vector<std::string>& files) {
         std::cout << file << ": warning: " << escape_for_terminal(key) << "\n";
       }
     } catch (const Error& error) {
-      std::cerr << "spendcap: " << escape_for_terminal(format_error(error)) << "\n";
+      // A policy's own errors are listed below it; its hint (run `spendcap policy check`) is
+      // what the user is doing already.
+      bool listed = dynamic_cast<const PolicyError*>(&error) != nullptr;
+      std::cerr << "spendcap: "
+                << escape_for_terminal(listed ? format_error(Error(error.subject(), error.why()))
+                                              : format_error(error))
+                << "\n";
       for (const std::string& detail : error.details) {
         std::cerr << "  " << escape_for_terminal(detail) << "\n";
       }

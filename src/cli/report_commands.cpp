@@ -137,10 +137,17 @@ int terminal_width() {
 
 // ---- estimate, by kind ----
 
+// An amount of money in --json: rounded to spendcap's unit of money (a millionth), as the ledger
+// keeps it, not a double's 16 digits (41.66666666666667).
+double money_json(double units) {
+  return std::round(units * 1e6) / 1e6;
+}
+
 int estimate_serving(const EstimateRequest& r, const std::string& currency) {
   if (!r.price_per_hour) throw usage_error("estimate --serving", "needs --price-per-hour");
   double price = parse_price(*r.price_per_hour, "--price-per-hour");
-  nlohmann::json j = {{"kind", "serving"}, {"price_per_hour", price}, {"currency", currency}};
+  nlohmann::json j = {
+      {"kind", "serving"}, {"price_per_hour", money_json(price)}, {"currency", currency}};
   if (r.predictions_per_day) {
     if (r.rps || r.utilisation) {
       throw usage_error("estimate --serving",
@@ -149,7 +156,7 @@ int estimate_serving(const EstimateRequest& r, const std::string& currency) {
     double per_day = parse_number(*r.predictions_per_day, "--predictions-per-day");
     double per_thousand = serving_cost_per_thousand(price, per_day);
     j["predictions_per_day"] = per_day;
-    j["cost_per_thousand"] = per_thousand;
+    j["cost_per_thousand"] = money_json(per_thousand);
     if (r.json) {
       std::cout << dump_json(j, 2) << "\n";
     } else {
@@ -168,7 +175,7 @@ int estimate_serving(const EstimateRequest& r, const std::string& currency) {
   double per_million = serving_cost_per_million(price, rps, utilisation);
   j["rps"] = rps;
   j["utilisation"] = utilisation;
-  j["cost_per_million"] = per_million;
+  j["cost_per_million"] = money_json(per_million);
   if (r.json) {
     std::cout << dump_json(j, 2) << "\n";
   } else {
@@ -188,14 +195,14 @@ int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& 
   if (on_demand <= 0) throw usage_error("--on-demand " + *r.on_demand, "must be above 0");
   ReservedEstimate e = estimate_reserved(reserved, on_demand);
   nlohmann::json j = {{"kind", "reserved"},
-                      {"reserved_per_hour", reserved},
-                      {"on_demand_per_hour", on_demand},
+                      {"reserved_per_hour", money_json(reserved)},
+                      {"on_demand_per_hour", money_json(on_demand)},
                       {"break_even_utilisation", e.break_even},
-                      {"reserved_yearly", e.reserved_yearly},
+                      {"reserved_yearly", money_json(e.reserved_yearly)},
                       {"currency", currency}};
   nlohmann::json at = nlohmann::json::array();
   for (const auto& use : e.on_demand_at) {
-    at.push_back({{"busy", use.busy}, {"on_demand_yearly", use.on_demand_yearly}});
+    at.push_back({{"busy", use.busy}, {"on_demand_yearly", money_json(use.on_demand_yearly)}});
   }
   j["on_demand_at"] = at;
   // The team's observed utilisation over the last 30 days, where its runs measured it.
@@ -459,7 +466,7 @@ int estimate_command(const EstimateRequest& r) {
   std::optional<double> cost;
   if (price) {
     cost = billed_hours * *price;
-    j["price_per_hour"] = *price;
+    j["price_per_hour"] = money_json(*price);
     lines.push_back("cost: " + money_text(*cost, currency) + " (" + priced_as + " at " +
                     money_text(*price, currency) + "/h)");
   } else {
@@ -483,16 +490,16 @@ int estimate_command(const EstimateRequest& r) {
     cost = s.spot_cost;
     j["interruptions"] = s.interruptions;
     j["redone_hours"] = s.redone_hours;
-    j["spot_cost"] = s.spot_cost;
+    j["spot_cost"] = money_json(s.spot_cost);
     lines.push_back("spot: " + fixed(s.interruptions, 1) + " interruptions, " +
                     fixed(s.redone_hours, 1) + " h redone: " + money_text(s.spot_cost, currency));
     if (on_demand_price) {
-      j["on_demand_cost"] = s.on_demand_cost;
+      j["on_demand_cost"] = money_json(s.on_demand_cost);
       lines.push_back("on demand: " + money_text(s.on_demand_cost, currency) + " (" +
                       money_text(*on_demand_price, currency) + "/h)");
     }
   }
-  if (cost) j["cost"] = *cost;
+  if (cost) j["cost"] = money_json(*cost);
 
   int status = 0;
   if (r.team || r.experiment) {
@@ -509,7 +516,8 @@ int estimate_command(const EstimateRequest& r) {
       if (!any) lines.push_back(to_string(scope) + ": no budget in the ledger");
     }
     for (const BudgetFit& f : fits) {
-      budgets.push_back({{"scope", f.scope}, {"remaining", f.remaining}, {"fits", f.fits}});
+      budgets.push_back(
+          {{"scope", f.scope}, {"remaining", money_json(f.remaining)}, {"fits", f.fits}});
       lines.push_back(f.scope + ": " + money_text(f.remaining, currency) +
                       " remaining: " + (f.fits ? "fits" : "does NOT fit"));
       if (!f.fits) status = to_int(ExitCode::refused);

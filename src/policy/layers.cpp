@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -293,11 +294,13 @@ void refuse_loosening(const json& locked, const PolicyLayer& layer,
                       const std::string& locked_path) {
   std::vector<std::string> violations = loosening_violations(locked, layer.document);
   if (violations.empty()) return;
-  std::string why = "would loosen the locked policy: " + violations.front();
-  if (violations.size() > 1) why += " (and " + std::to_string(violations.size() - 1) + " more)";
+  // Each violation once: one in the message, several listed under it.
+  std::string why = violations.size() == 1 ? "would loosen the locked policy: " + violations.front()
+                                           : "would loosen the locked policy in " +
+                                                 std::to_string(violations.size()) + " keys";
   Error error(layer.source, why,
               "the locked policy " + locked_path + " is set by the runner's owner");
-  error.details = std::move(violations);
+  if (violations.size() > 1) error.details = std::move(violations);
   throw error;
 }
 
@@ -366,6 +369,20 @@ LoadedPolicy load_policy(const PolicySearch& search, const PolicyLayer& flags) {
   }
   for (const PolicyLayer& layer : layers) {
     if (auto errors = validate_policy_layer(layer.document); !errors.empty()) {
+      // All of the file's errors, as `policy check` lists them: those that only the whole policy
+      // shows (a defaults.gpu that names no rate) too, from the layers so far with this one.
+      json whole = merged;
+      overlay(whole, layer.document);
+      try {
+        parse_policy(whole, layer.source);
+      } catch (const PolicyError& more) {
+        for (const std::string& error : more.errors()) {
+          if (std::find(errors.begin(), errors.end(), error) == errors.end()) {
+            errors.push_back(error);
+          }
+        }
+      } catch (const Error&) {
+      }
       throw PolicyError(layer.source, std::move(errors));
     }
     if (locked) refuse_loosening(*locked, layer, search.system_path);

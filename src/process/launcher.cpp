@@ -265,7 +265,12 @@ std::string resolve_executable(const std::string& name, const std::string& path_
     std::string dir = path.substr(start, end - start);
     std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     if (check(candidate, &err)) return candidate;
-    if (err != ENOENT && err != ENOTDIR && !first_error) first_error = err;
+    // As the shell searches: a file that is there but not executable is an error (126); one
+    // that cannot be seen at all (ENOENT, or a PATH directory the user cannot search: EACCES
+    // from stat) is not there, and the search goes on (127 when nothing is found).
+    struct stat st {};
+    bool seen = ::stat(candidate.c_str(), &st) == 0;
+    if (seen && !first_error) first_error = err;
     start = end + 1;
   }
   if (first_error) {

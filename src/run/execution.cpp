@@ -209,6 +209,7 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
   plan.sync = settings.sync;
   plan.claim_horizon = settings.claim_horizon;
   plan.interval = settings.interval;
+  plan.verbose = job.request.verbose;
   plan.checkpoint_done_path = job.run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
   if (!settings.node.empty()) {

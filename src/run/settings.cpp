@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/ledger/backends.hpp"
+#include "spendcap/ledger/stop_rule.hpp"
 #include "spendcap/policy/keys.hpp"
 #include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/multi_node.hpp"
@@ -264,16 +266,28 @@ void require_a_locked_budget(const RunSettings& settings) {
     auto named = budgets.find(scope.kind);
     if (named != budgets.end() && named->second.count(scope.name)) return;
   }
+  // Only the budgets this user may charge runs to: one that names its members is suggested to
+  // them alone (the ledger checks membership again at admission).
+  Caller caller = current_caller();
+  auto may_charge = [&](const BudgetSpec& spec) {
+    if (spec.member_groups.empty()) return true;
+    return std::any_of(spec.member_groups.begin(), spec.member_groups.end(),
+                       [&](const std::string& group) { return caller.in_group(group); });
+  };
   std::vector<std::string> choices;
   for (const auto& [kind, named] : budgets) {
     std::vector<std::string> names;
-    for (const auto& [budget_name, spec] : named) names.push_back(budget_name);
-    choices.push_back("--" + to_string(kind) + " " + join(names, "|"));
+    for (const auto& [budget_name, spec] : named) {
+      if (may_charge(spec)) names.push_back(budget_name);
+    }
+    if (!names.empty()) choices.push_back("--" + to_string(kind) + " " + join(names, "|"));
   }
   throw Error("run",
               "the locked policy " + settings.loaded.locked_source +
                   " charges every run to one of its budgets, and this run matches none",
-              "give " + join(choices, " or "));
+              choices.empty() ? "you are a member of none of its budgets: ask the runner's "
+                                "owner to add you to a team"
+                              : "give " + join(choices, " or "));
 }
 
 }  // namespace

@@ -163,7 +163,8 @@ class RespawnPart final : public RunPart {
   }
 
   void on_launched(TimePoint) override {
-    reporter_.line("respawn-loop guard: " + detector_);
+    // Which detector is a detail (every ordinary user gets the fallback): --verbose says it.
+    if (plan_.verbose) reporter_.line("respawn-loop guard: " + detector_);
     if (events_.is_open()) {
       // The processes already forked before the first event is read: the tree as it is now.
       for (const ProcStat& member : live_descendants(root_)) members_[member.pid] = member.ppid;

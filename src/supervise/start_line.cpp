@@ -30,7 +30,42 @@ std::string budget_reason(const Scope& scope) {
   return scope.kind == ScopeKind::run ? "budget:run" : "budget:" + to_string(scope);
 }
 
+namespace {
+
+// The short line: what it burns, its budget, and when it trips (about 90 columns).
+std::string short_start_line(const RunTerms& terms, const StartFacts& facts) {
+  const std::string& currency = terms.currency;
+  std::string line = "run " + terms.run_id.substr(0, 8) + " started: burn " +
+                     format_money(terms.rate_per_hour, currency) + "/h";
+  if (terms.run_budget) line += ", budget " + format_money(*terms.run_budget, currency);
+  std::string trips = terms.mode == Mode::warn ? "would trip" : "trips";
+  auto trip_in = [&](Money ceiling) {
+    auto at = budget_trip_time(facts.launched, terms.rate_per_hour, ceiling, facts.reserve);
+    Nanos in = *at - facts.launched;
+    return format_duration(in) + " at " + format_money(cost_of(terms.rate_per_hour, in), currency);
+  };
+  std::optional<ScopeUse> tightest = tightest_scope(terms, facts);
+  if (terms.rate_per_hour.micros == 0) {
+    line += "; burn rate 0: it never trips";
+  } else if (!facts.binding && tightest) {
+    Money left = tightest->amount - tightest->spent - (tightest->held - facts.ceiling);
+    line += "; " + trips + " in " + trip_in(left) + " (" + budget_reason(tightest->scope) + ")";
+  } else if (facts.binding) {
+    line +=
+        "; " + trips + " in " + trip_in(facts.allowed) + " (" + budget_reason(*facts.binding) + ")";
+  } else if (terms.run_budget) {
+    line += "; " + trips + " in " + trip_in(*terms.run_budget);
+  } else {
+    line += "; no budget of its own, ceiling " + format_money(facts.ceiling, currency) + " so far";
+  }
+  if (terms.mode == Mode::warn) line += " (warn mode)";
+  return line;
+}
+
+}  // namespace
+
 std::string start_line(const RunTerms& terms, const StartFacts& facts) {
+  if (!terms.verbose) return short_start_line(terms, facts);
   const std::string& currency = terms.currency;
   std::string line = "run " + terms.run_id.substr(0, 8) + " started" +
                      (facts.label.empty() ? "" : " (" + facts.label + ")") + ": burn " +

@@ -26,7 +26,9 @@ class HunterTest(SpendcapTest):
 
     def hunt(self, isolation):
         return self.run_spendcap(
-            ["run", "--isolation", isolation, "--status-file", self.path("status.json")] +
+            # --verbose: the start line in full, with the isolation.
+            ["run", "--verbose", "--isolation", isolation, "--status-file",
+             self.path("status.json")] +
             TRIP_AT_3S + ["--", "python3", os.path.join(FIXTURES, "hunter.py"),
                           self.path("report.json"), "--spare", str(os.getpid())], timeout=60)
 
@@ -166,8 +168,9 @@ class UnprivilegedTest(SpendcapTest):
         env = self.spendcap_env(extra)
         result = subprocess.run(
             ["setpriv", "--reuid=nobody", "--regid=%d" % nobody.pw_gid, "--clear-groups", SPENDCAP,
-             "run", "--rate", "1", "--budget", "1", "--kill-after", "1s", "--status-file",
-             status_path, "--", "python3", os.path.join(FIXTURES, "daemon.py"), ready],
+             "run", "--verbose", "--rate", "1", "--budget", "1", "--kill-after", "1s",
+             "--status-file", status_path, "--", "python3", os.path.join(FIXTURES, "daemon.py"),
+             ready],
             env=env, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             timeout=60)
         self.assertEqual(result.returncode, 0, result.stderr)

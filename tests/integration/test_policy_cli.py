@@ -139,6 +139,32 @@ class LockedPolicyTest(LedgerTest):
                 result = self.run_locked(["run", "--team", "vision"] + flags + self.job())
                 self.assert_refused(result, needle, "locked")
 
+    def test_a_refusal_says_its_detail_once(self):
+        # Issue 30, item 10: one violation, said once (it used to follow, again, under the line).
+        result = self.run_locked(["run", "--team", "vision", "--grace", "120s"] + self.job())
+        self.assert_refused(result, "--grace", "locked")
+        self.assertEqual(result.stderr.count("120s is longer than the locked 60s"), 1,
+                         result.stderr)
+        # Several: counted in the line, each listed once under it.
+        result = self.run_locked(["run", "--team", "vision", "--grace", "120s", "--kill-after",
+                                  "1m"] + self.job())
+        self.assert_refused(result, "in 2 keys")
+        self.assertEqual(result.stderr.count("120s is longer than the locked 60s"), 1,
+                         result.stderr)
+        self.assertEqual(result.stderr.count("1m is longer than the locked 10s"), 1, result.stderr)
+
+    def test_the_no_team_refusal_suggests_only_the_users_teams(self):
+        # root is in the group root, not in the group daemon: only vision is offered.
+        locked = dict(self.LOCKED, ledger="sqlite:" + self.ledger_file(), budgets={"team": {
+            "vision": {"amount": 100, "period": "month", "members": {"unix_groups": ["root"]}},
+            "payroll": {"amount": 100, "period": "month",
+                        "members": {"unix_groups": ["daemon"]}}}})
+        with open(self.policy_file, "w") as f:
+            json.dump(locked, f)
+        result = self.run_locked(["run"] + self.job())
+        self.assert_refused(result, "charges every run to one of its budgets", "--team vision")
+        self.assertNotIn("payroll", result.stderr)
+
     def test_user_policy_and_environment_cannot_loosen_it(self):
         looser = {"budgets": {"team": {"vision": {"amount": 1000, "period": "month"}}}}
         self.write_policy(looser)  # ./spendcap.json

@@ -20,9 +20,10 @@ class RespawnLoopTest(LedgerTest):
 
     def tree(self, mode, count, fallback=False):
         env = {"SPENDCAP_TEST_SWITCHES": "no-proc-connector"} if fallback else None
-        return self.run_spendcap(["run", "--rate", "36", "--budget", "5", "--status-file",
-                                  self.path("status.json"), "--", sys.executable, RESPAWN, mode,
-                                  str(count)], extra_env=env)
+        # --verbose: the guard says which detector it uses.
+        return self.run_spendcap(["run", "--verbose", "--rate", "36", "--budget", "5",
+                                  "--status-file", self.path("status.json"), "--", sys.executable,
+                                  RESPAWN, mode, str(count)], extra_env=env)
 
     def connector(self, result):
         if "respawn-loop guard: netlink process connector" not in result.stderr:

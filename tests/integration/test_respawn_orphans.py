@@ -20,8 +20,8 @@ class RespawnOrphansTest(LedgerTest):
 
     def loop(self, code, rounds):
         return self.run_spendcap(
-            ["run", "--rate", "36", "--budget", "5", "--status-file", self.path("status.json"),
-             "--", "bash", "-c", LOOP.format(rounds=rounds, code=code)],
+            ["run", "--verbose", "--rate", "36", "--budget", "5", "--status-file",
+             self.path("status.json"), "--", "bash", "-c", LOOP.format(rounds=rounds, code=code)],
             extra_env={"SPENDCAP_TEST_SWITCHES": "no-proc-connector"})
 
     def test_crashing_orphans_stop_the_run_without_the_connector(self):

@@ -29,7 +29,7 @@ class TorchTrainingTest(SpendcapTest):
         # reserved); torch's import and the workers' start take a few seconds of that, and more
         # than 10 s on a 2-core machine under a parallel build.
         result = self.run_spendcap(
-            ["run", "--isolation", "pid", "--rate", "36", "--budget", "0.30", "--grace", "3s",
+            ["run", "--verbose", "--isolation", "pid", "--rate", "36", "--budget", "0.30", "--grace", "3s",
              "--kill-after", "1s", "--status-file", self.path("status.json"), "--",
              DEBIAN_PYTHON, os.path.join(FIXTURES, "torch_train.py"), checkpoint,
              self.path("ready")], timeout=180)

@@ -21,6 +21,7 @@ struct RunRequest {
   std::optional<std::string> status_file, policy, ledger;
   std::optional<std::string> isolation;  // pid or none
   bool quiet = false;
+  bool verbose = false;  // the start line in full, and which detectors the guards use
   bool title = false;
   std::vector<std::string> command;
   std::optional<std::string> spot_notice, spot_notice_url;  // aws|gcp|URL; the metadata base URL

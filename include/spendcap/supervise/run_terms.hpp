@@ -22,6 +22,7 @@ struct RunTerms {
   std::vector<double> warn_at = {0.5, 0.8, 0.95};
   Mode mode = Mode::enforce;
   Nanos interval = std::chrono::seconds(1);
+  bool verbose = false;  // --verbose: the start line in full, the guards' detectors
 };
 
 }  // namespace spendcap

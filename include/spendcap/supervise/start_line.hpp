@@ -24,7 +24,9 @@ struct StartFacts {
   std::vector<ScopeUse> scopes;  // every budgeted scope of the run, from admission
 };
 
-// "run 3f2a9c1e started (team demo): burn $3.60/h, budget $1.00, reserve ...; trips in ...".
+// "run 3f2a9c1e started: burn $3.60/h, budget $1.00; trips in 16m39s at $0.9990"; with
+// terms.verbose the whole of it: "run 3f2a9c1e started (team demo): burn $3.60/h, budget $1.00,
+// reserve ... (grace ...); its budget trips in ...; ceiling ...; isolation: ...; ledger ...".
 std::string start_line(const RunTerms& terms, const StartFacts& facts);
 
 // A budget trip's reason: "budget:run", "budget:job:KEY", "budget:team:vision".

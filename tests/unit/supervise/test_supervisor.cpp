@@ -505,6 +505,21 @@ TEST_CASE("start line: what trips the run first, and when") {
   facts.launched = TimePoint(hours(1));
   facts.ceiling = Money{100'000};
   facts.allowed = facts.ceiling;
+  facts.label = "team vision, experiment resnet-ablation-2026-12, project imagenet-long-name";
+  facts.isolation = "pid namespace";
+  facts.ledger = "sqlite:/var/lib/spendcap/a-rather-long-path/ledger.db";
+  // The short line by default: the burn, the budget and when it trips, within 100 columns.
+  std::string brief = start_line(terms, facts);
+  CHECK(brief.rfind("run 5c0ffee0 started: burn $3.60/h, budget $1.00; trips in ", 0) == 0);
+  CHECK(brief.size() <= 90);
+  CHECK(brief.find("reserve") == std::string::npos);
+  CHECK(brief.find("isolation") == std::string::npos);
+  CHECK(brief.find("ledger") == std::string::npos);
+  // --verbose: the whole of it.
+  terms.verbose = true;
+  facts.label.clear();
+  facts.isolation.clear();
+  facts.ledger.clear();
   std::string own = start_line(terms, facts);
   CHECK(own.rfind("run 5c0ffee0 started: burn $3.60/h, budget $1.00, reserve $0.0010", 0) == 0);
   CHECK(own.find("; its budget trips in") != std::string::npos);
@@ -518,6 +533,11 @@ TEST_CASE("start line: what trips the run first, and when") {
   facts.scopes = {team};
   std::string shared = start_line(terms, facts);
   CHECK(shared.find("(budget:team:vision: $0.0500 left of $0.0500)") != std::string::npos);
+  terms.verbose = false;
+  std::string shared_brief = start_line(terms, facts);
+  CHECK(shared_brief.find("(budget:team:vision)") != std::string::npos);
+  CHECK(shared_brief.size() <= 100);
+  terms.verbose = true;
 
   terms.mode = Mode::warn;
   facts.isolation = "pid namespace";
@@ -525,4 +545,8 @@ TEST_CASE("start line: what trips the run first, and when") {
   CHECK(warn.find("; would trip in") != std::string::npos);
   CHECK(warn.find("(warn mode: nothing is stopped); isolation: pid namespace") !=
         std::string::npos);
+  terms.verbose = false;
+  std::string warn_brief = start_line(terms, facts);
+  CHECK(warn_brief.find("; would trip in") != std::string::npos);
+  CHECK(warn_brief.find("(warn mode)") != std::string::npos);
 }
