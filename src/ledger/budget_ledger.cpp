@@ -267,6 +267,7 @@ RunRecord new_record(const RunStart& start, double now) {
   run.mode = start.mode;
   run.rate_per_hour = start.rate_per_hour;
   run.pricing = start.pricing;
+  run.commitment = start.commitment;
   run.reserve = start.reserve;
   run.budget = start.budget;
   run.shutdown = to_whole_ms_rounded_up(start.shutdown);

@@ -5,6 +5,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/budget_ledger.hpp"
+#include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/stop_rule.hpp"
 
 namespace spendcap {
@@ -38,6 +39,22 @@ void refuse_others_runs(const Asker& asker, const Scope& scope,
 }
 
 }  // namespace
+
+bool BudgetLedger::claim_warning(const Scope& scope, Period period,
+                                 const std::vector<int>& percents, const std::string& run_id) {
+  if (percents.empty()) return false;
+  bool claimed = false;
+  store().transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    std::int64_t first_day = period_days(period, utc_day(now)).first_day;
+    if (period == Period::total) first_day = 0;
+    claimed = false;
+    for (int percent : percents) {
+      claimed = txn.insert_warning(scope, first_day, percent, run_id, now);
+    }
+  });
+  return claimed;
+}
 
 StopOrder BudgetLedger::place_stop_order(const Scope& scope, const std::string& reason,
                                          const std::string& placed_by) {

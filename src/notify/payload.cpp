@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "spendcap/base/json_text.hpp"
+#include "spendcap/base/money.hpp"
 #include "spendcap/base/text.hpp"
 
 namespace spendcap {
@@ -112,19 +113,32 @@ nlohmann::json slack_payload(const nlohmann::json& p) {
   }
   // Spend of which budget: the scope that tripped or warned names it; the run's own budget is
   // the one figure the event carries.
+  // Money as the terminal prints it ($0.2010, 12.50 EUR), not the payload's micro-units.
+  auto money = [&](const std::string& decimal) {
+    auto amount = parse_money(decimal);
+    return amount ? format_money(*amount, currency) : decimal + " " + currency;
+  };
   std::string spend;
   if (!field("spend").empty()) {
-    spend = field("spend") + " " + currency;
+    spend = money(field("spend"));
     if ((scope.empty() || scope == "run") && !field("budget").empty()) {
-      spend += " of the run budget " + field("budget") + " " + currency;
+      spend += " of the run budget " + money(field("budget"));
     } else if (!scope.empty()) {
       spend += " (budget " + scope + ")";
     }
   }
+  // The reason once: a message that already says it (a refusal: "refused: stop order on ...")
+  // stands alone.
+  std::string message = field("message");
   std::string why = reason;
-  if (!field("message").empty() && field("message") != reason) {
-    why += (why.empty() ? "" : ": ") + field("message");
+  if (!message.empty() && message != reason) {
+    why = !reason.empty() && message.find(reason) != std::string::npos
+              ? message
+              : reason + (reason.empty() ? "" : ": ") + message;
   }
+  // The header and the fallback name the reason unless it only repeats the event
+  // ("stop-order: stop-order").
+  std::string headline = reason == event ? "" : reason;
   std::string where = "host " + field("host") + ", run " + run;
 
   // Every text a user controls (team, experiment, project, user, tags, command, reason, message,
@@ -138,7 +152,7 @@ nlohmann::json slack_payload(const nlohmann::json& p) {
     who += (who.empty() ? "" : ", ") + std::string("experiment ") + field("experiment");
   }
   if (!who.empty()) text += " (" + who + ")";
-  if (!reason.empty()) text += ": " + reason;
+  if (!headline.empty()) text += ": " + headline;
   if (!spend.empty()) text += "; spent " + spend;
   if (!field("host").empty()) text += "; host " + field("host");
   if (!field("user").empty()) text += "; user " + field("user");
@@ -152,16 +166,14 @@ nlohmann::json slack_payload(const nlohmann::json& p) {
   add("Experiment", field("experiment"));
   add("Project", field("project"));
   add("Spend", spend);
-  add("Rate", field("burn_rate_per_hour").empty()
-                  ? ""
-                  : field("burn_rate_per_hour") + " " + currency + "/h");
+  add("Rate", field("burn_rate_per_hour").empty() ? "" : money(field("burn_rate_per_hour")) + "/h");
   add("Why", why);
   add("Where", where);
   add("Tags", tags);
   add("Exit", field("exit_code"));
   nlohmann::json blocks = nlohmann::json::array();
-  blocks.push_back(
-      {{"type", "header"}, {"text", plain(title + (reason.empty() ? "" : ": " + reason), 140)}});
+  blocks.push_back({{"type", "header"},
+                    {"text", plain(title + (headline.empty() ? "" : ": " + headline), 140)}});
   if (!fields.empty()) blocks.push_back({{"type", "section"}, {"fields", fields}});
   if (!command.empty()) {
     blocks.push_back(

@@ -154,22 +154,31 @@ ComputeSku compute_sku(const ReportRow& row, const FocusContext& context) {
   sku.id = std::string(is_gpu ? "spendcap/gpu/" : "spendcap/instance/") + type;
   sku.commitment_id = std::string("spendcap/commitment/") + (is_gpu ? "gpu/" : "instance/") + type;
   sku.commitment_name = "reserved " + type;
-  if (!context.policy) return sku;
-  const auto& rates = is_gpu ? context.policy->gpu_rates : context.policy->instance_rates;
-  auto sheet = rates.find(type);
-  if (sheet == rates.end()) return sku;
-  sku.reserved_price = sheet->second.reserved;
+  // The commitment the run recorded (schema v16) holds whatever the report's policy says today;
+  // the policy's reserved price stands in for runs recorded before it.
+  if (row.pricing == Pricing::reserved && row.commitment) sku.reserved_price = row.commitment;
+  const PriceSheet* sheet = nullptr;
+  if (context.policy) {
+    const auto& rates = is_gpu ? context.policy->gpu_rates : context.policy->instance_rates;
+    auto found = rates.find(type);
+    if (found != rates.end()) sheet = &found->second;
+  }
+  if (!sheet && !row.commitment) return sku;
+  if (sheet && !row.commitment) sku.reserved_price = sheet->reserved;
   // How many GPUs (or instances) the rate buys, at the price the run was admitted at. Exact or
   // not at all: a run that priced a GPU and an instance together, or added storage to its rate,
   // has no single unit, and its rows say "Hours" of the run without a unit price.
   if (!row.pricing || (gpu && instance)) return sku;
-  auto run_price = sheet->second.price(*row.pricing);
+  std::optional<Money> run_price = *row.pricing == Pricing::reserved && row.commitment
+                                       ? row.commitment
+                                   : sheet ? sheet->price(*row.pricing)
+                                           : std::nullopt;
   if (!run_price || run_price->micros <= 0 || row.rate_per_hour.micros % run_price->micros != 0) {
     return sku;
   }
   sku.units = static_cast<double>(row.rate_per_hour.micros / run_price->micros);
   sku.unit = is_gpu ? "GPU-Hours" : "Instance-Hours";
-  sku.list_unit_price = sheet->second.on_demand;
+  if (sheet) sku.list_unit_price = sheet->on_demand;
   return sku;
 }
 

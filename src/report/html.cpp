@@ -199,7 +199,8 @@ std::string report_html(const Report& report, const Report& by_day, const HtmlCo
   if (report.by.empty()) table += "<th>all</th>";
   table +=
       "<th>runs</th><th>running</th><th>succeeded</th><th>failed</th><th>killed</th>"
-      "<th>refused</th><th>lost</th><th>spend</th><th>waste</th><th>waste share</th>";
+      "<th>refused</th><th>lost</th><th>preempted</th><th>spend</th><th>waste</th>"
+      "<th>waste share</th>";
   if (any_accepted) table += "<th>accepted</th><th>per accepted</th>";
   table += "</tr></thead>\n<tbody>\n";
   auto row = [&](const GroupTotals& g, bool total, std::int64_t spend_c, std::int64_t waste_c) {
@@ -216,7 +217,8 @@ std::string report_html(const Report& report, const Report& by_day, const HtmlCo
     }
     auto num = [](auto v) { return "<td class=\"n\">" + std::to_string(v) + "</td>"; };
     cells += num(g.runs) + "<td class=\"n running\">" + std::to_string(g.running) + "</td>" +
-             num(g.succeeded) + num(g.failed) + num(g.killed) + num(g.refused) + num(g.lost);
+             num(g.succeeded) + num(g.failed) + num(g.killed) + num(g.refused) + num(g.lost) +
+             num(g.preempted);
     cells += "<td class=\"n spend\">" + escape_html(cents_text(spend_c, currency)) +
              (g.running ? " *" : "") + "</td>";
     cells += "<td class=\"n\">" + escape_html(cents_text(waste_c, currency)) + "</td>";

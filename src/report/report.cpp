@@ -36,7 +36,8 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
   row.egress_spend = none.egress_spend;
   row.storage_peak_gb = none.storage_peak_gb;
   row.storage_spend = none.storage_spend;
-  row.pricing = run.pricing;  // none: unknown (a run recorded before schema v11)
+  row.pricing = run.pricing;        // none: unknown (a run recorded before schema v11)
+  row.commitment = run.commitment;  // none: no commitment, or a run recorded before v16
   row.elapsed_seconds = run.elapsed_seconds;
   row.id = run.id;
   row.team = run.team;

@@ -59,6 +59,18 @@ RunStart make_run_start(const RunSettings& settings) {
   run.mode = settings.mode;
   run.rate_per_hour = settings.rate_per_hour;
   run.pricing = settings.loaded.policy.defaults.pricing;  // --pricing or the policy's
+  // The commitment a reserved run uses: the reserved price of its one GPU or instance type (as
+  // FOCUS prices it, report/focus.cpp), kept with the run. --rate names no type: none.
+  const Policy& policy = settings.loaded.policy;
+  auto gpu = settings.identity.tags.find("gpu");
+  auto instance = settings.identity.tags.find("instance");
+  bool has_gpu = gpu != settings.identity.tags.end();
+  bool has_instance = instance != settings.identity.tags.end();
+  if (run.pricing == Pricing::reserved && has_gpu != has_instance) {
+    const auto& rates = has_gpu ? policy.gpu_rates : policy.instance_rates;
+    auto sheet = rates.find(has_gpu ? gpu->second : instance->second);
+    if (sheet != rates.end()) run.commitment = sheet->second.reserved;
+  }
   run.reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
   run.budget = settings.budget;
   run.shutdown = settings.on_trip.total();

@@ -104,16 +104,46 @@ void HeartbeatPart::on_heartbeat(const std::string& error, const Grant& grant) {
     if (!hooks_.warning()) break;
     auto& tracker =
         scope_thresholds_.try_emplace(to_string(use.scope), terms_.warn_at).first->second;
-    if (!tracker.crossed(use.spent, use.amount).empty()) {
+    std::vector<double> crossed = tracker.crossed(use.spent, use.amount);
+    if (!crossed.empty()) {
       std::string line = spent_of(use.spent, use.amount,
                                   to_string(use.scope) + " budget (" + to_string(use.period) + ")",
                                   terms_.currency);
-      reporter_.line(line);
-      notifier_.notify(RunEvent{"warning", line.substr(0, line.find(':')), to_string(use.scope),
-                                line, meter_.spend_at(now())});
+      reporter_.line(line);  // this run's user sees it in any case
+      // The reason is the line up to its figures ("80% of the team:vision budget (month)
+      // spent"), not up to the scope's own colon.
+      std::string reason = line.substr(0, line.find(" spent: ") + std::string(" spent").size());
+      announce(use, crossed,
+               RunEvent{"warning", reason, to_string(use.scope), line, meter_.spend_at(now())});
     }
   }
   hooks_.granted(grant);
+}
+
+// A shared budget's threshold is announced once per period, by whichever run crosses it first:
+// the ledger decides (Ledger::claim_warning), so two runs of a team send one webhook for each
+// threshold, not one each. A ledger that cannot be asked announces (better twice than never).
+void HeartbeatPart::announce(const ScopeUse& use, const std::vector<double>& crossed,
+                             RunEvent event) {
+  if (!ledger_) {
+    notifier_.notify(event);
+    return;
+  }
+  std::vector<int> percents;
+  for (double fraction : crossed) percents.push_back(static_cast<int>(fraction * 100 + 0.5));
+  auto claimed = std::make_shared<bool>(true);
+  std::string id = terms_.run_id;
+  Scope scope = use.scope;
+  Period period = use.period;
+  ledger_->call(
+      [scope, period, percents, id, claimed](Ledger& ledger) {
+        *claimed = ledger.claim_warning(scope, period, percents, id);
+      },
+      [this, claimed, event](const std::string& error) {
+        if (finished_) return;
+        if (error.empty() && !*claimed) return;  // another run announced it
+        notifier_.notify(event);
+      });
 }
 
 void HeartbeatPart::apply(const Grant& grant) {

@@ -12,6 +12,7 @@ import csv
 import decimal
 import io
 import json
+import os
 import re
 import sqlite3
 import unittest
@@ -220,6 +221,35 @@ class FocusRulesTest(LedgerTest):
         connection.close()
         old = [r for r in read_rows(self.focus()) if r["ResourceId"] == ids["rate"]][0]
         self.assertEqual((old["PricingCategory"], old["x_Pricing"]), ("Other", "unknown"))
+
+    def test_a_reserved_run_is_committed_without_its_policy(self):
+        # Issue 30, item 8: finance exports FOCUS on another machine, without the runs' policy,
+        # or after the policy changed. The commitment a reserved run used is the ledger's
+        # (schema v16), so its rows read the same on any day.
+        ids = self.seed()
+        ledger = {r["id"]: r for r in self.runs()}
+        self.assertEqual(ledger[ids["reserved"]]["commitment_micros"], 24 * MICROS)
+        for name in ("on-demand", "spot", "instance", "rate-reserved", "rate"):
+            self.assertIsNone(ledger[ids[name]]["commitment_micros"], name)
+        with_policy = {r["ResourceId"]: r for r in read_rows(self.focus())}
+        os.remove(self.path("spendcap.json"))
+        changed = dict(POLICY, rates={"gpu": {"a100": {"on_demand": 40}}})
+        for policy in (None, changed):
+            if policy:
+                self.write_policy(policy)
+            rows = read_rows(self.focus())
+            self.assertEqual(focus_violations(rows), set(), policy)
+            by_id = {r["ResourceId"]: r for r in rows}
+            reserved = by_id[ids["reserved"]]
+            self.assertEqual(reserved["PricingCategory"], "Committed", policy)
+            self.assertEqual(reserved["CommitmentDiscountId"], "spendcap/commitment/gpu/a100")
+            # One GPU at the committed price: the same quantity as with the policy.
+            self.assertEqual(reserved["PricingUnit"], "GPU-Hours", policy)
+            self.assertEqual(reserved["PricingQuantity"],
+                             with_policy[ids["reserved"]]["PricingQuantity"])
+            self.assertEqual(reserved["BilledCost"], with_policy[ids["reserved"]]["BilledCost"])
+            # Negative control: a reserved run that named no type had no commitment to keep.
+            self.assertEqual(by_id[ids["rate-reserved"]]["PricingCategory"], "Other")
 
     def test_formula_cells_neutralised_and_raw_on_request(self):
         ids = self.seed()

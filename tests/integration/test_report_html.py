@@ -202,5 +202,50 @@ class HtmlShowbackTest(LedgerTest):
             shutil.copy(shot, os.environ["SPENDCAP_KEEP_SCREENSHOT"])
 
 
+class HtmlColumnsTest(LedgerTest):
+    """Issue 30, item 8: the outcome columns add up to the runs, a preempted run included (15 runs
+    used to add to 14), and waste counts failed, killed, lost and preempted runs. The page is
+    static HTML: read without a browser."""
+
+    def test_outcome_columns_add_up_to_the_runs(self):
+        self.write_policy({"defaults": {"grace": "0s", "kill_after": "1s", "sync": "1s"}})
+        base = ["run", "--team", "vision", "--rate", "36"]
+        self.run_ok(base + ["--budget", "1", "--", "true"])                          # succeeded
+        self.run_ok(base + ["--budget", "1", "--", "false"], code=1)                 # failed
+        self.run_ok(base + ["--budget", "0.03", "--", "sleep", "30"], code=124)      # killed
+        self.run_ok(base + ["--budget", "0.01", "--", "true"], code=120)             # refused
+        started = self.path("started")
+        preempted = self.start_spendcap(base + ["--budget", "1", "--", "python3", "-c",
+                                                "import sys, time; open(sys.argv[1], 'w')"
+                                                ".close(); time.sleep(60)", started])
+        wait_until(lambda: os.path.exists(started), 60, what="the job to start")
+        preempted.send_signal(signal.SIGTERM)
+        preempted.communicate(timeout=60)
+        self.assertEqual(preempted.returncode, -signal.SIGTERM)  # re-raised: a preemption
+        statuses = sorted(r["status"] for r in self.runs())
+        self.assertEqual(statuses, ["failed", "killed", "preempted", "refused", "succeeded"])
+        text = self.run_ok(["report", "--by", "team", "--format", "html"]).stdout
+        table = text[text.index('<table id="report">'):]
+        table = table[:table.index("</table>") + len("</table>")]
+        page = Page()
+        page.feed(table)
+        outcomes = ["running", "succeeded", "failed", "killed", "refused", "lost", "preempted"]
+        for name in ["runs"] + outcomes:
+            self.assertIn(name, page.headings)
+        # A group row starts with its key's <td>; the total row with one <th> in its place.
+        rows = [(row, cells, 0) for row, cells in page.groups.values()] + [page.total + (1,)]
+        for row, cells, offset in rows:
+            values = [t for _, t in cells]
+            count = {h: int(values[page.headings.index(h) - offset])
+                     for h in ["runs"] + outcomes}
+            self.assertEqual(count["runs"], sum(count[o] for o in outcomes), (row, count))
+            self.assertEqual(count["runs"], 5)
+            self.assertEqual(count["preempted"], 1)
+        data = json.loads(self.run_ok(["report", "--by", "team", "--format", "json"]).stdout)
+        by_status = {r["status"]: r["spend_micros"] for r in self.runs()}
+        waste = sum(by_status[s] for s in ("failed", "killed", "preempted"))
+        self.assertAlmostEqual(data["total"]["waste"], waste / 1e6, places=6)
+
+
 if __name__ == "__main__":
     unittest.main()

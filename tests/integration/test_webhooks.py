@@ -7,6 +7,7 @@ import hmac
 import http.server
 import json
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -154,8 +155,13 @@ class WebhookTest(LedgerTest):
         # Block Kit with a text fallback (issue 21); test_webhook_standards checks the escaping.
         self.assertEqual(sorted(body), ["blocks", "mrkdwn", "text"])
         status = self.read_json("status.json")
-        for part in ("vision", "vit", "budget:run", "%g" % status["spend"]):
+        for part in ("vision", "vit", "budget:run"):
             self.assertIn(part, body["text"])
+        # Money as the terminal prints it: $0.0401, not 0.040071 USD (issue 30).
+        spent = re.search(r"spent \$(\d+\.\d{4}) of the run budget \$0\.0400", body["text"])
+        self.assertTrue(spent, body["text"])
+        self.assertAlmostEqual(float(spent.group(1)), status["spend"], delta=0.00006)
+        self.assertNotIn(" USD", body["text"])
 
     def test_3_retries_500_then_200_and_never_400(self):
         endpoint = self.endpoint([500, 500, 200])

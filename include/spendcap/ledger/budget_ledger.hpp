@@ -48,6 +48,8 @@ class BudgetLedger : public Ledger {
                              const std::string& placed_by) override;
   int clear_stop_orders(const Scope& scope) override;
   std::vector<StopOrder> active_stop_orders() override;
+  bool claim_warning(const Scope& scope, Period period, const std::vector<int>& percents,
+                     const std::string& run_id) override;
   std::int64_t add_outbox(const OutboxEntry& entry) override;
   std::vector<OutboxEntry> outbox(const std::string& user) override;
   void remove_outbox(std::int64_t id) override;

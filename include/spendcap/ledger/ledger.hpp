@@ -85,6 +85,10 @@ struct RunStart : RunIdentity {
   // How that rate is priced (defaults.pricing, --pricing): FOCUS's PricingCategory and the
   // rollups key on it. None: unknown (a run recorded before the ledger kept it, schema v11).
   std::optional<Pricing> pricing;
+  // A reserved run priced by one GPU or instance type: the policy's reserved price per unit and
+  // hour it used (the commitment; FOCUS's Committed rows). Kept with the run, so that a report
+  // without that policy, or after it changed, says the same (schema v16). None otherwise.
+  std::optional<Money> commitment;
   Money reserve;  // rate x (grace + kill-after + 1 s of reaping slack)
   // --budget: the run's own cap, or with a job key the cap of the job across its runs.
   std::optional<Money> budget;
@@ -335,6 +339,17 @@ class Ledger {
   // Clears the active orders on `scope`; returns how many.
   virtual int clear_stop_orders(const Scope& scope) = 0;
   virtual std::vector<StopOrder> active_stop_orders() = 0;
+
+  // --- budget warnings, once per threshold and period (issue 30) ---
+  // Records that `percents` (ascending) of `scope`'s budget in its current `period` (the ledger's
+  // clock) were announced by `run_id`; true when the last (the highest) had not been announced by
+  // any run before: this run sends its webhook, every other run of the scope sends none. A ledger
+  // that keeps no such record says true (each run announces).
+  virtual bool claim_warning(const Scope& scope, Period period, const std::vector<int>& percents,
+                             const std::string& run_id) {
+    (void)scope, (void)period, (void)percents, (void)run_id;
+    return true;
+  }
 
   // --- the webhook outbox (notify/) ---
   // Stores the entry (its id and created_at are the ledger's) and returns its id.

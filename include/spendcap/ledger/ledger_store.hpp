@@ -44,8 +44,9 @@ struct RunRecord : RunIdentity {
   std::string reason;
   std::optional<int> exit_code;
   Money rate_per_hour, reserve;
-  std::optional<Pricing> pricing;  // RunStart's; none: unknown (stored NULL, runs before v11)
-  std::optional<Money> budget;     // --budget as given
+  std::optional<Pricing> pricing;   // RunStart's; none: unknown (stored NULL, runs before v11)
+  std::optional<Money> commitment;  // RunStart's; none: no commitment (or a run before v16)
+  std::optional<Money> budget;      // --budget as given
   Nanos shutdown{}, sync{};
   double started_at = 0;  // unix seconds, the ledger's clock
   std::int64_t day = 0;   // utc_day(started_at): the usage rows it adds to
@@ -174,6 +175,15 @@ class StoreTxn {
   // Clears the active orders on `scope`; returns how many.
   virtual int clear_stop_orders(const Scope& scope, double cleared_at) = 0;
   virtual std::vector<StopOrder> active_stop_orders() = 0;  // by id
+
+  // ---- budget warnings announced (Ledger::claim_warning) ----
+  // Inserts the row (scope, period_day, percent) unless there is one; true when it inserted. The
+  // default keeps nothing and says true.
+  virtual bool insert_warning(const Scope& scope, std::int64_t period_day, int percent,
+                              const std::string& run_id, double at) {
+    (void)scope, (void)period_day, (void)percent, (void)run_id, (void)at;
+    return true;
+  }
 
   // ---- the webhook outbox ----
   // Records `entry` (its id is ignored) and returns the new id (> 0, increasing).

@@ -52,6 +52,8 @@ struct ReportRow {
   std::optional<double> storage_peak_gb;
   std::optional<Money> storage_spend;
   std::optional<Pricing> pricing;  // the ledger's (RunRecord::pricing); none: unknown
+  // The commitment the run used (RunRecord::commitment): a reserved run's reserved unit price.
+  std::optional<Money> commitment;
   // Launch until the tree was empty (the ledger's elapsed_seconds); none: not finished.
   std::optional<double> elapsed_seconds;
 };
@@ -106,8 +108,8 @@ struct GroupTotals {
   std::int64_t runs = 0, running = 0, succeeded = 0, failed = 0, killed = 0, refused = 0, lost = 0,
                preempted = 0, accepted = 0;
   Money spend, running_spend;  // running_spend: part of spend, of runs still running
-  Money waste;                 // spend of runs that did not succeed (failed, killed, lost)
-  Money units_spend;           // spend of the runs that reported units
+  Money waste;        // spend of runs that did not succeed (failed, killed, lost, preempted)
+  Money units_spend;  // spend of the runs that reported units
   Measured gpu_hours_allocated, gpu_hours_busy, idle_spend, energy_kwh, co2_kg, units, egress_gb,
       egress_spend, storage_peak_gb, storage_spend;
   std::optional<std::string> metric_name;

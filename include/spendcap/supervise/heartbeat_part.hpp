@@ -83,6 +83,8 @@ class HeartbeatPart final : public RunPart {
   void heartbeat();
   void on_heartbeat(const std::string& error, const Grant& grant);
   void apply(const Grant& grant);
+  // Sends `event` when the ledger says this run is the first to cross `crossed` of `use`.
+  void announce(const ScopeUse& use, const std::vector<double>& crossed, RunEvent event);
 
   boost::asio::steady_timer timer_;
   const Reporter& reporter_;

@@ -97,6 +97,17 @@ std::vector<StopOrder> PostgresStore::Impl::active_stop_orders() {
 }
 
 // ---- the webhook outbox: row-level security shows a runner only its own entries ----
+bool PostgresStore::Impl::insert_warning(const Scope& scope, std::int64_t period_day, int percent,
+                                         const std::string& run_id, double at) {
+  // A concurrent insert of the same key waits for the other transaction, then does nothing.
+  return exec(
+             "INSERT INTO budget_warnings (scope_kind, scope_name, period_day, percent, run_id, "
+             "announced_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING 1",
+             {to_string(scope.kind), scope.name, param(period_day), param(percent), run_id,
+              param(at)})
+             .rows() > 0;
+}
+
 std::int64_t PostgresStore::Impl::insert_outbox(const OutboxEntry& e) {
   return exec(
              "INSERT INTO outbox (event_id, event, run_id, user_name, destination, format, "

@@ -188,6 +188,7 @@ inline std::string run_json(const RunRecord& r) {
   row["storage_peak_gb"] = optional(r.storage_peak_gb);
   row["storage_spend_micros"] = money(r.storage_spend);
   row["pricing"] = optional(pricing_column(r.pricing));
+  row["commitment_micros"] = money(r.commitment);
   return dump_json(row);
 }
 
@@ -248,6 +249,7 @@ inline RunRecord read_run(const Result& q, int i) {
   r.storage_peak_gb = q.optional_f64(i, 50);
   r.storage_spend = q.optional_money(i, 51);
   r.pricing = pricing_of_column(q.optional_text(i, 52));
+  r.commitment = q.optional_money(i, 53);
   return r;
 }
 
@@ -666,6 +668,8 @@ struct PostgresStore::Impl final : StoreTxn {
                               const std::string& placed_by, double placed_at) override;
   int clear_stop_orders(const Scope& scope, double cleared_at) override;
   std::vector<StopOrder> active_stop_orders() override;
+  bool insert_warning(const Scope& scope, std::int64_t period_day, int percent,
+                      const std::string& run_id, double at) override;
   std::int64_t insert_outbox(const OutboxEntry& e) override;
   std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
   void delete_outbox(std::int64_t id) override;

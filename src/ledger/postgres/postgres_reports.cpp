@@ -17,7 +17,8 @@ void PostgresStore::Impl::for_each_run_started(double since, double until,
         "day, heartbeat_at, finished_at, spend_micros, ceiling_micros, reconciled, overrun, "
         "elapsed_seconds, storage_peak_gb, storage_spend_micros, pricing, gpu_measured, "
         "gpu_not_measured, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
-        "gpu_energy_kwh, gpu_co2_kg, metric_name, metric_value, units, egress_gb FROM runs "
+        "gpu_energy_kwh, gpu_co2_kg, metric_name, metric_value, units, egress_gb, "
+        "commitment_micros FROM runs "
         "WHERE started_at >= $1 AND started_at < $2",
         {param(since), param(until)});
     RunRecord r;
@@ -65,6 +66,7 @@ void PostgresStore::Impl::for_each_run_started(double since, double until,
         r.metric_value = q.optional_f64(i, 31);
         r.units = q.optional_f64(i, 32);
         r.egress_gb = q.optional_f64(i, 33);
+        r.commitment = q.optional_money(i, 34);
         delivered = true;
         each(r);
       }

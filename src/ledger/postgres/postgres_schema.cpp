@@ -194,6 +194,21 @@ CREATE INDEX runs_running_team ON runs(team, day) WHERE status = 'running';
     // v16 (the 15th entry; issue 32): nothing changes in the tables; routines() replaces the pure
     // grant helpers by SQL functions the planner inlines (postgres_grants.cpp).
     "SELECT 1;\n",
+    // Schema version 16 (the 16th entry; issue 30), as SQLite's: a budget's warning thresholds announced once per
+    // scope, period and threshold (runners insert rows, routines() grants it), and the commitment
+    // a reserved run used.
+    R"sql(
+CREATE TABLE budget_warnings (
+  scope_kind TEXT NOT NULL,
+  scope_name TEXT NOT NULL,
+  period_day BIGINT NOT NULL,
+  percent INTEGER NOT NULL,
+  run_id TEXT NOT NULL,
+  announced_at DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (scope_kind, scope_name, period_day, percent)
+);
+ALTER TABLE runs ADD COLUMN commitment_micros BIGINT;
+)sql",
 };
 
 const char* const kRunColumns =
@@ -204,7 +219,8 @@ const char* const kRunColumns =
     "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "
     "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
     "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, "
-    "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, pricing";
+    "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, pricing, "
+    "commitment_micros";
 
 namespace {
 
@@ -454,6 +470,10 @@ BEGIN
     created_at, attempts, last_error) ON outbox TO spendcap_runner;
   GRANT UPDATE (attempts, last_error) ON outbox TO spendcap_runner;
   GRANT USAGE ON SEQUENCE outbox_id_seq TO spendcap_runner;
+  -- Budget warnings announced (v15): a runner records the thresholds its run announced.
+  IF to_regclass('budget_warnings') IS NOT NULL THEN
+    GRANT SELECT, INSERT ON budget_warnings TO spendcap_runner;
+  END IF;
 END $$;
 REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_place_stop_order(text, text, text, text, double precision),

@@ -119,6 +119,16 @@ std::optional<StopOrder> SqliteStore::Impl::first_stop_order(const std::vector<S
   return read_stop_order(q);
 }
 
+bool SqliteStore::Impl::insert_warning(const Scope& scope, std::int64_t period_day, int percent,
+                                       const std::string& run_id, double at) {
+  query(
+      "INSERT INTO budget_warnings (scope_kind, scope_name, period_day, percent, run_id, "
+      "announced_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+      .bind_all(to_string(scope.kind), scope.name, period_day, percent, run_id, at)
+      .run();
+  return changes() > 0;
+}
+
 StopOrder SqliteStore::Impl::insert_stop_order(const Scope& scope, const std::string& reason,
                                                const std::string& placed_by, double placed_at) {
   query(

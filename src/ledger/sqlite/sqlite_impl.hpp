@@ -37,7 +37,8 @@ namespace sqlite_detail {
   "spend_micros, ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, " \
   "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "       \
   "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "                \
-  "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, pricing"
+  "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, pricing, "     \
+  "commitment_micros"
 
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
@@ -338,6 +339,8 @@ struct SqliteStore::Impl final : StoreTxn {
     return read_runs(q);
   }
 
+  bool insert_warning(const Scope& scope, std::int64_t period_day, int percent,
+                      const std::string& run_id, double at) override;
   std::int64_t insert_outbox(const OutboxEntry& entry) override;
   std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
   void delete_outbox(std::int64_t id) override;

@@ -104,7 +104,7 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
       "ceiling_micros, reconciled, overrun, elapsed_seconds, gpu_measured, gpu_not_measured, "
       "gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, gpu_energy_kwh, "
       "gpu_co2_kg, metric_name, metric_value, units, egress_gb, storage_peak_gb, "
-      "storage_spend_micros, pricing FROM runs " +
+      "storage_spend_micros, pricing, commitment_micros FROM runs " +
       // A period of a few days (a report's partial days, beside the rollups) is found by the
       // index on started_at (v14); a longer one is a scan: a b-tree look-up per row made a report
       // of 1M runs ten times slower (the unary + keeps the index out).
@@ -164,6 +164,7 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
     r.storage_peak_gb = q.optional_f64(31);
     r.storage_spend = q.optional_money(32);
     r.pricing = pricing_of_column(q.optional_text(33));
+    r.commitment = q.optional_money(34);
     each(r);
   }
 }

@@ -60,6 +60,7 @@ RunRecord SqliteStore::Impl::read_run(Query& q) {
     g.timeline = timeline_from_text(q.text(45));
   }
   r.pricing = pricing_of_column(q.optional_text(46));
+  r.commitment = q.optional_money(47);
   return r;
 }
 
@@ -92,7 +93,7 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
       "INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
       "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-      "NULL, NULL, ?)");
+      "NULL, NULL, ?, ?)");
   q.bind_all(r.id, r.job_key.empty() ? std::nullopt : std::optional<std::string>(r.job_key), r.team,
              r.experiment, r.project, r.user, json_of(r.tags), json_of(r.command), r.fingerprint,
              r.host, r.pid, to_string(r.mode), to_string(r.status), r.reason, r.exit_code,
@@ -100,7 +101,7 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
              to_ms_rounded_up(r.sync), r.started_at, r.day, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
              r.would_stop_reason, r.elapsed_seconds, r.uid, r.reported_spend, r.overrun ? 1 : 0,
-             pricing_column(r.pricing));
+             pricing_column(r.pricing), r.commitment);
   q.run();
 }
 

@@ -210,22 +210,41 @@ std::string rollups_migration() {
          "CREATE INDEX runs_started ON runs(started_at);\n";
 }
 
+// Schema version 16 (issue 30): shared with PostgreSQL's (the same SQL).
+constexpr const char* kBudgetWarnings = R"sql(
+CREATE TABLE budget_warnings (
+  scope_kind TEXT NOT NULL,
+  scope_name TEXT NOT NULL,
+  period_day BIGINT NOT NULL,          -- the period's first UTC day; 0 for "total"
+  percent INTEGER NOT NULL,
+  run_id TEXT NOT NULL,                -- the run that announced it
+  announced_at DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (scope_kind, scope_name, period_day, percent)
+);
+-- The commitment a reserved run used: the reserved price per GPU or instance hour (StoreTxn's
+-- RunRecord::commitment); NULL: none.
+ALTER TABLE runs ADD COLUMN commitment_micros BIGINT;
+)sql";
+
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = [] {
     std::vector<std::string> texts(std::begin(kMigrations), std::end(kMigrations));
     texts.push_back(rollups_migration());
-    // v15 (schema version 15; issue 23): the rollups kept through a journal (rollup_sql.hpp's
+    // v15 (schema version 14; issue 23): the rollups kept through a journal (rollup_sql.hpp's
     // sqlite_journal): v14's triggers cost every run about 40 ms of CPU in SQLite's compiler.
     texts.push_back(rollup_sql::sqlite_journal());
     // v16 (schema version 16; issue 32): nothing changes here (PostgreSQL's grant helpers become
     // SQL functions the planner inlines); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
+    // Version 16 (issue 30): a budget's warning thresholds announced, once per scope, period and
+    // threshold whatever the number of runs (Ledger::claim_warning); a run's commitment.
+    texts.push_back(kBudgetWarnings);
     return texts;
   }();
   return all;
 }
 
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 3;
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 4;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 

@@ -28,6 +28,8 @@ struct FakeLedgerData {
   std::vector<OutboxEntry> outbox;
   std::int64_t last_outbox_id = 0;
   std::map<std::string, AcceptedResult> accepted;  // by run id
+  // Budget warnings announced: scope, period day, percent -> the run that announced it.
+  std::map<std::tuple<Scope, std::int64_t, int>, std::string> warnings;
 };
 
 struct FakeLedgerState {
@@ -307,6 +309,10 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
       }
     }
     return std::nullopt;
+  }
+  bool insert_warning(const Scope& scope, std::int64_t period_day, int percent,
+                      const std::string& run_id, double) override {
+    return data().warnings.emplace(std::make_tuple(scope, period_day, percent), run_id).second;
   }
   StopOrder insert_stop_order(const Scope& scope, const std::string& reason,
                               const std::string& placed_by, double placed_at) override {

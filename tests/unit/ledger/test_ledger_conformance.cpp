@@ -1290,3 +1290,29 @@ TEST_CASE_TEMPLATE("Ledger conformance: a run's pricing round-trips, and unknown
 }
 
 }  // namespace spendcap::testing
+
+namespace spendcap::testing {
+
+// Issue 30, item 6: a budget's threshold is announced once per scope, period and threshold,
+// whichever connection (run) asks first; the next period announces it again.
+TEST_CASE_TEMPLATE("Ledger conformance: a warning threshold is claimed once per period", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  std::unique_ptr<Ledger> other = t.connect();
+  CHECK(t.ledger->claim_warning(kVision, Period::month, {50}, "r1"));
+  CHECK_FALSE(other->claim_warning(kVision, Period::month, {50}, "r2"));
+  CHECK_FALSE(t.ledger->claim_warning(kVision, Period::month, {50}, "r1"));
+  // Two at once (a heartbeat that crossed 80% and 95%): the highest decides; a later claim of
+  // a lower one already announced is refused.
+  CHECK(other->claim_warning(kVision, Period::month, {80, 95}, "r2"));
+  CHECK_FALSE(t.ledger->claim_warning(kVision, Period::month, {80}, "r1"));
+  CHECK_FALSE(t.ledger->claim_warning(kVision, Period::month, {95}, "r1"));
+  // Another scope, and the same one in a new month.
+  CHECK(t.ledger->claim_warning(Scope{ScopeKind::team, "nlp"}, Period::month, {50}, "r3"));
+  t.clock.advance(40 * 86400.0);
+  CHECK(other->claim_warning(kVision, Period::month, {50}, "r4"));
+  CHECK(t.ledger->claim_warning(kVision, Period::total, {50}, "r4"));
+  CHECK_FALSE(other->claim_warning(kVision, Period::total, {50}, "r5"));
+}
+
+}  // namespace spendcap::testing

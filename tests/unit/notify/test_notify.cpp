@@ -356,7 +356,7 @@ TEST_CASE("Slack: user text escaped, in plain_text, mrkdwn off; a message a pers
   REQUIRE(texts.size() == 1);
   CHECK(texts[0] == slack["text"]);
   // Who, what team, which budget, why, where.
-  for (const char* part : {"User: ada", "Team: vision", "2 USD of the run budget 2 USD",
+  for (const char* part : {"User: ada", "Team: vision", "$2.00 of the run budget $2.00",
                            "Why: budget:run", "host gpu1", facts.id.c_str()}) {
     CHECK(body.find(part) != std::string::npos);
   }

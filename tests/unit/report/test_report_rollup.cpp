@@ -292,6 +292,7 @@ TEST_CASE("Rollups: the migration to v14 backfills them from the runs already th
       "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
       "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DROP TABLE rollups; "
       "DROP TABLE rollup_metrics; DROP INDEX runs_overrun; DROP INDEX runs_started; "
+      "DROP TABLE budget_warnings; ALTER TABLE runs DROP COLUMN commitment_micros; "
       "DELETE FROM schema_version WHERE version >= 13";
   REQUIRE(sqlite3_exec(db, undo, nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
@@ -312,7 +313,8 @@ TEST_CASE(
     raw.exec(
         "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
         "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DELETE FROM "
-        "schema_version WHERE version >= 14; " +
+        "schema_version WHERE version >= 14; DROP TABLE budget_warnings; "
+        "ALTER TABLE runs DROP COLUMN commitment_micros; " +
         rollup_sql::sqlite_v14_triggers());
   }
   // Opening migrates to 14 before anything is written: the runs go through the journal.
@@ -354,7 +356,8 @@ TEST_CASE(
       "gpu_not_measured, gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, "
       "gpu_idle_spend_micros, gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, "
       "gpu_sources, gpu_timeline, metric_name, metric_value + 0.5, units, egress_gb, "
-      "storage_peak_gb, storage_spend_micros, pricing FROM runs WHERE id = 'a1'; "
+      "storage_peak_gb, storage_spend_micros, pricing, commitment_micros FROM runs "
+      "WHERE id = 'a1'; "
       "UPDATE runs SET spend_micros = spend_micros * 2, project = 'moved' WHERE id = 'a2'; "
       "UPDATE runs SET status = 'failed' WHERE id = 'a3'");
   REQUIRE(raw.count("SELECT count(*) FROM rollup_journal") == 5);
