@@ -79,7 +79,7 @@ _spendcap() {
                     [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
               *) options="copy --help" ;;
             esac ;;
-    show) options="$ledger" ;;
+    show) options="--json $ledger" ;;
     runs) options="--since --until --team --experiment --user --status --limit --json --format
                    $ledger" ;;
     accept) options="--note $ledger" ;;
