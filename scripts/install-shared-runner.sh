@@ -4,7 +4,8 @@
 #
 #   scripts/install-shared-runner.sh [--binary BUILT] [--runner-binary BUILT_RUNNER] [--bin PATH]
 #       [--runner PATH]
-#       [--ledger-dir DIR] [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
+#       [--ledger-dir DIR | --ledger postgresql://[OWNER@]HOST/DB [--passfile FILE]]
+#       [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
 #       [--metrics-dir MDIR [--metrics-reader USER]] [POLICY]
 #
 # It creates the group (default spendcap; users are NOT added to it) and the service user (default
@@ -19,6 +20,14 @@
 # root:GROUP 0660, writes POLICY (default policies/shared-runner.json) as the locked LOCKED
 # (default /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file, and applies
 # the locked budgets to the ledger.
+# With --ledger postgresql://..., the ledger is that PostgreSQL database instead: the supervisor
+# connects as the service user, with the password in FILE (default /etc/spendcap/ledger.pgpass,
+# libpq's passfile, owned by the service user, 0600; kept across installs). The locked policy
+# names the URL without OWNER, with passfile=FILE. With OWNER in the URL, the budgets are applied
+# as OWNER (which creates the schema and the spendcap_runner role); the script then prints the
+# SQL that creates the service user's login role, for the database's administrator to run.
+# Webhook files (url_file, secret_file) the policy names are made root:GROUP 0640 when they exist;
+# a missing one is named, with the command that creates it (the group exists from here on).
 # With --metrics-dir, MDIR (node_exporter's textfile directory) is made root:GROUP 2770 and the
 # locked policy's "metrics_dir" names it: only spendcap's metrics writer (which keeps the group)
 # writes there, files 0660. --metrics-reader USER (node_exporter's user) gets read access through
@@ -44,6 +53,8 @@ setgid_only=0
 policy="$here/policies/shared-runner.json"
 metrics_dir=""
 metrics_reader=""
+pg_url=""
+passfile=/etc/spendcap/ledger.pgpass
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -58,7 +69,10 @@ while [ $# -gt 0 ]; do
     --setgid-only) setgid_only=1; shift ;;
     --metrics-dir) metrics_dir=$2; shift 2 ;;
     --metrics-reader) metrics_reader=$2; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --ledger) pg_url=$2; shift 2 ;;
+    --passfile) passfile=$2; shift 2 ;;
+    # The header comment above, without its "# ".
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "install-shared-runner: unknown option $1" >&2; exit 2 ;;
     *) policy=$1; shift ;;
   esac
@@ -75,6 +89,11 @@ case "$bin" in /*) ;; *) echo "install-shared-runner: --bin must be an absolute 
 [ -n "$runner_binary" ] || runner_binary="$(dirname "$binary")/spendcap-runner"
 if [ "$setgid_only" = 0 ] && [ ! -x "$runner_binary" ]; then
   echo "install-shared-runner: no built spendcap-runner at $runner_binary (build it first)" >&2; exit 1
+fi
+if [ -n "$pg_url" ]; then
+  case "$pg_url" in postgresql://*|postgres://*) ;; *) echo "install-shared-runner: --ledger takes a postgresql:// URL (the SQLite ledger is --ledger-dir)" >&2; exit 2 ;; esac
+  case "$passfile" in /*) ;; *) echo "install-shared-runner: --passfile must be an absolute path" >&2; exit 2 ;; esac
+  [ "$setgid_only" = 0 ] || { echo "install-shared-runner: --ledger postgresql:// needs the privileged runner (not --setgid-only)" >&2; exit 2; }
 fi
 
 getent group "$group" >/dev/null || groupadd --system "$group"
@@ -116,7 +135,51 @@ PY
   mv -f "$runner_config.new" "$runner_config"
 fi
 
+# PostgreSQL: the service user's passfile (its password kept across installs), and the URL the
+# locked policy names: no OWNER (each process connects as its own user), passfile=FILE.
+if [ -n "$pg_url" ]; then
+  install -d -o root -g root -m 0755 "$(dirname "$passfile")"
+  urls=$(python3 - "$pg_url" "$passfile" "$user" <<'PY'
+import os, secrets, sys, urllib.parse
+url, passfile, user = sys.argv[1:]
+parts = urllib.parse.urlsplit(url)
+password = ""
+try:
+    with open(passfile) as f:
+        for line in f:
+            fields = line.rstrip("\n").split(":")
+            if len(fields) == 5 and fields[3] == user:
+                password = fields[4]
+except FileNotFoundError:
+    pass
+if not password:
+    password = secrets.token_urlsafe(24)  # no ':' nor backslash: nothing to escape in the passfile
+with open(passfile + ".new", "w") as f:
+    f.write("*:*:*:%s:%s\n" % (user, password))
+host = parts.hostname or ""
+if ":" in host:
+    host = "[" + host + "]"
+netloc = host + (":%d" % parts.port if parts.port else "")
+query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+query = [(k, v) for k, v in query if k not in ("passfile", "user", "password")]
+query.append(("passfile", passfile))
+runner_url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path,
+                                      urllib.parse.urlencode(query, safe="/"), ""))
+print(runner_url)
+print(parts.username or "")
+print(password)
+PY
+)
+  runner_url=$(printf '%s\n' "$urls" | sed -n 1p)
+  ledger_owner=$(printf '%s\n' "$urls" | sed -n 2p)
+  role_password=$(printf '%s\n' "$urls" | sed -n 3p)
+  chown "$user":root "$passfile.new"
+  chmod 0600 "$passfile.new"
+  mv -f "$passfile.new" "$passfile"
+fi
+
 # The ledger: a directory only root and the group can enter, a file root owns.
+if [ -z "$pg_url" ]; then
 install -d -o root -g "$group" -m 2770 "$ledger_dir"
 chown root:"$group" "$ledger_dir"
 chmod 2770 "$ledger_dir"
@@ -125,6 +188,7 @@ ledger="$ledger_dir/ledger.db"
 for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
   [ -e "$file" ] && chown root:"$group" "$file" && chmod 0660 "$file"
 done
+fi
 
 # Metrics (issue 19): a directory only the group writes; its reader by an ACL, not the group.
 if [ -n "$metrics_reader" ] && [ -z "$metrics_dir" ]; then
@@ -145,29 +209,59 @@ if [ -n "$metrics_dir" ]; then
 fi
 
 # The locked policy, naming that ledger; root-owned 0644 in a directory only root writes.
-python3 - "$policy" "$ledger" "$policy_file.new" "$metrics_dir" <<'PY'
+[ -n "$pg_url" ] && ledger_location=$runner_url || ledger_location="sqlite:$ledger"
+webhook_files=$(python3 - "$policy" "$ledger_location" "$policy_file.new" "$metrics_dir" <<'PY'
 import json, sys
 source, ledger, out, metrics_dir = sys.argv[1:]
 with open(source) as f:
     policy = json.load(f)
 policy["locked"] = True
-policy["ledger"] = "sqlite:" + ledger
+policy["ledger"] = ledger
 if metrics_dir:
     policy["metrics_dir"] = metrics_dir
 with open(out, "w") as f:
     json.dump(policy, f, indent=2)
     f.write("\n")
+for hook in policy.get("webhooks", []):
+    for key in ("url_file", "secret_file"):
+        if isinstance(hook.get(key), str):
+            print(hook[key])
 PY
+)
 chown root:root "$policy_file.new"
 chmod 0644 "$policy_file.new"
 mv -f "$policy_file.new" "$policy_file"
 
-# Creates the schema as root (the -wal and -shm files too) and sets the budgets the policy locks.
-(cd / && "$bin" budgets apply "$policy_file")
-for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
-  [ -e "$file" ] && chown root:"$group" "$file" && chmod 0660 "$file"
+# The webhook files the policy names: read by the runner's group only (README, "Webhooks").
+for file in $webhook_files; do
+  if [ -f "$file" ]; then
+    chown root:"$group" "$file"
+    chmod 0640 "$file"
+  else
+    echo "install-shared-runner: the policy's webhook file $file does not exist yet; runs are refused until it does. Create it with the URL (or secret) on one line:" >&2
+    echo "  install -o root -g $group -m 0640 /dev/null $file && editor $file" >&2
+  fi
 done
-if [ "$setgid_only" = 1 ]; then
+
+if [ -z "$pg_url" ]; then
+  # Creates the schema as root (the -wal and -shm files too) and sets the budgets the policy locks.
+  (cd / && "$bin" budgets apply "$policy_file")
+  for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
+    [ -e "$file" ] && chown root:"$group" "$file" && chmod 0660 "$file"
+  done
+elif [ -n "$ledger_owner" ]; then
+  # As the owner: creates (or migrates) the schema and the spendcap_runner role, sets the budgets.
+  (cd / && "$bin" budgets apply --ledger "$pg_url" "$policy_file") || {
+    echo "install-shared-runner: applying the budgets as $ledger_owner failed (above)" >&2; exit 1; }
+fi
+if [ -n "$pg_url" ]; then
+  [ -n "$ledger_owner" ] || echo "then, as the ledger's owner: $bin budgets apply --ledger postgresql://OWNER@... $policy_file"
+  # The supervisor connects as the service user: its login role, for the administrator to create.
+  echo "the PostgreSQL ledger's administrator creates the service user's login role (psql):"
+  echo "  CREATE ROLE \"$user\" LOGIN PASSWORD '$role_password';"
+  echo "  GRANT spendcap_runner TO \"$user\";"
+  echo "installed $bin (front) and $runner (runner, setuid root; runs as $user), ledger $runner_url (passfile $passfile), locked policy $policy_file"
+elif [ "$setgid_only" = 1 ]; then
   echo "installed $bin (setgid $group, no privileged runner), ledger $ledger, locked policy $policy_file"
 else
   echo "installed $bin (front and supervisor) and $runner (runner, the one setuid-root file; runs as $user), ledger $ledger, locked policy $policy_file"

@@ -127,12 +127,18 @@ class SharedRunnerSetup(unittest.TestCase):
                            what="another useradd's lock on /etc/passwd")
             result = self.inside(["sh", INSTALL, "--binary", SPENDCAP, "--bin", self.bin,
                                   "--runner", self.runner, "--ledger-dir", self.ledger_dir] +
-                                 (["--setgid-only"] if self.setgid_only else []) + [policy])
+                                 (["--setgid-only"] if self.setgid_only else []) +
+                                 self.install_args() + [policy])
+            self.install_result = result
             if result.returncode != 0 and "lock" in result.stderr and attempt < 5:
                 continue
             self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
             if attempt >= 1:
                 break
+
+    def install_args(self):
+        """More arguments for install-shared-runner.sh (a subclass's ledger)."""
+        return []
 
     def inside(self, argv, user=None, env=None, input=None):
         if env is None:  # the setgid binary refuses variables that would redirect it (tests' own)
