@@ -448,6 +448,12 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
       txn.insert_run(run);
       return admission;
     };
+    if (!run.job_key.empty()) {
+      if (std::string why = why_not_join_job(txn.runs_of_job(run.job_key), run); !why.empty()) {
+        Scope job{ScopeKind::job, run.job_key};
+        return refuse(why, job, "refused: job key " + run.job_key + " is another's");
+      }
+    }
     if (auto order = txn.first_stop_order(stop_scopes(run))) {
       admission.grant.stop = order;
       std::string where = to_string(order->scope);
@@ -496,6 +502,12 @@ Admission BudgetLedger::admission_from_server(const RunRecord& run, ServerGrant 
   admission.grant.allowed = plan.decision.allowed;
   admission.grant.binding = plan.decision.binding;
   auto unfinished = [&server](const ScopeState&) { return server.unfinished; };
+  if (server.job_owner) {
+    admission.refusal = job_taken_message(*server.job_owner, run);
+    admission.refused_by = Scope{ScopeKind::job, run.job_key};
+    admission.grant.scopes = scope_uses(plan, Money{}, Money{});
+    return admission;
+  }
   if (server.stop) {
     const StopOrder& order = *server.stop;
     admission.grant.stop = order;

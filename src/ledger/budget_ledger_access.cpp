@@ -103,12 +103,15 @@ int BudgetLedger::clear_stop_orders(const Scope& scope) {
       }
       std::optional<RunRecord> run;
       if (scope.kind == ScopeKind::run) run = txn.find_run(scope.name);
+      std::vector<RunRecord> job_runs;
+      if (scope.kind == ScopeKind::job) job_runs = txn.runs_of_job(scope.name);
       auto rule_of = rules_in(txn);
-      if (!others.empty() && !names_caller(who, scope, rule_of, run)) {
+      if (!others.empty() && !names_caller(who, scope, rule_of, run, job_runs)) {
         std::string why = "the order was placed by " + others.front() + ", not by " +
                           who.caller.user + "; only its placer";
         if (scope.kind == ScopeKind::user) why += ", " + scope.name;
         if (scope.kind == ScopeKind::run && run) why += ", the run's user " + run->user;
+        if (const RunRecord* key = job_key_owner(job_runs)) why += ", the job key's " + key->user;
         if (auto rule = rule_of(scope); rule && !rule->member_groups.empty()) {
           why += ", the members of the group";
           why += rule->member_groups.size() == 1 ? " " : "s ";

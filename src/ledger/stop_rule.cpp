@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <memory>
 
+#include "spendcap/base/acting_user.hpp"
 #include "spendcap/ledger/ledger_store.hpp"
 
 namespace spendcap {
@@ -63,11 +64,29 @@ std::string why_not_member(const Caller& caller, const std::optional<BudgetRule>
          to_string(rule->scope);
 }
 
+// Whose a job key is for stopping it: its owner, or (only refused runs) whoever tried it first.
+const RunRecord& stop_owner(const std::vector<RunRecord>& job_runs) {
+  const RunRecord* owner = job_key_owner(job_runs);
+  return owner ? *owner : job_runs.front();
+}
+
+// The job key's own user, or a member its team's budget names. `job_runs` is not empty.
+bool speaks_for_job(const Asker& asker, const RuleOf& rule_of,
+                    const std::vector<RunRecord>& job_runs) {
+  if (asker.owner) return true;
+  const RunRecord* owner = &stop_owner(job_runs);
+  if (owner->user == asker.caller.user) return true;
+  if (owner->team.empty()) return false;
+  std::optional<BudgetRule> team = rule_of({ScopeKind::team, owner->team});
+  return names_members(team) && in_any(asker.caller, team->member_groups);
+}
+
 }  // namespace
 
 Caller current_caller() {
   Caller caller;
-  uid_t uid = ::getuid();
+  // The acting (filesystem) uid: the caller's, also in a process of the runner's service user.
+  uid_t uid = acting_uid();
   if (passwd* entry = ::getpwuid(uid)) {
     caller.user = entry->pw_name;
   } else {
@@ -141,6 +160,13 @@ std::string why_not_order_scope(const Asker& asker, const Scope& scope, const Ru
         return "no run has this job key yet, and the order would refuse whoever starts one: only "
                "the ledger's owner may place it";
       }
+      if (!speaks_for_job(asker, rule_of, job_runs)) {
+        const RunRecord& owner = stop_owner(job_runs);
+        return "job key " + scope.name + " is " + owner.user + "'s" +
+               (owner.team.empty() ? "" : " of team " + owner.team) + ": only " + owner.user +
+               (owner.team.empty() ? "" : ", the members team:" + owner.team + "'s budget names,") +
+               " and the ledger's owner may stop it";
+      }
       for (const RunRecord& each : job_runs) {
         std::string why = why_not_act_on_run(asker, each, rule_of);
         if (!why.empty()) return "its run " + each.id.substr(0, 8) + ": " + why;
@@ -151,7 +177,7 @@ std::string why_not_order_scope(const Asker& asker, const Scope& scope, const Ru
 }
 
 bool names_caller(const Asker& asker, const Scope& scope, const RuleOf& rule_of,
-                  const std::optional<RunRecord>& run) {
+                  const std::optional<RunRecord>& run, const std::vector<RunRecord>& job_runs) {
   if (asker.owner) return true;
   switch (scope.kind) {
     case ScopeKind::user:
@@ -171,9 +197,39 @@ bool names_caller(const Asker& asker, const Scope& scope, const RuleOf& rule_of,
         return names_members(team) && why_not_act_on_run(asker, *run, rule_of).empty();
       }
     case ScopeKind::job:
-      return false;
+      return !job_runs.empty() && speaks_for_job(asker, rule_of, job_runs);
   }
   return false;
+}
+
+const RunRecord* job_key_owner(const std::vector<RunRecord>& job_runs) {
+  const RunRecord* first = nullptr;
+  for (const RunRecord& run : job_runs) {
+    if (run.status == RunStatus::refused) continue;
+    if (!first || run.started_at < first->started_at ||
+        (run.started_at == first->started_at && run.id < first->id)) {
+      first = &run;
+    }
+  }
+  return first;
+}
+
+std::string why_not_join_job(const std::vector<RunRecord>& job_runs, const RunRecord& run) {
+  std::vector<RunRecord> others;
+  for (const RunRecord& other : job_runs) {
+    if (other.id != run.id) others.push_back(other);
+  }
+  const RunRecord* owner = job_key_owner(others);
+  if (!owner || (owner->team == run.team && owner->user == run.user)) return "";
+  return job_taken_message(*owner, run);
+}
+
+std::string job_taken_message(const RunRecord& owner, const RunRecord& run) {
+  std::string whose = owner.team.empty() ? owner.user + "'s (no team)"
+                                         : "team " + owner.team + "'s, " + owner.user + "'s";
+  return "job key " + run.job_key + " is " + whose + " (its first run " + owner.id.substr(0, 8) +
+         "): a run of " + (run.team.empty() ? "no team" : "team " + run.team) + " by " + run.user +
+         " cannot join, resize or spend it (give another --job-key)";
 }
 
 }  // namespace spendcap

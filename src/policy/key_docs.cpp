@@ -98,6 +98,9 @@ Docs build_docs() {
         "refuse (120) the same team, experiment and command after this many failures with no "
         "success since..."}},
       {"/guards/crash_loop/window", {"duration > 0", "", "...within this window"}},
+      {"/guards/crash_loop/shared",
+       {"boolean", "false",
+        "count every user's failures of the command (by default only the caller's own)"}},
       {"/guards/respawn_loop",
        {"object", "", "stop a run whose processes keep restarting after abnormal exits"}},
       {"/guards/respawn_loop/enabled", {"boolean", "", "false turns the guard off"}},

@@ -387,6 +387,8 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/guards/crash_loop/window", value(&CrashLoopGuard::window, positive_duration))
           .at_least(Scale::duration, "shorter")
           .implied(always, duration_text(crash_loop.window)));
+  // Off by default: a locked policy that does not write it locks nothing (false is not "on").
+  add(Row("/guards/crash_loop/shared", value(&CrashLoopGuard::shared, boolean)).on_kept());
   add(Row("/guards/respawn_loop", optional_section(&Guards::respawn_loop, "/guards/respawn_loop"))
           .by_key());
   add(Row("/guards/respawn_loop/enabled", value(&RespawnLoopGuard::enabled, boolean))

@@ -170,6 +170,18 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, Run
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
   if (!guard.enabled) return 0;
   CommandHistory history = ledger.command_history(start.fingerprint, to_seconds(guard.window));
+  // Only the caller's own runs count, unless the policy shares the count (guards.crash_loop.
+  // shared): another user's crash loop must not refuse this user's run (issue 29).
+  if (!guard.shared) {
+    std::erase_if(history.runs, [&](const RunView& run) { return run.user != start.user; });
+  }
+  std::vector<std::string> counted;  // whose failures counted, for the refusal
+  for (const RunView& run : history.runs) {
+    if (run.status == RunStatus::failed &&
+        std::find(counted.begin(), counted.end(), run.user) == counted.end()) {
+      counted.push_back(run.user);
+    }
+  }
   std::vector<PastRun> past;
   for (const RunView& run : history.runs) {
     PastRun p;
@@ -225,6 +237,9 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, Run
     ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
     // The `refused` event goes out once per window (verdict.send_refused_event): a job knocking
     // again and again does not flood the channel.
+    verdict.message += " (failures counted: " + join(counted, ", ") +
+                       (guard.shared ? "'s; guards.crash_loop.shared counts every user's)"
+                                     : "'s own; other users' are not counted)");
     Admission refused;
     refused.refusal =
         verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");

@@ -55,6 +55,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
       resolve_run_settings(request, env, PolicySearch::from_environment(request.policy));
   require_locked_policy_when_setgid(settings.loaded.locked, settings.ledger_url);
   if (settings.loaded.policy.metrics_dir) {
+    require_runner_metrics_dir(settings.loaded);
     check_metrics_dir(*settings.loaded.policy.metrics_dir);
     check_shared_metrics_dir(*settings.loaded.policy.metrics_dir, settings.loaded.locked);
   }

@@ -513,6 +513,19 @@ StoragePlan checkpoint_storage(const RunRequest& request, RunSettings& settings)
   return plan;
 }
 
+void require_runner_metrics_dir(const LoadedPolicy& loaded) {
+  if (!installed_setgid() || !loaded.policy.metrics_dir) return;
+  std::optional<std::string> locked;
+  if (loaded.locked_policy) locked = loaded.locked_policy->metrics_dir;
+  if (loaded.policy.metrics_dir == locked) return;
+  throw Error("--metrics-dir " + *loaded.policy.metrics_dir,
+              "refused on this shared runner: only the locked policy's metrics_dir (" +
+                  (locked ? *locked : std::string("none")) +
+                  ") is written, by a writer that holds the ledger's group, so a directory you "
+                  "name would get files of the runner's",
+              "drop --metrics-dir and metrics_dir from your own policy files");
+}
+
 // --metrics-dir (or metrics_dir) is checked before anything runs: an existing directory spendcap
 // can write in (node_exporter's textfile directory is made by whoever runs node_exporter).
 void check_metrics_dir(const std::string& dir) {

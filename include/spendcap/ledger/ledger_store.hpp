@@ -112,8 +112,9 @@ struct ServerGrant {
   Money job_spent_before;
   std::optional<Money> job_budget_before;
   std::optional<StopOrder> stop;
-  Money live_delta, held_delta;  // heartbeat: what it added to its scopes' sums
-  Money ceiling, allowed;        // heartbeat: what the run holds now
+  std::optional<RunRecord> job_owner;  // admission: the job key is this run's (id, team, user)
+  Money live_delta, held_delta;        // heartbeat: what it added to its scopes' sums
+  Money ceiling, allowed;              // heartbeat: what the run holds now
 };
 
 enum class Access { read, write };

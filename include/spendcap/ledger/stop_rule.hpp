@@ -13,7 +13,10 @@
 //     caller speaks for the scope's future runs (see may_order_scope).
 //   - An order may be cleared by the owner, by whoever placed every active order on the scope,
 //     and by those who speak for the scope by name (the user themself, the members a budget
-//     names, the run's own user): not by everyone an open team takes.
+//     names, the run's own user, a job key's own user): not by everyone an open team takes.
+//   - A job key belongs to its first admitted run's team and user: a run of another team or
+//     another user cannot join it (hold, spend or resize its budget), and an order on it takes
+//     its user or a member its team's budget names (not everyone an open team takes).
 //
 // Pure: the caller and the budgets in force are given.
 #pragma once
@@ -57,8 +60,20 @@ std::string why_not_order_scope(const Asker& asker, const Scope& scope, const Ru
                                 const std::optional<RunRecord>& run,
                                 const std::vector<RunRecord>& job_runs);
 
-// Whether `caller` speaks for `scope` by name, for clearing (see the top).
+// Whether `caller` speaks for `scope` by name, for clearing (see the top). `job_runs`: a job
+// key's runs, finished included.
 bool names_caller(const Asker& asker, const Scope& scope, const RuleOf& rule_of,
-                  const std::optional<RunRecord>& run);
+                  const std::optional<RunRecord>& run, const std::vector<RunRecord>& job_runs = {});
+
+// The run a job key belongs to: the first of `job_runs` admitted (a refused run never held the
+// key), by start time then id; nullptr when none was.
+const RunRecord* job_key_owner(const std::vector<RunRecord>& job_runs);
+
+// Why `run` may not join its job key ("" when it may): the key's first run is of another team or
+// another user. `job_runs`: the key's runs (`run` itself may be among them).
+std::string why_not_join_job(const std::vector<RunRecord>& job_runs, const RunRecord& run);
+
+// The refusal of `run` on a job key that is `owner`'s (its id, team and user).
+std::string job_taken_message(const RunRecord& owner, const RunRecord& run);
 
 }  // namespace spendcap

@@ -102,6 +102,7 @@ struct CrashLoopGuard {
   int max_failures = 5;
   Nanos window = std::chrono::minutes(10);
   bool enabled = true;  // on without a policy; "enabled": false turns it off
+  bool shared = false;  // count every user's failures of the command, not only the caller's
 };
 struct RespawnLoopGuard {
   int max_restarts = 10;

@@ -62,4 +62,9 @@ StoragePlan checkpoint_storage(const RunRequest& request, RunSettings& settings)
 // can write in.
 void check_metrics_dir(const std::string& dir);
 
+// On a shared runner (the setgid install, the privileged runner) the metrics directory in force
+// must be the locked policy's own metrics_dir: its writer holds the ledger's group, and a
+// directory a user names (the ledger's own, say) would get files of the runner's. Throws Error.
+void require_runner_metrics_dir(const LoadedPolicy& loaded);
+
 }  // namespace spendcap

@@ -76,6 +76,18 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM runs WHERE job_key = name) THEN
       RETURN format('no run has the job key %s yet: only the ledger''s owner may place it', name);
     END IF;
+    -- The key's own role, or a member role its team's budget names (stop_rule.hpp).
+    SELECT * INTO r FROM runs WHERE job_key = name
+      ORDER BY (status = 'refused'), started_at, id LIMIT 1;
+    IF r.db_role <> session_user THEN
+      SELECT member_groups INTO groups FROM budgets WHERE scope_kind = 'team'
+        AND scope_name = r.team;
+      IF COALESCE(groups, '[]') = '[]' OR NOT spendcap_in_member_roles(groups) THEN
+        RETURN format('job key %s is %s''s of team %s: only that role, the member roles of '
+                      'team:%s and the ledger''s owner may stop it', name, r.db_role, r.team,
+                      r.team);
+      END IF;
+    END IF;
     FOR r IN SELECT * FROM runs WHERE job_key = name LOOP
       why := spendcap_why_not_act_on_run(r);
       IF why <> '' THEN RETURN why; END IF;
@@ -104,6 +116,14 @@ BEGIN
     IF r.db_role = session_user THEN RETURN true; END IF;
     SELECT member_groups INTO groups FROM budgets WHERE scope_kind = 'team' AND scope_name = r.team;
     RETURN COALESCE(groups, '[]') <> '[]' AND spendcap_why_not_act_on_run(r) = '';
+  END IF;
+  IF kind = 'job' THEN
+    SELECT * INTO r FROM runs WHERE job_key = name
+      ORDER BY (status = 'refused'), started_at, id LIMIT 1;
+    IF NOT FOUND THEN RETURN false; END IF;
+    IF r.db_role = session_user THEN RETURN true; END IF;
+    SELECT member_groups INTO groups FROM budgets WHERE scope_kind = 'team' AND scope_name = r.team;
+    RETURN COALESCE(groups, '[]') <> '[]' AND spendcap_in_member_roles(groups);
   END IF;
   RETURN false;
 END $$;

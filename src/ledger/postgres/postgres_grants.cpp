@@ -252,7 +252,7 @@ END $$;
 -- Admission (BudgetLedger::begin_run) in one call. `r` is the run's record as the client built
 -- it (run_json); the server sets its clock, status, ceiling and login role. Returns
 -- {"error"} ("exists", "no budget") or {"now", "admitted", "fits", "plan", "stop",
--- "unfinished", "job_spent_before", "job_budget_before"}. A refused run is recorded refused, with
+-- "unfinished", "job_spent_before", "job_budget_before", "job_owner"}. A refused run is recorded refused, with
 -- the reason; the message is the client's (refusal_message), from what this returns.
 CREATE OR REPLACE FUNCTION spendcap_admit(r json, want bigint, caps json, at double precision)
 RETURNS json
@@ -266,6 +266,8 @@ DECLARE
   unfinished bigint := 0;
   job_spent bigint := 0;
   job_budget bigint;
+  key_owner runs;
+  job_owner json;
   sc json;
 BEGIN
   IF want < 0 OR n.rate_micros_per_hour < 0 OR n.reserve_micros < 0
@@ -299,6 +301,17 @@ BEGIN
       ORDER BY started_at DESC LIMIT 1;
   END IF;
   stop := spendcap_first_stop_order(n);
+  -- A job key is its first admitted run's team's and user's (stop_rule.hpp, why_not_join_job).
+  IF COALESCE(n.job_key, '') <> '' THEN
+    SELECT * INTO key_owner FROM runs WHERE job_key = n.job_key AND id <> n.id
+      AND status <> 'refused' ORDER BY started_at, id LIMIT 1;
+    IF FOUND AND (key_owner.team IS DISTINCT FROM n.team
+                  OR key_owner.user_name IS DISTINCT FROM n.user_name
+                  OR key_owner.db_role IS DISTINCT FROM n.db_role) THEN
+      job_owner := json_build_object('id', key_owner.id, 'team', key_owner.team,
+                                     'user', key_owner.user_name);
+    END IF;
+  END IF;
   fits := (plan->>'allowed')::bigint > n.reserve_micros;
   IF plan->>'binding_kind' IS NOT NULL THEN
     FOR sc IN SELECT * FROM json_array_elements(plan->'scopes') LOOP
@@ -308,7 +321,10 @@ BEGIN
       END IF;
     END LOOP;
   END IF;
-  IF stop IS NOT NULL THEN
+  IF job_owner IS NOT NULL THEN
+    n.reason := 'refused: job key ' || n.job_key || ' is another''s';
+    n.finished_at := now;
+  ELSIF stop IS NOT NULL THEN
     n.reason := 'refused: stop order on ' || (stop->>'kind') || ':' || (stop->>'name');
     n.finished_at := now;
   ELSIF NOT fits AND n.mode = 'enforce' THEN
@@ -326,7 +342,7 @@ BEGIN
   INSERT INTO runs SELECT n.*;
   RETURN json_build_object('now', now, 'admitted', n.status = 'running', 'fits', fits,
     'plan', plan, 'stop', stop, 'unfinished', unfinished, 'job_spent_before', job_spent,
-    'job_budget_before', job_budget);
+    'job_budget_before', job_budget, 'job_owner', job_owner);
 END $$;
 
 -- A heartbeat (BudgetLedger::heartbeat) in one call: the spend reported, the ceiling raised by
@@ -514,6 +530,14 @@ ServerGrant server_grant_of_json(const std::string& text) {
   grant.job_spent_before = micros_of(j.value("job_spent_before", nlohmann::json()));
   if (j.contains("job_budget_before") && !j.at("job_budget_before").is_null()) {
     grant.job_budget_before = micros_of(j.at("job_budget_before"));
+  }
+  if (j.contains("job_owner") && !j.at("job_owner").is_null()) {
+    const nlohmann::json& o = j.at("job_owner");
+    RunRecord owner;
+    owner.id = o.at("id").get<std::string>();
+    owner.team = o.at("team").is_null() ? "" : o.at("team").get<std::string>();
+    owner.user = o.at("user").is_null() ? "" : o.at("user").get<std::string>();
+    grant.job_owner = owner;
   }
   if (j.contains("stop") && !j.at("stop").is_null()) {
     const nlohmann::json& s = j.at("stop");

@@ -29,6 +29,15 @@ namespace spendcap {
 
 namespace sqlite_detail {
 
+// The ledger file's and its -wal and -shm files' device and inode, read at the open (the
+// directory may be searchable only then, with the ledger's group raised).
+using FileIds = std::vector<std::pair<dev_t, ino_t>>;
+FileIds ledger_file_ids(const std::string& path);
+
+// Who holds a lock on those files, from /proc/locks: "pid 4242 (spendcap, user bob, stopped)",
+// joined by "; "; "" when none can be named (another PID namespace, an OFD lock).
+std::string lock_holders(const FileIds& files);
+
 // The runs columns, in the order bind_run() and read_run() use.
 #define SPENDCAP_RUN_COLUMNS                                                                     \
   "id, job_key, team, experiment, project, user_name, tags, command, fingerprint, host, pid, "   \
@@ -61,6 +70,7 @@ struct SqliteStore::Impl final : StoreTxn {
   // The file's owner when it was opened: a setgid spendcap can no longer stat a file in the
   // ledger's 2770 directory once it has dropped the group (run/ledger_group.hpp).
   std::optional<uid_t> owner_at_open;
+  sqlite_detail::FileIds file_ids;  // for naming who holds its lock
 
   ~Impl() {
     for (auto& [sql, statement] : statements) sqlite3_finalize(statement);
@@ -232,10 +242,11 @@ struct SqliteStore::Impl final : StoreTxn {
               "a stop signal came while waiting");
         }
         if (std::chrono::steady_clock::now() - started >= sqlite_options.lock_timeout) {
-          throw error("locked for more than " + format_duration(sqlite_options.lock_timeout),
-                      "another process holds its write lock; if no spendcap is running, look "
-                      "for a stuck sqlite3 shell on " +
-                          path);
+          std::string holders = sqlite_detail::lock_holders(file_ids);
+          throw error("locked for more than " + format_duration(sqlite_options.lock_timeout) +
+                          (holders.empty() ? "" : ": held by " + holders),
+                      holders.empty() ? "another process holds its write lock (" + path + ")"
+                                      : "the ledger's owner ends that process");
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(std::min(attempt, 20)));
       }

@@ -10,16 +10,22 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
@@ -32,6 +38,75 @@
 #include "spendcap/ledger/stored_text.hpp"
 
 namespace spendcap {
+
+namespace sqlite_detail {
+
+namespace {
+
+// /proc/PID/status's field `name`, "" when unreadable.
+std::string status_field(const std::string& status, const std::string& name) {
+  size_t at = status.find("\n" + name + ":");
+  if (at == std::string::npos) return "";
+  at = status.find_first_not_of(" \t", at + name.size() + 2);
+  size_t end = status.find('\n', at);
+  return at == std::string::npos ? "" : status.substr(at, end - at);
+}
+
+std::string describe_process(long pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/status");
+  std::string status((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  status = "\n" + status;
+  std::string text = "pid " + std::to_string(pid);
+  std::string name = status_field(status, "Name");
+  std::string uid_text = status_field(status, "Uid");
+  std::string state = status_field(status, "State");
+  if (name.empty()) return text;
+  std::string user = uid_text.substr(0, uid_text.find_first_of(" \t"));
+  uid_t uid = static_cast<uid_t>(std::strtoul(user.c_str(), nullptr, 10));
+  if (const passwd* entry = ::getpwuid(uid)) user = entry->pw_name;
+  text += " (" + name + ", user " + user;
+  if (!state.empty() && (state[0] == 'T' || state[0] == 't')) text += ", stopped";
+  return text + ")";
+}
+
+}  // namespace
+
+FileIds ledger_file_ids(const std::string& path) {
+  FileIds files;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    struct stat status {};
+    if (::stat((path + suffix).c_str(), &status) == 0)
+      files.push_back({status.st_dev, status.st_ino});
+  }
+  return files;
+}
+
+std::string lock_holders(const FileIds& files) {
+  std::ifstream locks("/proc/locks");
+  std::set<long> pids;
+  std::string line;
+  while (std::getline(locks, line)) {
+    // "1: POSIX  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; a waiter's line has "->" after the id.
+    std::istringstream fields(line);
+    std::string id, kind, advisory, mode, where;
+    long pid = 0;
+    if (!(fields >> id >> kind) || kind == "->") continue;
+    if (!(fields >> advisory >> mode >> pid >> where) || pid <= 0 || pid == ::getpid()) continue;
+    unsigned major = 0, minor = 0;
+    unsigned long long inode = 0;
+    if (std::sscanf(where.c_str(), "%x:%x:%llu", &major, &minor, &inode) != 3) continue;
+    for (const auto& [device, file_inode] : files) {
+      if (::major(device) == major && ::minor(device) == minor && file_inode == inode) {
+        pids.insert(pid);
+      }
+    }
+  }
+  std::string text;
+  for (long pid : pids) text += (text.empty() ? "" : "; ") + describe_process(pid);
+  return text;
+}
+
+}  // namespace sqlite_detail
 
 // ---- network filesystems ----
 
@@ -121,6 +196,7 @@ void SqliteStore::Impl::open() {
   create_file();
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) fail(rc);
+  file_ids = sqlite_detail::ledger_file_ids(path);  // again below, once the WAL files exist
   // Short-lived connections are the common case (one per `spendcap run`). By default the last
   // connection to close checkpoints and deletes the WAL, syncing the database, and the next one
   // recreates it, syncing its header and the directory: four fsyncs per run. Instead the WAL stays,
@@ -149,6 +225,7 @@ void SqliteStore::Impl::open() {
   migrate();
   struct stat file_status {};
   if (stat(path.c_str(), &file_status) == 0) owner_at_open = file_status.st_uid;
+  file_ids = sqlite_detail::ledger_file_ids(path);
 }
 
 // ---- SqliteStore ----

@@ -296,6 +296,40 @@ TEST_CASE_TEMPLATE("Ledger conformance: a job key shares one budget across its r
   CHECK(t.inconsistencies().empty());
 }
 
+// Issue 29: another team's run, or another user's, could join a job key and raise, lower and
+// spend its budget.
+TEST_CASE_TEMPLATE("Ledger conformance: a job key is its first run's team's and user's", Backend,
+                   LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  auto keyed = [](const std::string& id, const std::string& team, const std::string& user) {
+    RunStart run = run_start(id, team, usd(0.5));
+    run.job_key = "akey";
+    run.budget = usd(20);
+    run.user = user;
+    return run;
+  };
+  const Scope job{ScopeKind::job, "akey"};
+  Admission first = t.ledger->begin_run(keyed("a1", "vision", "alice"));
+  CHECK(first.admitted);
+  t.ledger->finish_run(run_final("a1", usd(0.1)));
+
+  for (auto [id, team] : {std::pair{"b1", "open"}, std::pair{"b2", "vision"}}) {
+    CAPTURE(id);
+    Admission other = t.ledger->begin_run(keyed(id, team, "bob"));
+    CHECK_FALSE(other.admitted);
+    CHECK(other.refused_by == job);
+    CHECK(other.refusal.find("job key akey is team vision's, alice's (its first run a1)") == 0);
+    CHECK(other.refusal.find("by bob cannot join, resize or spend it") != std::string::npos);
+    CHECK(t.ledger->find_run(id)->status == RunStatus::refused);
+  }
+  // Another team's run of alice's is refused too; the key's own runs go on, with all of it.
+  CHECK_FALSE(t.ledger->begin_run(keyed("a2", "open", "alice")).admitted);
+  Admission next = t.ledger->begin_run(keyed("a3", "vision", "alice"));
+  CHECK(next.admitted);
+  CHECK(next.grant.ceiling == usd(0.5));
+  CHECK(t.inconsistencies().empty());
+}
+
 TEST_CASE_TEMPLATE(
     "Ledger conformance: warn mode holds what it asks and reports what enforce allows", Backend,
     LEDGER_BACKENDS) {

@@ -63,6 +63,48 @@ TEST_CASE("stop rule: a run is its user's, its team members', and the owner's") 
   CHECK(!why_not_accept_run(bob, vision, rules()).empty());
 }
 
+// Issue 29: bob's order on alice's open-team key refused her next runs, and she could not clear
+// it; another team's run could join her key.
+TEST_CASE("stop rule: a job key is its first run's user's, or its team's named members'") {
+  Asker bob{caller("bob"), false};
+  Asker alice{caller("alice"), false};
+  Asker member{caller("carol", {"vis"}), false};
+  const Scope key{ScopeKind::job, "k"};
+  auto keyed = [](const std::string& id, const std::string& user, const std::string& team) {
+    RunRecord run = run_of(id, user, team);
+    run.job_key = "k";
+    run.status = RunStatus::succeeded;
+    return run;
+  };
+  auto order = [&](const Asker& who, std::vector<RunRecord> job) {
+    return why_not_order_scope(who, key, rules(), std::nullopt, job);
+  };
+  RunRecord open_key = keyed("r1", "alice", "open");
+  RunRecord vision_key = keyed("r2", "alice", "vision");
+  CHECK(order(bob, {open_key}).find("job key k is alice's of team open: only alice") == 0);
+  CHECK(order(alice, {open_key}).empty());
+  CHECK(order(member, {vision_key}).empty());
+  CHECK_FALSE(order(bob, {vision_key}).empty());
+  CHECK(names_caller(alice, key, rules(), std::nullopt, {open_key}));
+  CHECK_FALSE(names_caller(bob, key, rules(), std::nullopt, {open_key}));
+  CHECK(names_caller(member, key, rules(), std::nullopt, {vision_key}));
+  CHECK_FALSE(names_caller(member, key, rules(), std::nullopt, {open_key}));
+
+  RunRecord joiner = keyed("r3", "bob", "open");
+  CHECK(why_not_join_job({open_key, joiner}, joiner).find("job key k is team open's, alice's") ==
+        0);
+  joiner.user = "alice";
+  CHECK(why_not_join_job({open_key, joiner}, joiner).empty());
+  joiner.team = "vision";
+  CHECK_FALSE(why_not_join_job({open_key, joiner}, joiner).empty());
+  // A refused run never held the key: the first admitted one owns it.
+  RunRecord refused = keyed("r0", "bob", "open");
+  refused.status = RunStatus::refused;
+  refused.started_at = -1;
+  CHECK(job_key_owner({refused, open_key})->id == "r1");
+  CHECK(job_key_owner({refused}) == nullptr);
+}
+
 TEST_CASE("stop rule: an order's later runs need someone who speaks for the scope") {
   Asker bob{caller("bob"), false};
   Asker member{caller("carol", {"vis"}), false};

@@ -203,6 +203,7 @@ TEST_CASE("policy keys: each locked rule refuses a loosening and keeps the locke
     json value = key.default_value;
     if (value.is_null()) value = key.scale == Scale::duration ? json("60s") : json(4);
     if (key.tightening == Tightening::pid_kept) value = "pid";
+    if (key.tightening == Tightening::on_kept) value = true;  // what a locked policy keeps on
     if (key.tightening == Tightening::same || key.tightening == Tightening::same_present) {
       if (value.is_null() || value == 4) value = "locked-value";
     }
