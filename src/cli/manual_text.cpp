@@ -80,8 +80,9 @@ const std::vector<VerbText>& verb_texts() {
        "[--since DATE] [--until DATE] [--team T] [--experiment E] [--user U] [--status S] "
        "[--limit N] [--format table|csv|json]",
        {"The run history, newest first, as sacct shows it: finished and running runs, one row "
-        "each, with the user, team, experiment, status, stop reason, start, duration, spend and "
-        "budget. --since and --until take a date (2026-12-01; --until includes that day), a UTC "
+        "each, with the user, team, experiment, status, stop reason, exit code, start, duration, "
+        "spend and budget (and where the budget came from when it is not the run's own). --since "
+        "and --until take a date (2026-12-01; --until includes that day), a UTC "
         "time (2026-12-01T10:00:00Z) or a time ago (30d). The filters run in the ledger's own "
         "query; --limit keeps the newest (50 by default) and says when there were more.",
         "Statuses: running, succeeded, failed, killed, refused, lost, preempted. --format csv "
@@ -93,12 +94,16 @@ const std::vector<VerbText>& verb_texts() {
        {},
        {"spendcap-ps(1)", "spendcap-show(1)", "spendcap-report(1)"}},
       {"show",
-       "RUN_ID",
-       {"Prints one run's record: its state and stop reason, spend and budget, GPU time "
-        "allocated, measured and busy, idle spend, energy, and a sparkline of utilisation and "
-        "power per minute. RUN_ID is the run's UUID or any prefix of it no other run shares "
-        "(runs and ps print the shortest such prefix)."},
-       {{"spendcap show 3f2a9c1e", "The run whose id starts with 3f2a9c1e."}},
+       "[--json] RUN_ID",
+       {"Prints one run's whole record as labelled lines: user and uid, team, experiment, "
+        "project, tags, job, host and pid, start, end, duration, exit code, stop reason, spend at "
+        "its rate, mode, budget and where it came from, pricing, ceiling, overrun, and the GPU "
+        "figures (time allocated, measured and busy, idle spend, energy, a sparkline of "
+        "utilisation and power per minute). --json gives the same as one object, times in ISO "
+        "8601 UTC. RUN_ID is the run's UUID or any prefix of it no other run shares (runs and ps "
+        "print the shortest such prefix)."},
+       {{"spendcap show 3f2a9c1e", "The run whose id starts with 3f2a9c1e."},
+        {"spendcap show --json 3f2a9c1e", "The same record for a script."}},
        {"125 when no run, or more than one, has an id starting with RUN_ID (the candidates are "
         "listed)."},
        {"spendcap-runs(1)", "spendcap-ps(1)"}},
