@@ -51,7 +51,7 @@ _spendcap() {
                   --instance --instances --pricing --mode --checkpoint-signal --grace --kill-after
                   --interval --sync --claim-horizon --isolation --stall-after --require-fit
                   --retry-backoff --clear-crash-loop --status-file --policy --ledger --webhook-env --webhook
-                  --quiet --title --spot-notice --spot-notice-url --log --exit-window --forward
+                  --quiet --verbose --title --spot-notice --spot-notice-url --log --exit-window --forward
                   --estimate-steps --step-time --metrics-dir --billing --checkpoint-dir
                   --checkpoint-max-gb --help --" ;;
     policy) case $sub2 in
