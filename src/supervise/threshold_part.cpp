@@ -28,7 +28,13 @@ class RunThresholds final : public RunPart {
         tracker_(terms.warn_at),
         notifier_(notifier) {}
   void on_launched(TimePoint) override { arm(); }
-  void on_stopping() override { stop(); }
+  // A threshold the spend reached by the trip is announced even when its timer and the trip's
+  // fall due together (a 50% warning of a run that trips at half its budget): which of the two
+  // timers runs first must not decide whether the warning is sent.
+  void on_stopping() override {
+    if (!stopped_ && plan_.run_budget && meter_.launched_at()) announce(meter_.spend_at(now()));
+    stop();
+  }
   void on_finish() override { stop(); }
 
  private:
@@ -47,14 +53,16 @@ class RunThresholds final : public RunPart {
     timer_.expires_at(*at);
     timer_.async_wait([this](auto error) {
       if (error || stopped_) return;
-      Money spend = meter_.spend_at(now());
-      if (!tracker_.crossed(spend, *plan_.run_budget).empty()) {
-        std::string line = spent_of(spend, *plan_.run_budget, "run budget", plan_.currency);
-        reporter_.line(line);
-        notifier_.notify(RunEvent{"warning", line.substr(0, line.find(':')), "run", line, spend});
-      }
+      announce(meter_.spend_at(now()));
       arm();
     });
+  }
+
+  void announce(Money spend) {
+    if (tracker_.crossed(spend, *plan_.run_budget).empty()) return;
+    std::string line = spent_of(spend, *plan_.run_budget, "run budget", plan_.currency);
+    reporter_.line(line);
+    notifier_.notify(RunEvent{"warning", line.substr(0, line.find(':')), "run", line, spend});
   }
 
   asio::steady_timer timer_;

@@ -183,8 +183,9 @@ class RunnerCase(shared.SharedRunnerSetup):
                    what="the run of " + user + " in the ledger")
 
     def run_args(self, status, job):
-        return ["run", "--team", "vision", "--budget", str(BUDGET), "--status-file", status,
-                "--"] + job
+        # --verbose: the start line's details say which identity the supervisor and guard run as.
+        return ["run", "--verbose", "--team", "vision", "--budget", str(BUDGET), "--status-file",
+                status, "--"] + job
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
@@ -475,7 +476,7 @@ class UsersWaysOutTest(RunnerCase):
     def test_ctrl_c_ctrl_z_and_fg_in_a_terminal(self):
         user = self.users[1]
         shell, master, expect, seen = self.terminal_shell(user)
-        os.write(master, (self.bin + " run --team vision --budget 5 -- sleep 60\n").encode())
+        os.write(master, (self.bin + " run --verbose --team vision --budget 5 -- sleep 60\n").encode())
         expect("supervisor and guard run as spendcap")
         os.write(master, b"\x1a")  # Ctrl-Z
         expect("Stopped")
@@ -501,10 +502,10 @@ class UsersWaysOutTest(RunnerCase):
                     "try: fcntl.ioctl(0, termios.TIOCSTI, b'\\x1a')\n"
                     "except OSError as e: t.write('refused: %%s' %% e)\n"
                     "t.close(); time.sleep(3600)" % typed)
-        os.write(master, ("%s run --team vision --budget %s --status-file %s -- python3 -c \"%s\"\n"
+        os.write(master, ("%s run --verbose --team vision --budget %s --status-file %s -- python3 -c \"%s\"\n"
                           % (self.bin, BUDGET, status, injector)).encode())
         expect("supervisor and guard run as spendcap")
-        wait_until(lambda: [r[1] for r in self.runs() if r[0] == user] == ["killed"], 40,
+        wait_until(lambda: [r[1] for r in self.runs() if r[0] == user] == ["killed"], 90,
                    what="the trip after the job typed ^Z")
         with open(typed) as f:
             refused = f.read()
