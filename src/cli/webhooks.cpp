@@ -1,5 +1,6 @@
 #include "spendcap/cli/webhooks.hpp"
 
+#include <algorithm>
 #include <ctime>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -83,6 +84,17 @@ int outbox_flush_command(const LedgerChoice& choice) {
   std::vector<OutboxEntry> entries = ledger->outbox(user_name());
   auto sendable = resolvable_outbox(entries, env);
   size_t elsewhere = entries.size() - sendable.size();
+  // Claimed first, for as long as sending them all may take: a run or another flush that is
+  // sending one of them now keeps it (issue 33).
+  std::vector<std::int64_t> ids;
+  for (const auto& [entry, target] : sendable) ids.push_back(entry.id);
+  std::vector<std::int64_t> claimed = ledger->claim_outbox(
+      ids, "", kOutboxClaimHold + kDefaultDeliveryDeadline * static_cast<int>(ids.size()));
+  size_t busy = sendable.size();
+  std::erase_if(sendable, [&claimed](const auto& item) {
+    return std::find(claimed.begin(), claimed.end(), item.first.id) == claimed.end();
+  });
+  busy -= sendable.size();
   int failed = 0;
   if (!sendable.empty()) {
     std::unique_ptr<HttpClient> http = make_curl_http();
@@ -99,6 +111,10 @@ int outbox_flush_command(const LedgerChoice& choice) {
         std::cout << escape_for_terminal(line + ": not delivered: " + result.error) << "\n";
       }
     }
+  }
+  if (busy > 0) {
+    std::cout << busy << " entr" << (busy == 1 ? "y is" : "ies are")
+              << " being sent by another spendcap now\n";
   }
   if (elsewhere > 0) {
     std::cout << elsewhere << " entr" << (elsewhere == 1 ? "y" : "ies")

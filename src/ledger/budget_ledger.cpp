@@ -108,7 +108,19 @@ int reconcile(StoreTxn& txn, double now) {
     for (const Scope& scope : named_scopes(run)) scopes.insert(scope);
   }
   txn.lock_scopes(std::vector<Scope>(scopes.begin(), scopes.end()));
-  for (RunRecord& run : due) {
+  int reconciled = 0;
+  for (const RunRecord& listed : due) {
+    // Read again under the scopes' locks. The list was read before them: on PostgreSQL (read
+    // committed) a final row written meanwhile (a spooled row replayed, a late finish) would be
+    // overwritten by the stale copy, the run charged its ceiling again and its real spend lost
+    // (issue 33, found by the fleet test). Whoever writes a run's spend takes these locks first.
+    std::optional<RunRecord> fresh = txn.find_run(listed.id);
+    if (!fresh || fresh->status != RunStatus::running || fresh->reconcile_at > now ||
+        !is_stale(fresh->heartbeat_at, fresh->sync, now)) {
+      continue;
+    }
+    RunRecord& run = *fresh;
+    ++reconciled;
     Money live = run.spend;
     run.status = RunStatus::lost;
     run.reconciled = true;
@@ -119,7 +131,7 @@ int reconcile(StoreTxn& txn, double now) {
     txn.update_run(run);
     add_usage(txn, run, {run.ceiling, Money{} - run.ceiling, Money{} - live});
   }
-  return static_cast<int>(due.size());
+  return reconciled;
 }
 
 // ---- grants ----
@@ -798,6 +810,32 @@ void BudgetLedger::remove_outbox(std::int64_t id) {
 
 void BudgetLedger::note_outbox_failure(std::int64_t id, const std::string& error) {
   transact(Access::write, [id, &error](StoreTxn& txn) { txn.update_outbox_failure(id, error); });
+}
+
+std::vector<std::int64_t> BudgetLedger::claim_outbox(const std::vector<std::int64_t>& ids,
+                                                     const std::string& claimer, Nanos hold) {
+  if (ids.empty()) return {};
+  return transact(Access::write, [&](StoreTxn& txn) {
+    double now = txn.now();
+    std::vector<std::int64_t> claimed;
+    for (std::int64_t id : ids) {
+      std::optional<OutboxClaim> claim = txn.outbox_claim(id);
+      if (!claim) continue;  // delivered and removed meanwhile
+      if (claim->claimed_until > now) continue;
+      // A run that claimed it holds it while it runs with a fresh heartbeat (its delivery may
+      // still be in flight); a run that died lets it go once its heartbeat is stale.
+      if (!claim->claimed_by.empty() && claim->claimed_by != claimer) {
+        std::optional<RunRecord> holder = txn.find_run(claim->claimed_by);
+        if (holder && holder->status == RunStatus::running &&
+            !is_stale(holder->heartbeat_at, holder->sync, now)) {
+          continue;
+        }
+      }
+      txn.set_outbox_claim(id, OutboxClaim{claimer, now + to_seconds(hold)});
+      claimed.push_back(id);
+    }
+    return claimed;
+  });
 }
 
 }  // namespace spendcap

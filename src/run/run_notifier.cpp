@@ -1,5 +1,9 @@
 #include "spendcap/run/run_notifier.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "spendcap/base/error.hpp"
 #include "spendcap/notify/curl_http.hpp"
 #include "spendcap/notify/runner_files.hpp"
@@ -34,24 +38,82 @@ std::vector<WebhookTarget> run_webhook_targets(const Policy& policy,
   return resolve_webhooks(policy.webhooks, urls, env, runner_files, read_secret_file);
 }
 
+namespace {
+
+// What the run spends at its start on the events the outbox owes: no entry is started past it,
+// and one that is started has at least kOwedAttempt (a receiver that takes an attempt's whole
+// timeout may have taken the event; issue 33).
+constexpr Nanos kOwedDeliveryBound = std::chrono::seconds(3);
+constexpr Nanos kOwedAttempt = std::chrono::seconds(6);
+
+// Whether a failed delivery surely did not reach the receiver: it could not connect, or it
+// answered with an error status. Otherwise (a timeout, a reset) it may have the event.
+bool surely_not_delivered(const DeliveryResult& result) {
+  for (const char* text : {"HTTP ", "Couldn't connect", "Failed to connect", "Could not resolve",
+                           "Connection refused"}) {
+    if (result.error.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The outbox entries this run can send: claimed first, since a fleet's runs all start with the
+// same outbox and each entry must go once (issue 33: every run resent every entry). Each is
+// delivered now, before the job starts, and removed as soon as it is: a run that held delivered
+// entries until its end and was killed left them to be sent again. After a failure, or past the
+// bound, the rest are given back at once for the next spendcap (or `outbox flush`); an entry
+// whose delivery may have arrived stays claimed until this run ends or its heartbeat goes stale.
+void deliver_owed(Ledger& ledger, const RunFacts& facts, const Environment& env,
+                  const std::vector<WebhookTarget>& targets, const Reporter& reporter) {
+  std::vector<std::pair<OutboxEntry, WebhookTarget>> waiting =
+      resolvable_outbox(ledger.outbox(facts.user), env, targets);
+  if (waiting.empty()) return;
+  std::vector<std::int64_t> ids;
+  for (const auto& [entry, target] : waiting) ids.push_back(entry.id);
+  std::vector<std::int64_t> claimed = ledger.claim_outbox(ids, facts.id, kOutboxClaimHold);
+  if (claimed.empty()) return;
+  std::unique_ptr<HttpClient> http = make_curl_http();
+  auto until = std::chrono::steady_clock::now() + kOwedDeliveryBound;
+  bool give_back = false;
+  for (const auto& [entry, target] : waiting) {
+    if (std::find(claimed.begin(), claimed.end(), entry.id) == claimed.end()) continue;
+    if (give_back || std::chrono::steady_clock::now() >= until) {
+      ledger.note_outbox_failure(entry.id, "not sent: left for the next spendcap");
+      continue;
+    }
+    DeliveryResult result =
+        deliver(*http, target, entry.event_id, entry.body, kOwedAttempt, [](Nanos wait) {
+          std::this_thread::sleep_for(wait);
+          return true;
+        });
+    if (result.delivered) {
+      ledger.remove_outbox(entry.id);
+      continue;
+    }
+    give_back = true;
+    if (surely_not_delivered(result)) ledger.note_outbox_failure(entry.id, result.error);
+    reporter.error("webhook " + target.display() + ": " + entry.event +
+                   " event from the outbox not delivered: " + result.error +
+                   " (kept in the outbox)");
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<WebhookNotifier> make_run_notifier(std::vector<WebhookTarget> targets,
                                                    RunFacts facts, Ledger& ledger,
                                                    const Environment& env,
                                                    const Reporter& reporter) {
-  std::vector<std::pair<OutboxEntry, WebhookTarget>> waiting;
   try {
-    waiting = resolvable_outbox(ledger.outbox(facts.user), env, targets);
+    deliver_owed(ledger, facts, env, targets, reporter);
   } catch (const Error& error) {
     reporter.error("outbox: " + format_error(error));
   }
-  if (targets.empty() && waiting.empty()) return nullptr;
+  if (targets.empty()) return nullptr;
   // libcurl is loaded by the first delivery, on the notifier's thread, not here (issue 14).
   std::unique_ptr<HttpClient> http = make_lazy_curl_http();
-  auto notifier = std::make_unique<WebhookNotifier>(
+  return std::make_unique<WebhookNotifier>(
       std::move(facts), std::move(targets), std::move(http), kDefaultDeliveryDeadline,
       [&reporter](const std::string& line) { reporter.error(line); });
-  for (auto& [entry, target] : waiting) notifier->resend(entry, std::move(target));
-  return notifier;
 }
 
 void finish_run_notifier(WebhookNotifier& notifier, Ledger& ledger, const RunFacts& facts,

@@ -54,6 +54,8 @@ class BudgetLedger : public Ledger {
   std::vector<OutboxEntry> outbox(const std::string& user) override;
   void remove_outbox(std::int64_t id) override;
   void note_outbox_failure(std::int64_t id, const std::string& error) override;
+  std::vector<std::int64_t> claim_outbox(const std::vector<std::int64_t>& ids,
+                                         const std::string& claimer, Nanos hold) override;
   // Reports (budget_ledger_reports.cpp).
   void for_each_run_started(double since, double until,
                             const std::function<void(const RunRecord&)>& each) override;

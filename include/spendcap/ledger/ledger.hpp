@@ -357,8 +357,15 @@ class Ledger {
   // The entries of `user` ("" for every user), oldest first.
   virtual std::vector<OutboxEntry> outbox(const std::string& user) = 0;
   virtual void remove_outbox(std::int64_t id) = 0;
-  // A flush that failed: one more attempt, and why.
+  // A flush that failed: one more attempt, and why; its claim is given up.
   virtual void note_outbox_failure(std::int64_t id, const std::string& error) = 0;
+  // Claims the entries `ids` for one delivery by `claimer` (a run id; "" for `outbox flush`), in
+  // one transaction, and returns the ids it got, so that two spendcaps never send one entry at
+  // once (issue 33: every run resent the whole outbox). An entry is free when its last claim is
+  // older than the `hold` it was made for and the run that made it, if any, no longer runs with
+  // a fresh heartbeat; a failed delivery (note_outbox_failure) frees it at once.
+  virtual std::vector<std::int64_t> claim_outbox(const std::vector<std::int64_t>& ids,
+                                                 const std::string& claimer, Nanos hold) = 0;
   // --- reports (report/report.hpp) ---
   // Calls `each` for every run that started in [since, until) (the ledger's clock), in no given
   // order, streamed rather than held. See StoreTxn::for_each_run_started for the fields filled.

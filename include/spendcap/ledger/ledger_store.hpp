@@ -35,6 +35,12 @@ namespace spendcap {
 // A run as the store keeps it. BudgetLedger fills every field; a store writes and returns them
 // unchanged. Durations are whole milliseconds (BudgetLedger rounds up), so that a store may keep
 // integers and still return exactly what it was given.
+// Who is delivering an outbox entry (Ledger::claim_outbox).
+struct OutboxClaim {
+  std::string claimed_by;    // a run id; "" for `outbox flush` or no one
+  double claimed_until = 0;  // unix seconds, the ledger's clock
+};
+
 struct RunRecord : RunIdentity {
   std::string fingerprint;
   int pid = 0;
@@ -192,8 +198,13 @@ class StoreTxn {
   // The entries of `user` ("" for every user), by id.
   virtual std::vector<OutboxEntry> outbox_entries(const std::string& user) = 0;
   virtual void delete_outbox(std::int64_t id) = 0;
-  // attempts + 1 and last_error = `error`.
+  // attempts + 1 and last_error = `error`; the claim is cleared (claimed_by '', claimed_until 0).
   virtual void update_outbox_failure(std::int64_t id, const std::string& error) = 0;
+  // The entry's claim: who took it (a run id, "" for none or a flush) and until when (unix
+  // seconds, the ledger's clock; 0: never claimed), its row locked until the transaction ends;
+  // nullopt when the entry is gone.
+  virtual std::optional<OutboxClaim> outbox_claim(std::int64_t id) = 0;
+  virtual void set_outbox_claim(std::int64_t id, const OutboxClaim& claim) = 0;
   // ---- copying a ledger (ledger_copy.hpp) ----
   // Every run, finished or not, by started_at then id. A store that cannot list them throws.
   virtual std::vector<RunRecord> all_runs() {

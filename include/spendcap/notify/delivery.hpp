@@ -106,6 +106,9 @@ std::optional<Nanos> parse_retry_after(const std::string& value);
 
 inline constexpr int kMaxAttempts = 3;
 inline constexpr Nanos kDefaultDeliveryDeadline = std::chrono::seconds(10);
+// How long a claim on an outbox entry holds by itself (Ledger::claim_outbox): beyond one
+// delivery's deadline; a run's claim holds longer, while it runs.
+inline constexpr Nanos kOutboxClaimHold = 2 * kDefaultDeliveryDeadline;
 
 // Whether the result may be retried: connection errors and timeouts, 408, 429 and 5xx; never
 // another 4xx, a TLS verification failure or an unsupported URL.

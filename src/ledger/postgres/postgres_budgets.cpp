@@ -134,8 +134,23 @@ void PostgresStore::Impl::delete_outbox(std::int64_t id) {
 }
 
 void PostgresStore::Impl::update_outbox_failure(std::int64_t id, const std::string& error) {
-  exec("UPDATE outbox SET attempts = attempts + 1, last_error = $1 WHERE id = $2",
-       {error, param(id)});
+  exec(
+      "UPDATE outbox SET attempts = attempts + 1, last_error = $1, claimed_by = '', "
+      "claimed_until = 0 WHERE id = $2",
+      {error, param(id)});
+}
+
+// FOR UPDATE: a second claimer waits for the first's transaction, then reads its claim.
+std::optional<OutboxClaim> PostgresStore::Impl::outbox_claim(std::int64_t id) {
+  Result q =
+      exec("SELECT claimed_by, claimed_until FROM outbox WHERE id = $1 FOR UPDATE", {param(id)});
+  if (q.rows() == 0) return std::nullopt;
+  return OutboxClaim{q.text(0, 0), q.f64(0, 1)};
+}
+
+void PostgresStore::Impl::set_outbox_claim(std::int64_t id, const OutboxClaim& claim) {
+  exec("UPDATE outbox SET claimed_by = $1, claimed_until = $2 WHERE id = $3",
+       {claim.claimed_by, param(claim.claimed_until), param(id)});
 }
 
 }  // namespace spendcap

@@ -674,6 +674,8 @@ struct PostgresStore::Impl final : StoreTxn {
   std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
   void delete_outbox(std::int64_t id) override;
   void update_outbox_failure(std::int64_t id, const std::string& error) override;
+  std::optional<OutboxClaim> outbox_claim(std::int64_t id) override;
+  void set_outbox_claim(std::int64_t id, const OutboxClaim& claim) override;
 
   // ---- reports, rollups, accepted results (postgres_reports.cpp) ----
   void for_each_run_started(double since, double until,

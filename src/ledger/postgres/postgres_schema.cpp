@@ -194,7 +194,7 @@ CREATE INDEX runs_running_team ON runs(team, day) WHERE status = 'running';
     // v16 (the 15th entry; issue 32): nothing changes in the tables; routines() replaces the pure
     // grant helpers by SQL functions the planner inlines (postgres_grants.cpp).
     "SELECT 1;\n",
-    // Schema version 16 (the 16th entry; issue 30), as SQLite's: a budget's warning thresholds announced once per
+    // v17 (the 16th entry; issue 30), as SQLite's: a budget's warning thresholds announced once per
     // scope, period and threshold (runners insert rows, routines() grants it), and the commitment
     // a reserved run used.
     R"sql(
@@ -209,6 +209,10 @@ CREATE TABLE budget_warnings (
 );
 ALTER TABLE runs ADD COLUMN commitment_micros BIGINT;
 )sql",
+    // v18 (the 17th entry; issue 33): as SQLite's v18, an outbox entry's claim; a runner sets it
+    // on its own entries (row-level security), granted in routines().
+    "ALTER TABLE outbox ADD COLUMN claimed_by TEXT NOT NULL DEFAULT '';\n"
+    "ALTER TABLE outbox ADD COLUMN claimed_until DOUBLE PRECISION NOT NULL DEFAULT 0;\n",
 };
 
 const char* const kRunColumns =
@@ -464,11 +468,11 @@ BEGIN
     spendcap_heartbeat(text, bigint, bigint, json, double precision),
     spendcap_finish(json, double precision), spendcap_schema_version() TO spendcap_runner;
   -- The id and db_role come from their defaults; of a stored entry only a failed flush's
-  -- attempts and error change.
+  -- attempts and error change, and who claimed it for delivery until when.
   GRANT SELECT, DELETE ON outbox TO spendcap_runner;
   GRANT INSERT (event_id, event, run_id, user_name, destination, format, secret_env, body,
     created_at, attempts, last_error) ON outbox TO spendcap_runner;
-  GRANT UPDATE (attempts, last_error) ON outbox TO spendcap_runner;
+  GRANT UPDATE (attempts, last_error, claimed_by, claimed_until) ON outbox TO spendcap_runner;
   GRANT USAGE ON SEQUENCE outbox_id_seq TO spendcap_runner;
   -- Budget warnings announced (v15): a runner records the thresholds its run announced.
   IF to_regclass('budget_warnings') IS NOT NULL THEN

@@ -188,8 +188,24 @@ void SqliteStore::Impl::delete_outbox(std::int64_t id) {
 }
 
 void SqliteStore::Impl::update_outbox_failure(std::int64_t id, const std::string& error) {
-  query("UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?")
+  query(
+      "UPDATE outbox SET attempts = attempts + 1, last_error = ?, claimed_by = '', "
+      "claimed_until = 0 WHERE id = ?")
       .bind_all(error, id)
+      .run();
+}
+
+// The write transaction (BEGIN IMMEDIATE) is the lock: one claimer at a time.
+std::optional<OutboxClaim> SqliteStore::Impl::outbox_claim(std::int64_t id) {
+  auto q = query("SELECT claimed_by, claimed_until FROM outbox WHERE id = ?");
+  q.bind_all(id);
+  if (!q.step()) return std::nullopt;
+  return OutboxClaim{q.text(0), q.f64(1)};
+}
+
+void SqliteStore::Impl::set_outbox_claim(std::int64_t id, const OutboxClaim& claim) {
+  query("UPDATE outbox SET claimed_by = ?, claimed_until = ? WHERE id = ?")
+      .bind_all(claim.claimed_by, claim.claimed_until, id)
       .run();
 }
 

@@ -210,7 +210,7 @@ std::string rollups_migration() {
          "CREATE INDEX runs_started ON runs(started_at);\n";
 }
 
-// Schema version 16 (issue 30): shared with PostgreSQL's (the same SQL).
+// Schema version 17 (issue 30): shared with PostgreSQL's (the same SQL).
 constexpr const char* kBudgetWarnings = R"sql(
 CREATE TABLE budget_warnings (
   scope_kind TEXT NOT NULL,
@@ -236,15 +236,21 @@ const std::vector<std::string>& migrations() {
     // v16 (schema version 16; issue 32): nothing changes here (PostgreSQL's grant helpers become
     // SQL functions the planner inlines); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
-    // Version 16 (issue 30): a budget's warning thresholds announced, once per scope, period and
+    // v17 (schema version 17; issue 30): a budget's warning thresholds announced, once per scope, period and
     // threshold whatever the number of runs (Ledger::claim_warning); a run's commitment.
     texts.push_back(kBudgetWarnings);
+    // v18 (schema version 18; issue 33): an outbox entry's claim, so that two spendcaps never
+    // deliver it at once (Ledger::claim_outbox): who took it (a run id, '' for a flush or no
+    // one) and until when (unix seconds, the ledger's clock; 0: free).
+    texts.push_back(
+        "ALTER TABLE outbox ADD COLUMN claimed_by TEXT NOT NULL DEFAULT '';\n"
+        "ALTER TABLE outbox ADD COLUMN claimed_until REAL NOT NULL DEFAULT 0;\n");
     return texts;
   }();
   return all;
 }
 
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 4;
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 5;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 

@@ -98,6 +98,10 @@ class FakeLedger : public Ledger {
   }
   void remove_outbox(std::int64_t) override { none<void>(); }
   void note_outbox_failure(std::int64_t, const std::string&) override { none<void>(); }
+  std::vector<std::int64_t> claim_outbox(const std::vector<std::int64_t>&, const std::string&,
+                                         Nanos) override {
+    return none<std::vector<std::int64_t>>();
+  }
   void for_each_run_started(double, double, const std::function<void(const RunRecord&)>&) override {
     none<void>();
   }

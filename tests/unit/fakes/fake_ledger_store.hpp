@@ -25,8 +25,12 @@ struct FakeLedgerData {
   std::map<std::pair<Scope, std::int64_t>, Usage> usage;  // by scope and day
   std::vector<std::pair<StopOrder, bool>> stop_orders;    // with: cleared
   std::vector<std::vector<Scope>> locks_taken;            // each lock_scopes() call
+  // Run once by the next lock_scopes(): what another connection commits while this one waits
+  // for the locks (PostgreSQL's read committed lets it write between a read and the locks).
+  std::function<void()> on_next_lock;
   std::vector<OutboxEntry> outbox;
   std::int64_t last_outbox_id = 0;
+  std::map<std::int64_t, OutboxClaim> outbox_claims;  // by entry id; absent: never claimed
   std::map<std::string, AcceptedResult> accepted;  // by run id
   // Budget warnings announced: scope, period day, percent -> the run that announced it.
   std::map<std::tuple<Scope, std::int64_t, int>, std::string> warnings;
@@ -126,14 +130,28 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
       if (e.id == id) {
         ++e.attempts;
         e.last_error = error;
+        data().outbox_claims.erase(id);
       }
     }
+  }
+  std::optional<OutboxClaim> outbox_claim(std::int64_t id) override {
+    for (const OutboxEntry& e : data().outbox) {
+      if (e.id == id) {
+        auto found = data().outbox_claims.find(id);
+        return found == data().outbox_claims.end() ? OutboxClaim{} : found->second;
+      }
+    }
+    return std::nullopt;
+  }
+  void set_outbox_claim(std::int64_t id, const OutboxClaim& claim) override {
+    data().outbox_claims[id] = claim;
   }
 
   // ---- StoreTxn ----
   double now() override { return clock_(); }
   void lock_scopes(const std::vector<Scope>& scopes) override {
     data().locks_taken.push_back(scopes);
+    if (data().on_next_lock) std::exchange(data().on_next_lock, nullptr)();
   }
 
   std::optional<RunRecord> find_run(const std::string& id) override {

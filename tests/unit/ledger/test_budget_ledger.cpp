@@ -181,4 +181,32 @@ TEST_CASE("BudgetLedger: a locked policy's caps lower the ledger's rows wherever
   CHECK(t.ledger.begin_run(uncapped).run_budget == usd(50));
 }
 
+TEST_CASE("BudgetLedger: reconciling keeps a final row written while it waited for the locks") {
+  // Issue 33 (the fleet test): a reconciler listed a lost run as due, then waited for its
+  // scopes' locks while the run's spooled final row was replayed; it wrote its stale copy back
+  // (lost, charged its ceiling), and the run's real spend was gone.
+  FakeLedger t;
+  t.budget(kVision, 10);
+  REQUIRE(t.ledger.begin_run(run_start("r1", "vision", usd(1))).admitted);
+  t.clock.advance(3600);  // long past its heartbeat and its ceiling's time: due
+  t.data().on_next_lock = [&t] {
+    RunRecord& row = t.data().runs.at("r1");
+    row.status = RunStatus::killed;
+    row.reason = "ledger-unreachable";
+    row.spend = usd(0.25);
+    row.finished_at = t.clock.now();
+  };
+  CHECK(t.ledger.reconcile_lost_runs() == 0);
+  const RunRecord& row = t.data().runs.at("r1");
+  CHECK(row.status == RunStatus::killed);
+  CHECK(row.spend == usd(0.25));
+  CHECK_FALSE(row.reconciled);
+  // Without a writer in between, the same run is reconciled, once.
+  REQUIRE(t.ledger.begin_run(run_start("r2", "vision", usd(1))).admitted);
+  t.clock.advance(3600);
+  CHECK(t.ledger.reconcile_lost_runs() == 1);
+  CHECK(t.data().runs.at("r2").status == RunStatus::lost);
+  CHECK(t.ledger.reconcile_lost_runs() == 0);
+}
+
 }  // namespace spendcap::testing

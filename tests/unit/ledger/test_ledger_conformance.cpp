@@ -1046,6 +1046,49 @@ TEST_CASE_TEMPLATE("Ledger conformance: the webhook outbox keeps entries by user
   CHECK(t.ledger->outbox("bob").size() == 1);
 }
 
+TEST_CASE_TEMPLATE("Ledger conformance: an outbox entry is claimed by one spendcap at a time",
+                   Backend, LEDGER_BACKENDS) {
+  // Issue 33: every run resent the whole outbox when it started, so a fleet that starts many
+  // runs after the receiver came back delivered each owed event many times.
+  LedgerFixture t(Backend::make());
+  std::unique_ptr<Ledger> other = t.connect();
+  t.set_budget(ScopeKind::team, "vision", 10, Period::month);
+  REQUIRE(t.ledger->begin_run(run_start("c1", "vision", usd(1))).admitted);
+  OutboxEntry entry;
+  entry.event_id = "e1";
+  entry.event = "killed";
+  entry.run_id = "r0";
+  entry.user = "ada";
+  entry.destination = "env:HOOK";
+  entry.format = "json";
+  entry.body = "{}";
+  std::int64_t first = t.ledger->add_outbox(entry);
+  entry.event_id = "e2";
+  std::int64_t second = t.ledger->add_outbox(entry);
+  const Nanos hold = std::chrono::seconds(20);
+  // Run c1 takes both; a second spendcap (another connection) gets neither, nor does a flush.
+  CHECK(t.ledger->claim_outbox({first, second}, "c1", hold) ==
+        std::vector<std::int64_t>{first, second});
+  CHECK(other->claim_outbox({first, second}, "c2", hold).empty());
+  CHECK(other->claim_outbox({first}, "", hold).empty());
+  // Past the hold, c1 still runs with a fresh heartbeat: it keeps them.
+  t.clock.advance(25);
+  t.ledger->heartbeat("c1", usd(0.02), usd(1));
+  CHECK(other->claim_outbox({first, second}, "c2", hold).empty());
+  // A failed delivery gives its entry up at once.
+  t.ledger->note_outbox_failure(second, "HTTP 503");
+  CHECK(other->claim_outbox({first, second}, "", hold) == std::vector<std::int64_t>{second});
+  CHECK(t.ledger->claim_outbox({second}, "c1", hold).empty());  // the flush holds it now
+  // c1's heartbeat goes stale (it died): its claim lapses; so does the flush's, past its hold.
+  t.clock.advance(30);
+  CHECK(other->claim_outbox({first, second, 9999}, "c2", hold) ==
+        std::vector<std::int64_t>{first, second});
+  // A removed entry cannot be claimed.
+  other->remove_outbox(first);
+  t.clock.advance(60);
+  CHECK(t.ledger->claim_outbox({first}, "c3", hold).empty());
+}
+
 }  // namespace spendcap::testing
 
 namespace spendcap::testing {
