@@ -3,7 +3,8 @@
 # concurrent runs on shared team budgets, faults of every kind from a seed, a history and a
 # checker. As root, after a build (build/spendcap).
 #
-#   scripts/fleet.sh            the short fleet, as CTest's fleet.short runs it (2 hosts x 10, 75 s)
+#   scripts/fleet.sh            the short fleet (2 hosts x 10, 75 s; not in CTest yet: it still
+#                               sees an owed webhook delivered twice in some runs)
 #   scripts/fleet.sh --full     16 hosts x 64 concurrent runs for 10 minutes, every fault kind and
 #                               12 more at random: a large machine's size (PostgreSQL needs about
 #                               2,100 connections; 1,024 wrappers want more than 2 cores)

@@ -91,6 +91,16 @@ class Check:
     def of(self, kind):
         return self.by_kind.get(kind, [])
 
+    def state_at(self, moment):
+        """Every run's row as last observed before `moment`."""
+        state = {}
+        for tick in self.of("tick"):
+            if tick["t"] >= moment:
+                break
+            for row in tick.get("runs", []) if tick.get("ok") else []:
+                state[row["id"]] = row
+        return state
+
     # ---- the invariants: each returns a list of violations ----
 
     def budget_never_over(self):
@@ -196,7 +206,7 @@ class Check:
         bad = []
         c = self.config.get("ceiling_seconds", 0)
         shutdown = self.config.get("shutdown_seconds", 0)
-        slack = 10.0
+        slack = 30.0
         by_label = {label_of(r): r for r in self.rows.values()}
         for f in self.faults:
             if f.get("fault") != "cut" or f.get("seconds", 0) <= c + shutdown:
@@ -209,14 +219,20 @@ class Check:
                 if label in self.killed:
                     continue
                 row = by_label.get(label)
-                # Admitted before the cut (a run still being admitted holds nothing: it ends
-                # 125 when the ledger stays unreachable, or starts after the cut).
-                if row is None or row.get("started_at", 0) >= start:
+                # Running (admitted, spending) when the cut began: a run whose admission was
+                # still on its way holds nothing yet; it ends 125 when the ledger stays
+                # unreachable, or starts its job after the cut.
+                seen = self.state_at(start).get(row["id"]) if row is not None else None
+                if seen is None or seen["status"] != "running" or seen["spend"] <= 0:
                     continue
+                # Its ceiling runs out within c of the cut (it was granted at most c ahead),
+                # then the kill path; a loaded machine gets some slack.
                 if e["t"] > start + c + shutdown + slack and e["t"] > end:
                     bad.append("%s ran on past its ceiling on the cut host %d: ended %.1f s "
                                "after the cut began" % (label, host, e["t"] - start))
-                if e["t"] > start + c and e["rc"] != 121 and e["t"] < end:
+                # Once past its ceiling's time it can only have been stopped: 121, or 124 where
+                # its own run budget tripped first.
+                if e["t"] > start + c + shutdown and e["rc"] not in (121, 124) and e["t"] < end:
                     bad.append("%s ended %s, not 121, while its host was cut off" % (
                         label, e["rc"]))
                 if row is not None and row["spend"] > row["ceiling"]:

@@ -272,6 +272,9 @@ class Fleet:
         self.cleanups.append(lambda: run_quiet([SERVER_SCRIPT, "stop"], env=self.server_env,
                                                timeout=120))
         run_quiet([SERVER_SCRIPT, "start"], env=self.server_env, timeout=180, check=True)
+        # The server's log is kept beside the history (the server's directory goes at the end).
+        self.cleanups.append(lambda: shutil.copy(os.path.join(self.pg_dir, "server.log"),
+                                                 os.path.join(self.out, "server.log")))
         policy = {"defaults": self.defaults, "budgets": self.budgets()}
         self.policy_path = os.path.join(self.out, "policy.json")
         with open(self.policy_path, "w") as f:
@@ -492,61 +495,74 @@ class Fleet:
         if master is None:
             return {"skipped": "no server"}
         group = [master] + children_of(master)
-        for pid in group:
-            os.kill(pid, signal.SIGSTOP)
-        time.sleep(seconds)
-        for pid in group:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        try:
+            for pid in group:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:  # a backend that ended meanwhile
+                    pass
+            time.sleep(seconds)
+        finally:
+            # Always: a server left stopped would turn the rest of the run into one outage.
+            for pid in group:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
         return {"processes": len(group)}
 
     def fault_cut(self, host, seconds, how):
         outside, inside = self.tag + "h%d" % host, self.tag + "p%d" % host
         bogus = "02:00:00:00:0f:%02x" % host
-        if how == "link":
-            self.ip("link", "set", outside, "down")
-        else:
-            self.ip("neigh", "replace", NET % (host, 2), "lladdr", bogus, "dev", outside, "nud",
-                    "permanent")
-            self.ip("-n", self.ns(host), "neigh", "replace", NET % (host, 1), "lladdr", bogus,
-                    "dev", inside, "nud", "permanent")
-        time.sleep(seconds)
-        if how == "link":
-            self.ip("link", "set", outside, "up")
-        else:
-            self.ip("neigh", "del", NET % (host, 2), "dev", outside, check=False)
-            self.ip("-n", self.ns(host), "neigh", "del", NET % (host, 1), "dev", inside,
-                    check=False)
+        try:
+            if how == "link":
+                self.ip("link", "set", outside, "down")
+            else:
+                self.ip("neigh", "replace", NET % (host, 2), "lladdr", bogus, "dev", outside,
+                        "nud", "permanent")
+                self.ip("-n", self.ns(host), "neigh", "replace", NET % (host, 1), "lladdr",
+                        bogus, "dev", inside, "nud", "permanent")
+            time.sleep(seconds)
+        finally:  # the host comes back whatever happened
+            if how == "link":
+                self.ip("link", "set", outside, "up", check=False)
+            else:
+                self.ip("neigh", "del", NET % (host, 2), "dev", outside, check=False)
+                self.ip("-n", self.ns(host), "neigh", "del", NET % (host, 1), "dev", inside,
+                        check=False)
         return {}
 
     def fault_wal_full(self, seconds):
         filler = os.path.join(self.wal_disk, "filler")
-        written = 0
-        with open(filler, "wb") as f:
-            chunk = b"\0" * (1 << 20)
+        written, switched = 0, None
+        try:
+            with open(filler, "wb") as f:
+                chunk = b"\0" * (1 << 20)
+                try:
+                    while True:
+                        f.write(chunk)
+                        f.flush()
+                        written += len(chunk)
+                except OSError:
+                    pass
+            env = dict(os.environ, PGHOST=self.pg_dir, PGPORT=str(self.port), PGUSER="postgres",
+                       PGDATABASE="postgres", PGCONNECT_TIMEOUT="3")
+            # A new WAL segment needs room the disk no longer has (wal_recycle is off). The
+            # switch itself may hang on the full disk: bounded, and the disk is freed anyway.
             try:
-                while True:
-                    f.write(chunk)
-                    f.flush()
-                    written += len(chunk)
+                switched = run_quiet(["psql", "-X", "-At", "-c", "SELECT pg_switch_wal()"],
+                                     env=env, timeout=seconds).returncode
+            except subprocess.TimeoutExpired:
+                switched = "timed out"
+            time.sleep(max(0, seconds - 1))
+            down = self.postmaster_pid() is None
+        finally:
+            try:
+                os.unlink(filler)
             except OSError:
                 pass
-        env = dict(os.environ, PGHOST=self.pg_dir, PGPORT=str(self.port), PGUSER="postgres",
-                   PGDATABASE="postgres", PGCONNECT_TIMEOUT="3")
-        # A new WAL segment needs room the disk no longer has (wal_recycle is off).
-        switched = run_quiet(["psql", "-X", "-At", "-c", "SELECT pg_switch_wal()"], env=env,
-                             timeout=10)
-        time.sleep(seconds)
-        down = self.postmaster_pid() is None
-        try:
-            os.unlink(filler)
-        except OSError:
-            pass
         self.ensure_server()
-        return {"filled_mb": written >> 20, "switch_rc": switched.returncode,
-                "server_went_down": down}
+        return {"filled_mb": written >> 20, "switch": switched, "server_went_down": down}
 
     def fault_kill_wrappers(self, count):
         with self.lock:
@@ -575,8 +591,10 @@ class Fleet:
 
     def fault_webhook_down(self, seconds):
         self.receiver.down()
-        time.sleep(seconds)
-        self.receiver.up()
+        try:
+            time.sleep(seconds)
+        finally:
+            self.receiver.up()
         return {}
 
     def schedule(self):

@@ -40,23 +40,30 @@ def rss_kib(pid):
     return 0
 
 
-def children_of(pid):
-    found = []
+def parents():
+    """{pid: parent pid} of every process, from one scan of /proc."""
+    found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if int(stat(int(entry))[1]) == pid:
-                    found.append(int(entry))
+                found[int(entry)] = int(stat(int(entry))[1])
             except (OSError, ValueError, IndexError):
                 pass
     return found
 
 
+def children_of(pid, table=None):
+    return [p for p, parent in (table or parents()).items() if parent == pid]
+
+
 def tree_size(root):
+    table = parents()
+    below = {}
+    for pid, parent in table.items():
+        below.setdefault(parent, []).append(pid)
     size, todo = 0, [root]
     while todo:
-        pid = todo.pop()
-        for child in children_of(pid):
+        for child in below.get(todo.pop(), []):
             size += 1
             todo.append(child)
     return size
@@ -87,7 +94,7 @@ def main():
     end = began + args.minutes * 60
     last_cpu = None
     try:
-        time.sleep(min(args.every, 20))
+        time.sleep(min(args.every, 30))
         while True:
             if spendcap.poll() is not None:
                 out.write(json.dumps({"ended_early": spendcap.returncode}) + "\n")
@@ -110,7 +117,9 @@ def main():
             out.flush()
             if time.time() >= end:
                 break
-            time.sleep(max(0, min(args.every, end - time.time())))
+            # Every --every seconds from the start, whatever a sample took.
+            following = began + args.every * (int((time.time() - began) / args.every) + 1)
+            time.sleep(max(0, min(following, end) - time.time()))
     finally:
         spendcap.send_signal(signal.SIGTERM)
         try:

@@ -43,7 +43,8 @@ def good_history():
             row("c", c[1], 0, "running", 0, 150_000, 100.0)]},
         {"t": 101.0, "kind": "fault_start", "fault": "webhook_down", "seconds": 14},
         {"t": 101.5, "kind": "tick", "ok": True, "now": 101.5, "runs": [
-            row("a", a[1], 1, "running", 15_000, 400_000, 101.4)],
+            row("a", a[1], 1, "running", 15_000, 400_000, 101.4),
+            row("c", c[1], 0, "running", 15_000, 150_000, 101.4)],
          "outbox": [{"id": 1, "event_id": "e1", "event": "refused", "run_id": "z"}]},
         {"t": 102.0, "kind": "fault_start", "fault": "cut", "host": 0, "seconds": 18,
          "how": "drop"},
@@ -174,12 +175,12 @@ class CheckerTest(unittest.TestCase):
     def test_a_run_on_a_cut_host_that_ran_on(self):
         h = good_history()
         end = find(h, "run_end", label="h0-s0-r3")
-        end.update(t=131.0, rc=124, reason="budget:team")
+        end.update(t=150.0, rc=124, reason="budget:team")
         self.assert_finds(h, "cut_hosts_end_within_ceilings")
 
     def test_a_run_on_a_cut_host_that_ended_otherwise_before_the_cut_was_over(self):
         h = good_history()
-        find(h, "run_end", label="h0-s0-r3").update(t=118.0, rc=125, reason="spendcap-error")
+        find(h, "run_end", label="h0-s0-r3").update(t=118.0, rc=0, reason="exit")
         self.assert_finds(h, "cut_hosts_end_within_ceilings")
 
     # 5: every spooled row replayed, once.
