@@ -293,6 +293,7 @@ TEST_CASE("Rollups: the migration to v14 backfills them from the runs already th
       "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DROP TABLE rollups; "
       "DROP TABLE rollup_metrics; DROP INDEX runs_overrun; DROP INDEX runs_started; "
       "DROP TABLE budget_warnings; ALTER TABLE runs DROP COLUMN commitment_micros; "
+      "ALTER TABLE outbox DROP COLUMN claimed_by; ALTER TABLE outbox DROP COLUMN claimed_until; "
       "DELETE FROM schema_version WHERE version >= 13";
   REQUIRE(sqlite3_exec(db, undo, nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
@@ -314,7 +315,8 @@ TEST_CASE(
         "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
         "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DELETE FROM "
         "schema_version WHERE version >= 14; DROP TABLE budget_warnings; "
-        "ALTER TABLE runs DROP COLUMN commitment_micros; " +
+        "ALTER TABLE runs DROP COLUMN commitment_micros; ALTER TABLE outbox DROP COLUMN "
+        "claimed_by; ALTER TABLE outbox DROP COLUMN claimed_until; " +
         rollup_sql::sqlite_v14_triggers());
   }
   // Opening migrates to 14 before anything is written: the runs go through the journal.
