@@ -161,7 +161,8 @@ class SharedRunnerSetup(unittest.TestCase):
         return self.inside([self.bin] + list(args), user=user, env=self.user_env(user, extra))
 
     def root_sql(self, sql):
-        result = self.inside(["sqlite3", self.ledger, sql])
+        # A busy timeout, as spendcap's own: a run's write may hold the lock for a moment.
+        result = self.inside(["sqlite3", "-cmd", ".timeout 10000", self.ledger, sql])
         self.assertEqual(result.returncode, 0, result.stderr)
         return result.stdout.strip()
 
