@@ -32,6 +32,14 @@ std::string budget_reason(const Scope& scope) {
 
 namespace {
 
+// "7s at $0.0700": when a run of these terms reaches CEILING less its reserve, and its spend then.
+std::string trip_in_text(const RunTerms& terms, const StartFacts& facts, Money ceiling) {
+  auto at = budget_trip_time(facts.launched, terms.rate_per_hour, ceiling, facts.reserve);
+  Nanos in = *at - facts.launched;
+  return format_duration(in) + " at " +
+         format_money(cost_of(terms.rate_per_hour, in), terms.currency);
+}
+
 // The short line: what it burns, its budget, and when it trips (about 90 columns).
 std::string short_start_line(const RunTerms& terms, const StartFacts& facts) {
   const std::string& currency = terms.currency;
@@ -39,11 +47,7 @@ std::string short_start_line(const RunTerms& terms, const StartFacts& facts) {
                      format_money(terms.rate_per_hour, currency) + "/h";
   if (terms.run_budget) line += ", budget " + format_money(*terms.run_budget, currency);
   std::string trips = terms.mode == Mode::warn ? "would trip" : "trips";
-  auto trip_in = [&](Money ceiling) {
-    auto at = budget_trip_time(facts.launched, terms.rate_per_hour, ceiling, facts.reserve);
-    Nanos in = *at - facts.launched;
-    return format_duration(in) + " at " + format_money(cost_of(terms.rate_per_hour, in), currency);
-  };
+  auto trip_in = [&](Money ceiling) { return trip_in_text(terms, facts, ceiling); };
   std::optional<ScopeUse> tightest = tightest_scope(terms, facts);
   if (terms.rate_per_hour.micros == 0) {
     line += "; burn rate 0: it never trips";
@@ -75,11 +79,7 @@ std::string start_line(const RunTerms& terms, const StartFacts& facts) {
           format_duration(facts.on_trip.grace) + " + kill-after " +
           format_duration(facts.on_trip.kill_after) + " + 1s)";
   std::string trips = terms.mode == Mode::warn ? "would trip" : "trips";
-  auto trip_in = [&](Money ceiling) {
-    auto at = budget_trip_time(facts.launched, terms.rate_per_hour, ceiling, facts.reserve);
-    Nanos in = *at - facts.launched;
-    return format_duration(in) + " at " + format_money(cost_of(terms.rate_per_hour, in), currency);
-  };
+  auto trip_in = [&](Money ceiling) { return trip_in_text(terms, facts, ceiling); };
   std::optional<ScopeUse> tightest = tightest_scope(terms, facts);
   if (terms.rate_per_hour.micros == 0) {
     line += "; burn rate 0: it never trips";
