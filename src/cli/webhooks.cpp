@@ -103,8 +103,26 @@ int outbox_flush_command(const LedgerChoice& choice) {
           deliver(*http, target, entry.event_id, entry.body, kDefaultDeliveryDeadline, sleep_for);
       std::string line = std::to_string(entry.id) + " " + entry.event + " to " + target.display();
       if (result.delivered) {
-        ledger->remove_outbox(entry.id);
-        std::cout << escape_for_terminal(line + ": delivered") << "\n";
+        // Delivered: the entry must go, else the next spendcap sends it again once the claim
+        // ends (issue 33). One more try after the ledger's own retries; the claim still holds.
+        bool removed = false;
+        for (int attempt = 1; !removed; ++attempt) {
+          try {
+            ledger->remove_outbox(entry.id);
+            removed = true;
+          } catch (const Error& error) {
+            if (attempt == 2) {
+              ++failed;
+              std::cout << escape_for_terminal(line +
+                                               ": delivered, but not removed from the "
+                                               "outbox (it may be sent again): " +
+                                               format_error(error))
+                        << "\n";
+              break;
+            }
+          }
+        }
+        if (removed) std::cout << escape_for_terminal(line + ": delivered") << "\n";
       } else {
         ++failed;
         ledger->note_outbox_failure(entry.id, result.error);

@@ -17,7 +17,6 @@ namespace {
 // A little room for an attempt to start: below this a retry is not worth beginning.
 constexpr Nanos kMinAttempt = std::chrono::milliseconds(200);
 constexpr Nanos kConnectTimeout = std::chrono::seconds(3);
-constexpr Nanos kAttemptTimeout = std::chrono::seconds(5);
 
 std::string lower(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -108,13 +108,29 @@ void WebhookNotifier::resend(const OutboxEntry& entry, WebhookTarget target) {
   state_->changed.notify_all();
 }
 
+void WebhookNotifier::owe_ack(std::int64_t outbox_id) {
+  std::lock_guard lock(state_->mutex);
+  state_->done.outbox_delivered.push_back(outbox_id);
+}
+
+std::vector<std::int64_t> WebhookNotifier::acks() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->done.outbox_delivered;
+}
+
 NotifierLeftovers WebhookNotifier::finish(Nanos wait) {
   std::unique_lock lock(state_->mutex);
-  if (state_->thread.joinable()) {
-    state_->changed.wait_for(lock, wait, [this] { return state_->queue.empty() && !state_->busy; });
-  }
+  auto idle = [this] { return state_->queue.empty() && !state_->busy; };
+  if (state_->thread.joinable()) state_->changed.wait_for(lock, wait, idle);
   state_->stopping = true;
   state_->changed.notify_all();
+  // An attempt in flight is waited for to its end (its own timeout bounds it; no retry starts
+  // once stopping): abandoned, a delivery whose receiver answered 2xx just after would be spooled
+  // and sent again (issue 33).
+  if (state_->thread.joinable()) {
+    state_->changed.wait_for(lock, kAttemptTimeout + kAttemptSlack,
+                             [this] { return !state_->busy; });
+  }
   NotifierLeftovers left = std::move(state_->done);
   state_->done = {};
   for (PendingDelivery& delivery : state_->queue) {
@@ -136,8 +152,8 @@ NotifierLeftovers WebhookNotifier::finish(Nanos wait) {
   }
   lock.unlock();
   if (state_->thread.joinable()) {
-    // An attempt in flight ends within its own timeout; spendcap does not wait for it (its event
-    // is spooled below as well: receivers drop the duplicate by its event id).
+    // An attempt still in flight past its own timeout (libcurl stuck beyond it): spendcap does not
+    // wait for it (its event is spooled above as well: receivers drop a duplicate by its id).
     if (busy) {
       state_->thread.detach();
     } else {

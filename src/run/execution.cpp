@@ -99,7 +99,7 @@ LaunchSpec make_launch_spec(const std::string& executable, const RunSettings& se
 
 // Records the final row, or spools it on this host when the ledger does not take it in time.
 bool record_final(Supervisor& supervisor, const std::string& ledger_url, const RunOutcome& outcome,
-                  const Reporter& reporter) {
+                  const std::vector<std::int64_t>& outbox_delivered, const Reporter& reporter) {
   RunFinal final;
   final.id = outcome.run_id;
   final.status = outcome.status;
@@ -120,7 +120,7 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   }
   final.storage_peak_gb = outcome.storage_peak_gb;
   final.storage_spend = outcome.storage_spend;
-  std::string error = supervisor.record_final(final, kFinalRowTimeout);
+  std::string error = supervisor.record_final(final, kFinalRowTimeout, outbox_delivered);
   if (error.empty()) return true;
   try {
     // A spooled row is checked against the run's last heartbeat when it is replayed, and
@@ -307,7 +307,8 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
     }
   }
 
-  bool recorded = record_final(supervisor, ledger->url(), outcome, reporter);
+  bool recorded = record_final(supervisor, ledger->url(), outcome,
+                               notifier ? notifier->acks() : std::vector<std::int64_t>{}, reporter);
   write_status(request, outcome, reporter);
   run_dir.remove();
   if (cgroup) cgroup->remove();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 
+#include "spendcap/base/error.hpp"
 #include "spendcap/ledger/async_ledger.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/reporter.hpp"
@@ -209,9 +210,22 @@ std::vector<TeamBudget> HeartbeatPart::team_budgets(const std::string& team) {
   return out;
 }
 
-std::string HeartbeatPart::record_final(const RunFinal& final, Nanos timeout) {
+std::string HeartbeatPart::record_final(const RunFinal& final, Nanos timeout,
+                                        const std::vector<std::int64_t>& outbox_delivered) {
   if (!ledger_) return "no ledger";
-  return ledger_->call_and_wait([final](Ledger& ledger) { ledger.finish_run(final); }, timeout);
+  return ledger_->call_and_wait(
+      [final, outbox_delivered](Ledger& ledger) {
+        // Before the final row: the run's claims on them hold while it is running (issue 33).
+        // One that fails is removed again after the final row (finish_run_notifier).
+        for (std::int64_t id : outbox_delivered) {
+          try {
+            ledger.remove_outbox(id);
+          } catch (const Error&) {
+          }
+        }
+        ledger.finish_run(final);
+      },
+      timeout);
 }
 
 }  // namespace spendcap

@@ -131,8 +131,9 @@ class Supervisor::Impl {
     return outcome_;
   }
 
-  std::string record_final(const RunFinal& final, Nanos timeout) {
-    return heartbeat_->record_final(final, timeout);
+  std::string record_final(const RunFinal& final, Nanos timeout,
+                           const std::vector<std::int64_t>& outbox_delivered) {
+    return heartbeat_->record_final(final, timeout, outbox_delivered);
   }
 
  private:
@@ -574,8 +575,9 @@ RunOutcome Supervisor::run() {
   return impl_->run();
 }
 
-std::string Supervisor::record_final(const RunFinal& final, Nanos timeout) {
-  return impl_->record_final(final, timeout);
+std::string Supervisor::record_final(const RunFinal& final, Nanos timeout,
+                                     const std::vector<std::int64_t>& outbox_delivered) {
+  return impl_->record_final(final, timeout, outbox_delivered);
 }
 
 }  // namespace spendcap

@@ -42,6 +42,8 @@ class Endpoint:
                                           "body": body, "at": time.time()})
                 n = len(endpoint.requests) - 1
                 answer = endpoint.script[min(n, len(endpoint.script) - 1)]
+                if callable(answer):  # does something first, then answers what it returns
+                    answer = answer()
                 if answer == "hang":
                     endpoint.release.wait(60)
                     return
@@ -323,6 +325,55 @@ class WebhookTest(LedgerTest):
         tested = self.run_spendcap(["notify", "test", "--webhook", rejecting.url], extra_env=env)
         self.assertEqual(tested.returncode, 1, tested.stderr)
         self.assertIn("not delivered: HTTP 404", tested.stdout)
+
+    def test_9_an_owed_event_answered_2xx_is_not_sent_again_when_its_removal_fails(self):
+        # Issue 33 (the fleet test, seed 33): a run delivered an owed event (2xx), then the ledger
+        # stalled before the entry was removed; once the run's claim ended, the next spendcap sent
+        # the same webhook-id again. Here the receiver takes the ledger's write lock before it
+        # answers 200, and holds it past the lock timeout (10 s), so the removal fails.
+        failing = self.endpoint([503])
+        self.policy_with({"url_env": "HOOK_URL", "secret_env": "HOOK_SECRET"})
+        result = self.run_killed(extra_env={"HOOK_URL": failing.url, "HOOK_SECRET": SECRET})
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertEqual(len(self.outbox_rows()), 1)
+        owed_id = json.loads(failing.requests[0]["body"])["event_id"]
+
+        held = threading.Event()
+
+        def lock_the_ledger_then_200():
+            connection = sqlite3.connect(self.ledger_file(), timeout=30, isolation_level=None,
+                                         check_same_thread=False)
+            connection.execute("BEGIN IMMEDIATE")
+
+            def release():
+                time.sleep(12)
+                connection.execute("COMMIT")
+                connection.close()
+                held.set()
+
+            threading.Thread(target=release, daemon=True).start()
+            return 200
+
+        receiver = self.endpoint([lock_the_ledger_then_200, 200])
+        env = {"HOOK_URL": receiver.url, "HOOK_SECRET": SECRET}
+        result = self.run_spendcap(["run", "--team", "vision", "--rate", "36", "--budget", "1",
+                                    "--", "sleep", "3"], extra_env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(held.is_set())  # the removal did wait out the lock
+        self.assertEqual([json.loads(r["body"])["event_id"] for r in receiver.requests],
+                         [owed_id])
+        # Once the run's claim has ended (moved to the past here), no later spendcap sends it
+        # again: delivered, it is out of the outbox.
+        connection = sqlite3.connect(self.ledger_file(), timeout=30)
+        with connection:
+            connection.execute("UPDATE outbox SET claimed_until = 0")
+        connection.close()
+        flushed = self.run_spendcap(["outbox", "flush"], extra_env=env)
+        self.assertEqual(flushed.returncode, 0, flushed.stdout + flushed.stderr)
+        self.assertEqual(len(receiver.requests), 1, result.stderr + flushed.stdout)
+        self.assertEqual(self.outbox_rows(), [])
+        self.assertIn("not yet removed", result.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

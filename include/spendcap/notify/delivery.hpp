@@ -105,6 +105,10 @@ std::optional<Nanos> parse_retry_after(const std::string& value);
 // ---- the retry rule ----
 
 inline constexpr int kMaxAttempts = 3;
+// One attempt's longest time (libcurl's total timeout), and the slack beyond it that a caller
+// waiting for an attempt to end allows (scheduling on a loaded host).
+inline constexpr Nanos kAttemptTimeout = std::chrono::seconds(5);
+inline constexpr Nanos kAttemptSlack = std::chrono::seconds(1);
 inline constexpr Nanos kDefaultDeliveryDeadline = std::chrono::seconds(10);
 // How long a claim on an outbox entry holds by itself (Ledger::claim_outbox): beyond one
 // delivery's deadline; a run's claim holds longer, while it runs.

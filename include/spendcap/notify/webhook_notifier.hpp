@@ -48,8 +48,15 @@ class WebhookNotifier final : public Notifier {
   // Starts the delivery thread. `spendcap run` calls it once the guard is forked (the guard must
   // be forked while spendcap has one thread).
   void start();
-  // Waits at most `wait` for the queue to empty, stops, and returns what is left. An attempt still
-  // in flight is abandoned (its thread is detached and ends within its own timeout).
+  // An outbox entry delivered (2xx) before this notifier started whose removal from the outbox
+  // failed: kept, so that it is removed before the run's final row (acks) and at finish().
+  void owe_ack(std::int64_t outbox_id);
+  // The delivered outbox entries not removed yet (owe_ack, resend).
+  std::vector<std::int64_t> acks() const;
+  // Waits at most `wait` for the queue to empty, stops, then waits for an attempt still in flight
+  // to end (at most kAttemptTimeout + kAttemptSlack: its outcome decides whether the event is
+  // spooled), and returns what is left. Only an attempt that outlives even that is abandoned (its
+  // thread is detached) and spooled as undelivered.
   NotifierLeftovers finish(Nanos wait);
 
   Nanos deadline() const { return deadline_; }

@@ -75,8 +75,10 @@ class HeartbeatPart final : public RunPart {
   void record_would_stop(const std::string& reason);
   // The run's team budgets for the metrics summary: a bounded wait on the ledger's worker.
   std::vector<TeamBudget> team_budgets(const std::string& team);
-  // Writes the final row, waiting at most `timeout`. "" when written, else why not.
-  std::string record_final(const RunFinal& final, Nanos timeout);
+  // Writes the final row, waiting at most `timeout`. "" when written, else why not. The outbox
+  // entries `outbox_delivered` (delivered by this run, still in the outbox) are removed first.
+  std::string record_final(const RunFinal& final, Nanos timeout,
+                           const std::vector<std::int64_t>& outbox_delivered = {});
 
  private:
   void arm();

@@ -102,8 +102,10 @@ class Supervisor {
   RunOutcome run();
 
   // Writes the final row through the ledger's worker, waiting at most `timeout`. Returns "" when
-  // written, else why not (the caller spools the row).
-  std::string record_final(const RunFinal& final, Nanos timeout);
+  // written, else why not (the caller spools the row). `outbox_delivered`: outbox entries this run
+  // delivered that are still in the outbox, removed just before (their claims hold till then).
+  std::string record_final(const RunFinal& final, Nanos timeout,
+                           const std::vector<std::int64_t>& outbox_delivered = {});
 
  private:
   class Impl;

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <deque>
+#include <thread>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/sha256.hpp"
@@ -364,4 +366,60 @@ TEST_CASE("Slack: user text escaped, in plain_text, mrkdwn off; a message a pers
   CHECK(slack_escape("<!channel>") == "&lt;!channel&gt;");
   CHECK(slack_escape("a&b") == "a&amp;b");
   CHECK(nlohmann::json{{"text", facts.experiment}}.dump().find("<!channel>") != std::string::npos);
+}
+
+namespace {
+
+// Answers 200 after a delay (a slow receiver), and counts the requests it got.
+class SlowHttp final : public HttpClient {
+ public:
+  explicit SlowHttp(Nanos delay, std::atomic<int>& posts) : delay_(delay), posts_(posts) {}
+  AttemptResult post(const HttpRequest&) override {
+    ++posts_;
+    std::this_thread::sleep_for(delay_);
+    return answer(200);
+  }
+
+ private:
+  Nanos delay_;
+  std::atomic<int>& posts_;
+};
+
+}  // namespace
+
+// Issue 33: an attempt in flight when finish() stopped waiting was abandoned and its event spooled
+// to the outbox, though the receiver answered 200 a moment later; the next run then sent the same
+// webhook-id again.
+TEST_CASE("finish waits for an attempt in flight: a 2xx that comes late is not spooled again") {
+  WebhookTarget target;
+  target.destination = "env:HOOK";
+  target.url = "http://127.0.0.1:1/x";
+  target.events = {"killed"};
+  std::atomic<int> posts = 0;
+  WebhookNotifier notifier(RunFacts{}, {target}, std::make_unique<SlowHttp>(400ms, posts), 5s,
+                           nullptr);
+  notifier.start();
+  notifier.notify(RunEvent{"killed", "budget:run"});
+  auto until = std::chrono::steady_clock::now() + 5s;
+  while (posts == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  REQUIRE(posts == 1);
+  // The wait ends while the attempt is in flight: its answer still decides.
+  NotifierLeftovers left = notifier.finish(10ms);
+  CHECK(left.undelivered.empty());
+  CHECK(left.outbox_failed.empty());
+  CHECK(posts == 1);
+}
+
+TEST_CASE("the outbox entries a run delivered but could not remove are kept for its end") {
+  WebhookTarget target;
+  target.destination = "env:HOOK";
+  target.url = "http://127.0.0.1:1/x";
+  WebhookNotifier notifier(RunFacts{}, {target},
+                           std::make_unique<ScriptedHttp>(std::deque{answer(200)}), 1s, nullptr);
+  notifier.owe_ack(7);
+  notifier.owe_ack(9);
+  CHECK(notifier.acks() == std::vector<std::int64_t>{7, 9});
+  CHECK(notifier.acks() == std::vector<std::int64_t>{7, 9});  // kept until finish
+  NotifierLeftovers left = notifier.finish(0s);
+  CHECK(left.outbox_delivered == std::vector<std::int64_t>{7, 9});
 }
