@@ -17,6 +17,7 @@ void BudgetLedger::for_each_run_started(double since, double until,
 
 bool BudgetLedger::read_rollups(const RollupRead& read, const RollupVisitor& visit) {
   reconcile_if_due();
+  store().settle_rollups();
   bool kept = false;
   // One read transaction: a run that finishes meanwhile is either in its cell or read as a row,
   // never both. A store retries a read only before its first row is read.

@@ -295,6 +295,11 @@ class LedgerStore {
     (void) final;
     return std::nullopt;
   }
+
+  // Brings the rollups up to date before a report reads them, where the store defers that work
+  // (SQLite folds its journal: sqlite_store.hpp). Best effort and never needed for a correct
+  // report: a store that cannot write now leaves its pending rows to the read, which counts them.
+  virtual void settle_rollups() {}
 };
 
 }  // namespace spendcap

@@ -254,19 +254,20 @@ struct SqliteStore::Impl final : StoreTxn {
   }
 
   // One transaction; `write` takes the write lock at BEGIN (IMMEDIATE), so that the reads that a
-  // grant depends on and its writes are one serialised step.
+  // grant depends on and its writes are one serialised step. A write folds the rollups' journal
+  // into the rollups once it holds `fold_at_rows` rows (fold_journal).
   template <class Body>
-  auto transaction(bool write, Body&& body) -> decltype(body()) {
+  auto transaction(bool write, Body&& body, int fold_at_rows = kFoldRows) -> decltype(body()) {
     return retrying([&]() -> decltype(body()) {
       exec(write ? "BEGIN IMMEDIATE" : "BEGIN");
       try {
         if constexpr (std::is_void_v<decltype(body())>) {
           body();
-          if (write) fold_journal();
+          if (write) fold_journal(fold_at_rows);
           exec("COMMIT");
         } else {
           auto result = body();
-          if (write) fold_journal();
+          if (write) fold_journal(fold_at_rows);
           exec("COMMIT");
           return result;
         }
@@ -278,13 +279,22 @@ struct SqliteStore::Impl final : StoreTxn {
   }
   // The rollups' journal (rollup_sql::sqlite_journal), from schema v15 on: true once migrated.
   bool journaled = false;
-  bool journal_pending() {
-    return journaled && query("SELECT 1 FROM rollup_journal LIMIT 1").step();
+  // Folding compiles one statement of about 3M instructions, which was a quarter of a short run's
+  // (`spendcap run -- true`, callgrind): so writes fold only once the journal holds this many
+  // rows (a finished run leaves one or two), a few ms once every few dozen runs. Until then the
+  // rows wait in the journal, where reports and verify_aggregates count them beside the cells
+  // (rollup_sql's *_and_pending), and a report folds them first when it can (settle_rollups).
+  static constexpr int kFoldRows = 32;
+  bool journal_holds(int rows) {
+    if (!journaled) return false;
+    auto q = query("SELECT 1 FROM rollup_journal LIMIT 1 OFFSET ?");
+    q.bind(rows - 1);
+    return q.step();
   }
-  // Adds the journal's rows to the rollups, in the transaction that wrote them. The statements
-  // are prepared by the first transaction that finds rows (a run's last), not by every run's.
-  void fold_journal() {
-    if (!journal_pending()) return;
+  bool journal_pending() { return journal_holds(1); }
+  // Adds the journal's rows to the rollups, in a write transaction, when it holds `at_rows` rows.
+  void fold_journal(int at_rows) {
+    if (!journal_holds(at_rows)) return;
     static const std::vector<std::string> fold = rollup_sql::sqlite_fold();
     exec(fold[0]);  // the cells
     // The metrics' ranges: most runs report none, and spare the statement's compilation.
@@ -293,6 +303,7 @@ struct SqliteStore::Impl final : StoreTxn {
     }
     exec(fold[2]);  // emptied
   }
+  void settle_rollups();
 
   template <class Body>
   auto write(Body&& body) {

@@ -35,7 +35,8 @@ void SqliteStore::Impl::for_each_rollup_cell(const RollupSpan& span,
                                              const std::optional<std::string>& experiment,
                                              const std::function<void(const RollupCell&)>& each) {
   using namespace rollup_sql;
-  // The journal is empty unless a writer other than spendcap left rows (sqlite_fold).
+  // Rows still in the journal (fewer than kFoldRows, or a report that could not fold them) are
+  // counted beside the cells.
   bool by_team = team.has_value(), by_experiment = experiment.has_value();
   auto q = query(journal_pending() ? sqlite_select_cells_and_pending(by_team, by_experiment)
                                    : select_cells(Dialect::sqlite, by_team, by_experiment));

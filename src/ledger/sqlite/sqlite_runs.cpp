@@ -162,6 +162,9 @@ std::vector<RunRecord> SqliteStore::Impl::overrun_runs(std::int64_t since_day) {
 }
 
 std::vector<RunRecord> SqliteStore::Impl::runs_due(double now) {
+  // Every write transaction asks, and almost always none is due: the look-up of any_run_due
+  // compiles in a tenth of the time of a statement reading every column.
+  if (!any_run_due(now)) return {};
   auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
                  " FROM runs WHERE status = 'running' AND reconcile_at <= ?");
   q.bind(now);
@@ -259,6 +262,12 @@ void SqliteStore::Impl::put_run_webhooks(const std::string& run_id,
 
 std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> SqliteStore::Impl::untold_lost_runs() {
   std::vector<std::pair<RunRecord, std::vector<RunWebhook>>> lost;
+  // Every run asks after its admission, and there is almost never one (as runs_due).
+  if (!query("SELECT 1 FROM run_webhooks WHERE lost_told_at IS NULL AND run_id IN "
+             "(SELECT id FROM runs WHERE reconciled = 1) LIMIT 1")
+           .step()) {
+    return lost;
+  }
   auto q = query("SELECT " SPENDCAP_RUN_COLUMNS
                  " FROM runs WHERE reconciled = 1 AND id IN (SELECT run_id FROM run_webhooks "
                  "WHERE lost_told_at IS NULL) ORDER BY started_at, id");

@@ -255,6 +255,24 @@ void SqliteStore::transact(Access access, const std::function<void(StoreTxn&)>& 
   impl_->transaction(access == Access::write, [&] { body(*impl_); });
 }
 
+void SqliteStore::Impl::settle_rollups() {
+  if (!journal_pending()) return;
+  // A report must not wait the whole lock timeout behind a writer (or fail on a ledger it may
+  // only read): the rows it leaves are read beside the cells.
+  Nanos lock_timeout = sqlite_options.lock_timeout;
+  sqlite_options.lock_timeout = std::min<Nanos>(lock_timeout, std::chrono::milliseconds(200));
+  try {
+    transaction(
+        true, [] {}, 1);
+  } catch (const Error&) {
+  }
+  sqlite_options.lock_timeout = lock_timeout;
+}
+
+void SqliteStore::settle_rollups() {
+  impl_->settle_rollups();
+}
+
 int SqliteStore::latest_schema_version() {
   return sqlite_detail::latest_schema_version();
 }

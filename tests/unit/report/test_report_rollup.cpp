@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -331,37 +332,47 @@ TEST_CASE(
   CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 0);
 }
 
+// A finished run copied under a new id, as an administrator might in the sqlite3 shell: one row in
+// the journal (its insert trigger).
+std::string copy_run_sql(const std::string& from, const std::string& to) {
+  return "INSERT INTO runs SELECT '" + to +
+         "', job_key, team, experiment, project, user_name, "
+         "tags, command, fingerprint, host, pid, mode, status, reason, exit_code, "
+         "rate_micros_per_hour, reserve_micros, budget_micros, shutdown_ms, sync_ms, "
+         "started_at, day, heartbeat_at, reconcile_at, finished_at, spend_micros, "
+         "ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, "
+         "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, "
+         "gpu_not_measured, gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, "
+         "gpu_idle_spend_micros, gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, "
+         "gpu_sources, gpu_timeline, metric_name, metric_value + 0.5, units, egress_gb, "
+         "storage_peak_gb, storage_spend_micros, pricing, commitment_micros FROM runs "
+         "WHERE id = '" +
+         from + "'";
+}
+
 TEST_CASE(
-    "Rollups: rows another writer left in the journal count in reports and verify, and the "
-    "next write folds them (SQLite)") {
+    "Rollups: rows waiting in the journal count in reports and verify; a report folds them, "
+    "or reads them beside the cells while another holds the write lock (SQLite)") {
   TempDir dir;
   std::string path = dir.file("ledger.db");
   rollups_equal_a_scan(
       [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
-  // At the clock the runs were written at: no run is due, so reports only read.
+  // At the clock the runs were written at: no run is due, so reports only read. A short lock
+  // timeout: a report waits at most that long to fold.
   LedgerOptions options;
   options.wall_clock = [] { return unix_time(2024, 2, 2, 10, 2); };
-  SqliteLedger ledger(path, options);
+  SqliteOptions sqlite_options;
+  sqlite_options.lock_timeout = std::chrono::milliseconds(5);
+  SqliteLedger ledger(path, options, sqlite_options);
   RawDb raw(path);
-  REQUIRE(raw.count("SELECT count(*) FROM rollup_journal") == 0);
+  REQUIRE(raw.count("SELECT count(*) FROM rollup_journal") == 0);  // the reports folded them
   // An administrator's edits in the sqlite3 shell, while the ledger is open: a finished run
   // copied under a new id, two changed. The triggers journal them; nothing folds them. (Not a
   // deletion: a cell's first and last start only widen, so deleting a cell's earliest run leaves
   // verify a difference to show.)
-  raw.exec(
-      "INSERT INTO runs SELECT 'copy' || id, job_key, team, experiment, project, user_name, "
-      "tags, command, fingerprint, host, pid, mode, status, reason, exit_code, "
-      "rate_micros_per_hour, reserve_micros, budget_micros, shutdown_ms, sync_ms, "
-      "started_at, day, heartbeat_at, reconcile_at, finished_at, spend_micros, "
-      "ceiling_micros, allowed_micros, reconciled, would_stop_at, would_stop_reason, "
-      "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, "
-      "gpu_not_measured, gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, "
-      "gpu_idle_spend_micros, gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, "
-      "gpu_sources, gpu_timeline, metric_name, metric_value + 0.5, units, egress_gb, "
-      "storage_peak_gb, storage_spend_micros, pricing, commitment_micros FROM runs "
-      "WHERE id = 'a1'; "
-      "UPDATE runs SET spend_micros = spend_micros * 2, project = 'moved' WHERE id = 'a2'; "
-      "UPDATE runs SET status = 'failed' WHERE id = 'a3'");
+  raw.exec(copy_run_sql("a1", "copya1") +
+           "; UPDATE runs SET spend_micros = spend_micros * 2, project = 'moved' WHERE id = 'a2'; "
+           "UPDATE runs SET status = 'failed' WHERE id = 'a3'");
   REQUIRE(raw.count("SELECT count(*) FROM rollup_journal") == 5);
   // (The edits leave the budgets' usage rows behind too: only the rollups' lines count here.)
   auto rollups_differ = [&ledger] {
@@ -371,18 +382,58 @@ TEST_CASE(
     return false;
   };
   CHECK_FALSE(rollups_differ());
-  check_same_reports(ledger);
-  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 5);  // reads fold nothing
+  {
+    // Another holds the write lock: the reports cannot fold, and read the rows beside the cells.
+    RawDb holder(path);
+    holder.exec("BEGIN IMMEDIATE");
+    check_same_reports(ledger);
+    holder.exec("ROLLBACK");
+  }
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 5);
   // The negative control: the journal's rows left out, the cells are behind the runs.
   raw.exec("CREATE TABLE kept AS SELECT * FROM rollup_journal; DELETE FROM rollup_journal");
   CHECK(rollups_differ());
   raw.exec("INSERT INTO rollup_journal SELECT * FROM kept; DROP TABLE kept");
   CHECK_FALSE(rollups_differ());
-  // The next write folds them.
+  // A write leaves a few rows waiting (one more: a refused run's)...
   ledger.record_refused(start("ref2", "nlp", "bert", "carol", usd(1)), "runaway:crash-loop");
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 6);
+  CHECK_FALSE(rollups_differ());
+  // ...and a report folds them before it reads.
+  check_same_reports(ledger);
   CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 0);
   CHECK_FALSE(rollups_differ());
-  check_same_reports(ledger);
+}
+
+TEST_CASE("Rollups: a write folds the journal once it holds 32 rows (SQLite)") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
+  LedgerOptions options;
+  options.wall_clock = [] { return unix_time(2024, 2, 2, 10, 2); };
+  SqliteLedger ledger(path, options);
+  RawDb raw(path);
+  REQUIRE(raw.count("SELECT count(*) FROM rollup_journal") == 0);
+  for (int copy = 0; copy < 30; ++copy) {
+    raw.exec(copy_run_sql("a1", "copy" + std::to_string(copy)));
+  }
+  // 31 rows after the refused run's: not yet.
+  ledger.record_refused(start("ref2", "nlp", "bert", "carol", usd(1)), "runaway:crash-loop");
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 31);
+  // The 32nd: folded in the write that made it.
+  ledger.record_refused(start("ref3", "nlp", "bert", "carol", usd(1)), "runaway:crash-loop");
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 0);
+  // (The shell's copies leave the usage rows behind: only the rollups' lines count here. No
+  // report against a scan: 30 copies of one run's egress priced once per cell or once per run
+  // differ in the last bits.)
+  for (const std::string& line : ledger.verify_aggregates()) {
+    CAPTURE(line);
+    CHECK(line.rfind("rollup (", 0) != 0);
+  }
+  // The negative control: a cell changed behind the fold's back is seen.
+  raw.exec("UPDATE rollups SET runs = runs + 1 WHERE cut = 1");
+  CHECK(ledger.verify_aggregates().back().rfind("rollup (", 0) == 0);
 }
 
 TEST_CASE("Rollups: a report from them equals a scan's, on postgresql") {

@@ -66,6 +66,9 @@ class SqliteStore final : public LedgerStore {
   bool caller_is_owner() override;
   bool is_personal() override;
   std::string owner_name() override;
+  // Folds the rollups' journal (which writes fold only every few dozen rows), waiting at most
+  // 200 ms for the write lock; a ledger it cannot write, or one locked longer, is left as it is.
+  void settle_rollups() override;
 
   // ---- for tests, benchmarks and repair ----
   const std::string& path() const;
