@@ -204,6 +204,7 @@ class Fleet:
         self.server_env = dict(
             os.environ, SPENDCAP_PG_DIR=self.pg_dir, SPENDCAP_PG_PORT=str(self.port),
             SPENDCAP_PG_TRUST="10.214.0.0/16", SPENDCAP_PG_LISTEN=COMMON, SPENDCAP_PG_FSYNC="on",
+            SPENDCAP_PGBOUNCER="0",
             SPENDCAP_PG_WALDIR=os.path.join(self.wal_disk, "pg_wal"),
             SPENDCAP_PG_MAX_CONNECTIONS=str(max(100, args.hosts * args.slots * 2 + 40)),
             SPENDCAP_PG_OPTIONS="-c wal_recycle=off -c max_wal_size=32MB -c min_wal_size=32MB")
@@ -235,6 +236,8 @@ class Fleet:
         # The common address, on the host's loopback (no dummy interfaces on every kernel).
         self.cleanups.append(lambda: self.ip("addr", "del", COMMON + "/32", "dev", "lo",
                                              check=False))
+        # A fleet killed before its cleanup (SIGKILL, a CTest timeout) left it: taken over.
+        self.ip("addr", "del", COMMON + "/32", "dev", "lo", check=False)
         self.ip("addr", "add", COMMON + "/32", "dev", "lo")
         for n in range(self.args.hosts):
             ns, outside, inside = self.ns(n), self.tag + "h%d" % n, self.tag + "p%d" % n
@@ -759,6 +762,8 @@ def main(argv=None):
                 s.bind(("127.0.0.1", 0))
                 setattr(args, name, s.getsockname()[1])
     fleet = Fleet(args)
+    # SIGTERM (a CTest timeout, a Ctrl-C'd script) ends in the cleanup below, as an error does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     try:
         fleet.run()
     finally:
