@@ -13,6 +13,7 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/base/exit_code.hpp"
+#include "spendcap/base/process_end.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/cli/admin.hpp"
 #include "spendcap/cli/command_line.hpp"
@@ -292,7 +293,7 @@ void add_ledger_options(CLI::App& command, spendcap::LedgerChoice& choice) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int main_body(int argc, char** argv) {
   // A shared-runner install: the front, the runner's keeper, or the runner's supervisor, already
   // dropped to the service user (process/privileged_run.hpp).
   if (std::optional<int> done = spendcap::enter_shared_runner(argc, argv)) return *done;
@@ -565,4 +566,10 @@ int main(int argc, char** argv) {
     return spendcap::to_int(ExitCode::internal);
   }
   return spendcap::to_int(ExitCode::internal);
+}
+
+// A ledger call or webhook attempt left a thread inside libpq or libcurl: the process ends without
+// the libraries' finalisers (base/process_end.hpp).
+int main(int argc, char** argv) {
+  return spendcap::end_of_main(main_body(argc, argv));
 }

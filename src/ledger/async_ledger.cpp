@@ -3,6 +3,7 @@
 #include <future>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/process_end.hpp"
 
 namespace spendcap {
 
@@ -92,7 +93,8 @@ std::string AsyncLedger::call_and_wait(std::function<void(Ledger&)> work, Nanos 
     std::lock_guard lock(shared_->mutex);
     shared_->stopping = true;
   }
-  worker_.detach();  // stuck in the ledger: let the process exit without it
+  worker_.detach();         // stuck in the ledger: let the process exit without it
+  note_abandoned_thread();  // and without the libraries' finalisers (base/process_end.hpp)
   return "the ledger did not answer within " + format_duration(timeout);
 }
 

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include "spendcap/base/process_end.hpp"
+
 namespace spendcap {
 
 // Shared with the thread, which may outlive the notifier when an attempt is abandoned at exit.
@@ -156,6 +158,7 @@ NotifierLeftovers WebhookNotifier::finish(Nanos wait) {
     // wait for it (its event is spooled above as well: receivers drop a duplicate by its id).
     if (busy) {
       state_->thread.detach();
+      note_abandoned_thread();  // still in libcurl: no finalisers at exit (base/process_end.hpp)
     } else {
       state_->thread.join();
     }
