@@ -6,7 +6,7 @@
 #       [--runner PATH]
 #       [--ledger-dir DIR | --ledger postgresql://[OWNER@]HOST/DB [--passfile FILE]]
 #       [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
-#       [--metrics-dir MDIR [--metrics-reader USER]] [POLICY]
+#       [--metrics-dir MDIR [--metrics-reader USER]] [--spool-dir SDIR] [POLICY]
 #
 # It creates the group (default spendcap; users are NOT added to it) and the service user (default
 # spendcap, in that group, no login), installs BUILT (default build/spendcap) as the front PATH
@@ -19,7 +19,11 @@
 # It creates DIR (default /var/lib/spendcap) root:GROUP 2770 and the ledger DIR/ledger.db
 # root:GROUP 0660, writes POLICY (default policies/shared-runner.json) as the locked LOCKED
 # (default /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file, and applies
-# the locked budgets to the ledger.
+# the locked budgets to the ledger. The ledger's side files (DIR/ledger.db-wal, -shm) are made
+# with it, root:GROUP 0660, so that no run's process creates them (SQLite keeps them).
+# SDIR (default DIR/spool) is the runner's spool of final rows the ledger did not take, root:GROUP
+# 2770: only the runner's processes write and replay it, no user reaches a file in it (runner.json
+# names it).
 # With --ledger postgresql://..., the ledger is that PostgreSQL database instead: the supervisor
 # connects as the service user, with the password in FILE (default /etc/spendcap/ledger.pgpass,
 # libpq's passfile, owned by the service user, 0600; kept across installs). The locked policy
@@ -55,6 +59,7 @@ metrics_dir=""
 metrics_reader=""
 pg_url=""
 passfile=/etc/spendcap/ledger.pgpass
+spool_dir=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -71,12 +76,16 @@ while [ $# -gt 0 ]; do
     --metrics-reader) metrics_reader=$2; shift 2 ;;
     --ledger) pg_url=$2; shift 2 ;;
     --passfile) passfile=$2; shift 2 ;;
+    --spool-dir) spool_dir=$2; shift 2 ;;
     # The header comment above, without its "# ".
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "install-shared-runner: unknown option $1" >&2; exit 2 ;;
     *) policy=$1; shift ;;
   esac
 done
+
+[ -n "$spool_dir" ] || spool_dir="$ledger_dir/spool"
+case "$spool_dir" in /*) ;; *) echo "install-shared-runner: --spool-dir must be an absolute path" >&2; exit 2 ;; esac
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-shared-runner: run it as root" >&2; exit 1
@@ -123,11 +132,16 @@ else
   [ "$(id -u "$user")" -ne 0 ] || { echo "install-shared-runner: the service user must not be root" >&2; exit 1; }
   place "$bin" root 0755
   place "$runner" "$group" 4755 "$runner_binary"
-  python3 - "$runner" "$user" "$bin" "$runner_config.new" <<'PY'
+  # The runner's spool: root's directory of the group, nobody else's to enter.
+  install -d -o root -g "$group" -m 2770 "$spool_dir"
+  chown root:"$group" "$spool_dir"
+  chmod 2770 "$spool_dir"
+  python3 - "$runner" "$user" "$bin" "$spool_dir" "$runner_config.new" <<'PY'
 import json, sys
-runner, user, spendcap, out = sys.argv[1:]
+runner, user, spendcap, spool, out = sys.argv[1:]
 with open(out, "w") as f:
-    json.dump({"runner": runner, "user": user, "spendcap": spendcap}, f, indent=2)
+    json.dump({"runner": runner, "user": user, "spendcap": spendcap, "spool": spool}, f,
+              indent=2)
     f.write("\n")
 PY
   chown root:root "$runner_config.new"
@@ -184,9 +198,9 @@ install -d -o root -g "$group" -m 2770 "$ledger_dir"
 chown root:"$group" "$ledger_dir"
 chmod 2770 "$ledger_dir"
 ledger="$ledger_dir/ledger.db"
-[ -e "$ledger" ] || install -o root -g "$group" -m 0660 /dev/null "$ledger"
 for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
-  [ -e "$file" ] && chown root:"$group" "$file" && chmod 0660 "$file"
+  [ -e "$file" ] || install -o root -g "$group" -m 0660 /dev/null "$file"
+  chown root:"$group" "$file" && chmod 0660 "$file"
 done
 fi
 

@@ -300,6 +300,7 @@ static int main_body(int argc, char** argv) {
   // Installed setgid for a shared ledger: act as the caller until the ledger is opened
   // (run/ledger_group.hpp).
   try {
+    spendcap::settle_runner_process();
     spendcap::set_aside_ledger_group();
   } catch (const spendcap::Error& error) {
     std::cerr << "spendcap: " << spendcap::format_error(error) << "\n";

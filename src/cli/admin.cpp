@@ -70,7 +70,7 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
     keep_rules(loaded);
   }
   std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);
-  replay_spool(*ledger);
+  with_ledger_group([&] { replay_spool(*ledger); });
   // Whoever opens the ledger reconciles what is due and queues lost runs' events (lost_runs.hpp).
   std::string why_not_told;
   tell_lost_runs(*ledger, lost_currency, &why_not_told);

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -117,7 +118,23 @@ SpooledRow parse_spooled(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// A shared runner's process: its spool (use_runner_spool), else the user's own.
+struct RunnerSpool {
+  std::string dir;
+  gid_t group = 0;
+};
+std::optional<RunnerSpool> runner_spool_in_use;
+
+}  // namespace
+
+void use_runner_spool(const std::string& directory, gid_t group) {
+  runner_spool_in_use = RunnerSpool{directory, group};
+}
+
 std::string spool_dir() {
+  if (runner_spool_in_use) return runner_spool_in_use->dir;
   if (const char* dir = std::getenv("SPENDCAP_SPOOL_DIR"); dir && *dir) return dir;
   return xdg_dir(XdgDir::state) + "/spendcap/spool";
 }
@@ -127,12 +144,14 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
     throw Error("spool", "run id " + final.id + " cannot be a file name");
   }
   std::string directory = spool_dir();
-  make_private_directories(directory, "spool");
+  // The runner's spool exists (its install makes it, root:GROUP 2770); its files are the group's
+  // to read, for whichever of the runner's processes replays them.
+  if (!runner_spool_in_use) make_private_directories(directory, "spool");
   std::string path = directory + "/" + final.id + ".json";
   std::string text =
       nlohmann::json{{"ledger", ledger_url}, {"final", final_to_json(final)}}.dump() + "\n";
   // Durable: the row must survive a crash of this host.
-  write_file_atomically(path, text, 0600, "spool " + path);
+  write_file_atomically(path, text, runner_spool_in_use ? 0640 : 0600, "spool " + path);
   return path;
 }
 
@@ -152,10 +171,21 @@ std::string octal(mode_t mode) {
 
 // Why the spool directory may not be trusted, or "" when it may: only its user may have put the
 // files there.
+// The runner's: root's directory of the runner's group, no access for others (so no user reaches
+// a file in it, whoever owns the file).
 std::string directory_refusal(const std::string& directory, const SpoolReplayer& replayer) {
   struct stat status {};
   if (::lstat(directory.c_str(), &status) != 0) return errno_text(errno);
   if (!S_ISDIR(status.st_mode)) return "not a directory (a symlink?)";
+  if (runner_spool_in_use) {
+    if (status.st_uid != 0 || status.st_gid != runner_spool_in_use->group ||
+        (status.st_mode & 07777) != 02770) {
+      return "not root's, of the runner's group gid " + std::to_string(runner_spool_in_use->group) +
+             ", mode 2770 (mode " + octal(status.st_mode) + ", uid " +
+             std::to_string(status.st_uid) + ")";
+    }
+    return "";
+  }
   if (status.st_uid != replayer.uid) {
     return "owned by uid " + std::to_string(status.st_uid) + ", not by uid " +
            std::to_string(replayer.uid);
@@ -180,12 +210,19 @@ std::string read_checked(const std::string& path, const SpoolReplayer& replayer,
     why = errno_text(errno);
   } else if (!S_ISREG(status.st_mode)) {
     why = "not a regular file";
+  } else if (runner_spool_in_use) {
+    if (status.st_gid != runner_spool_in_use->group || (status.st_mode & 07027) != 0 ||
+        status.st_nlink != 1) {
+      why = "mode " + octal(status.st_mode) + " or group " + std::to_string(status.st_gid) +
+            ": not a file of the runner's spool";
+    }
   } else if (status.st_uid != replayer.uid) {
     why = "owned by uid " + std::to_string(status.st_uid) + ", not by uid " +
           std::to_string(replayer.uid);
   } else if ((status.st_mode & 07777) != 0600) {
     why = "mode " + octal(status.st_mode) + ", not 0600";
-  } else {
+  }
+  if (why.empty()) {
     char buffer[4096];
     ssize_t got = 0;
     while ((got = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, got);
@@ -206,7 +243,8 @@ Check check_against_ledger(const std::optional<RunView>& run, const RunFinal& fi
                            const SpoolReplayer& replayer) {
   if (!run) return {Verdict::wait, "run " + final.id + " is not in the ledger"};
   if (!run->uid) return {Verdict::refuse, "the ledger does not know who admitted run " + run->id};
-  if (*run->uid != replayer.uid) {
+  // In the runner's spool only the runner's processes wrote: any of them replays any run's row.
+  if (!runner_spool_in_use && *run->uid != replayer.uid) {
     return {Verdict::refuse, "run " + run->id + " was admitted by uid " +
                                  std::to_string(*run->uid) + ", not by uid " +
                                  std::to_string(replayer.uid)};
@@ -256,7 +294,10 @@ int replay_spool(Ledger& ledger, const SpoolReplayer& replayer) {
   std::sort(names.begin(), names.end());
   if (std::string why = directory_refusal(directory, replayer); !why.empty()) {
     std::cerr << "spendcap: the spool " << directory << " is not replayed: " << why
-              << " (only its user may write it: chmod 0700 it, or remove it)\n";
+              << (runner_spool_in_use
+                      ? " (the runner's owner reinstalls it with "
+                        "scripts/install-shared-runner.sh)\n"
+                      : " (only its user may write it: chmod 0700 it, or remove it)\n");
     return 0;
   }
 

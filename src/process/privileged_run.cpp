@@ -5,6 +5,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +29,7 @@ namespace spendcap {
 namespace {
 
 RunnerRun* the_run = nullptr;
+RunnerCall* the_call = nullptr;
 
 // What the front passes on: a stop signal the user (or a scheduler, or `timeout`) sent it.
 constexpr int kRelayed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -121,6 +123,41 @@ int run_front(const RunnerConfig& config, int argc, char** argv) {
   }
 }
 
+// ---- the runner's exec for every other subcommand ----
+
+// The service user's process with CAP_SETUID alone, as the runner made it; `settle_runner_call`
+// below takes its last step once main knows the ledger's kind.
+std::optional<int> become_runner_call(int& argc, char**& argv) {
+  if (argc < 4) throw Error(kCallFlag, "the runner's call is incomplete", "run spendcap ...");
+  std::optional<RunnerConfig> config = read_runner_config();
+  passwd entry{}, *found = nullptr;
+  std::vector<char> buffer(16384);
+  if (!config ||
+      ::getpwnam_r(config->user.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+      !found) {
+    throw Error(kCallFlag, "no shared runner is installed here", "run spendcap ...");
+  }
+  char* end = nullptr;
+  errno = 0;
+  unsigned long caller = std::strtoul(argv[2], &end, 10);
+  if (*argv[2] < '0' || *argv[2] > '9' || *end != '\0' || errno || caller > 0x7fffffff) {
+    throw Error(kCallFlag, "the runner's call is malformed", "run spendcap ...");
+  }
+  // Only the runner makes this process (the service user's ids with CAP_SETUID); anyone else who
+  // calls it so runs as themselves, and is refused here.
+  if (::getuid() != found->pw_uid || ::geteuid() != found->pw_uid ||
+      !(effective_capabilities() & cap_bit(CAP_SETUID)) || caller == 0 || caller == found->pw_uid ||
+      std::string(argv[3]) == "run" || std::string(argv[3]) == kSupervisorFlag) {
+    throw Error(kCallFlag, "not started by the runner", "run spendcap ...");
+  }
+  the_call = new RunnerCall{static_cast<uid_t>(caller), found->pw_uid, found->pw_gid, config->spool,
+                            false};
+  argv[2] = argv[0];
+  argv += 2;
+  argc -= 2;
+  return std::nullopt;
+}
+
 // ---- the supervisor, exec'd by the runner ----
 
 std::optional<int> become_supervisor(int& argc, char**& argv) {
@@ -154,8 +191,8 @@ std::optional<int> become_supervisor(int& argc, char**& argv) {
   }
   std::map<std::string, std::string> environment = read_environment_fd(call.env_fd);
   ::close(call.env_fd);
-  the_run =
-      new RunnerRun{std::move(environment), Cgroup(call.cgroup_dir, call.kill_fd), config->user};
+  the_run = new RunnerRun{std::move(environment), Cgroup(call.cgroup_dir, call.kill_fd),
+                          config->user, config->spool};
   argv[kSupervisorArgs] = argv[0];
   argv += kSupervisorArgs;
   argc -= kSupervisorArgs;
@@ -168,9 +205,41 @@ const RunnerRun* runner_run() {
   return the_run;
 }
 
+const RunnerCall* runner_call() {
+  return the_call;
+}
+
+std::optional<std::string> runner_spool() {
+  if (the_run) return the_run->spool;
+  if (the_call) return the_call->spool;
+  return std::nullopt;
+}
+
+void settle_runner_call(bool as_the_caller) {
+  if (!the_call || the_call->settled) return;
+  const char* what = "runner's call";
+  if (!as_the_caller) {
+    settle_supervisor(the_call->caller_uid, 0);
+  } else {
+    // A PostgreSQL ledger checks each connection's own role: the caller's process, holding the
+    // ledger's group as the setgid install does (no server lock outlives its connection).
+    if (::setresuid(the_call->caller_uid, the_call->caller_uid, the_call->caller_uid) != 0) {
+      throw Error(what, "setresuid: " + errno_text(errno));
+    }
+    ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    if (!lower_capabilities(0) || ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 ||
+        effective_capabilities() != 0 || ::setuid(the_call->service_uid) == 0 ||
+        ::getuid() != the_call->caller_uid || ::geteuid() != the_call->caller_uid) {
+      throw Error(what, "the caller's ids are not exactly the caller's");
+    }
+  }
+  the_call->settled = true;
+}
+
 std::optional<int> enter_shared_runner(int& argc, char**& argv) {
   try {
     if (argc >= 2 && std::string(argv[1]) == kSupervisorFlag) return become_supervisor(argc, argv);
+    if (argc >= 2 && std::string(argv[1]) == kCallFlag) return become_runner_call(argc, argv);
     if (::geteuid() == 0 && ::getuid() != 0) {
       throw Error(argv[0], "spendcap itself is setuid root: only spendcap-runner may be",
                   "the runner's owner reinstalls with scripts/install-shared-runner.sh");

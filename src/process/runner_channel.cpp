@@ -131,14 +131,22 @@ RunnerConfig parse_runner_config(const std::string& text) {
     }
   }
   if (skip_space(text, at) != text.size()) malformed("text after the object");
+  for (const auto& [key, value] : fields) {
+    if (key != "runner" && key != "user" && key != "spendcap" && key != "spool") {
+      throw Error(kRunnerConfigPath, "unknown key \"" + key.substr(0, 32) + "\"", kReinstall);
+    }
+  }
   RunnerConfig config;
   config.runner = fields["runner"];
   config.user = fields["user"];
   config.spendcap = fields["spendcap"];
+  if (auto spool = fields.find("spool"); spool != fields.end()) config.spool = spool->second;
   if (config.runner.empty() || config.runner[0] != '/' || config.spendcap.empty() ||
-      config.spendcap[0] != '/' || config.user.empty()) {
+      config.spendcap[0] != '/' || config.user.empty() || config.spool.empty() ||
+      config.spool[0] != '/') {
     throw Error(kRunnerConfigPath,
-                "\"runner\" and \"spendcap\" must be absolute paths and \"user\" a name",
+                "\"runner\", \"spendcap\" and \"spool\" must be absolute paths and \"user\" "
+                "a name",
                 kReinstall);
   }
   return config;

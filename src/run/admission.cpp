@@ -40,7 +40,9 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
                 "test-only switches are refused on a shared ledger (" + ledger->url() + ")",
                 "unset SPENDCAP_TEST_SWITCHES; they work on a personal ledger only");
   }
-  if (int replayed = replay_spool(*ledger)) {
+  int replayed = 0;
+  with_ledger_group([&] { replayed = replay_spool(*ledger); });
+  if (replayed) {
     reporter.line("replayed " + std::to_string(replayed) + " spooled final rows into " +
                   ledger->url());
   }

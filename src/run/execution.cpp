@@ -14,6 +14,7 @@
 #include "spendcap/process/privileged_run.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
+#include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/run_notifier.hpp"
 #include "spendcap/run/summary.hpp"
 #include "spendcap/supervise/gpu_sampler.hpp"
@@ -132,7 +133,8 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
       final.spend = *outcome.gpu->allocated_spend;
       note = " (at the allocated spend: measured billing needs the ledger at the end)";
     }
-    std::string path = spool_final(ledger_url, final);
+    std::string path;
+    with_ledger_group([&] { path = spool_final(ledger_url, final); });
     reporter.error("ledger: " + error + "; the final row is spooled in " + path + note +
                    " and replayed by the next spendcap command");
   } catch (const Error& spool_error) {

@@ -3,10 +3,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/backends.hpp"
+#include "spendcap/ledger/spool.hpp"
 #include "spendcap/process/credentials.hpp"
+#include "spendcap/process/privileged_run.hpp"
 
 namespace spendcap {
 
@@ -21,11 +25,57 @@ const StartGroups& groups() {
 constexpr const char* kRedirecting[] = {"SPENDCAP_TEST_SWITCHES", "SPENDCAP_SPOOL_DIR",
                                         "SPENDCAP_NVML_LIBRARY"};
 
+// A process of the runner (its supervisor, or a runner call that stays the service user's) is out
+// of the caller's reach, so it keeps the group set aside (the saved gid) for the runner's spool;
+// the caller's own setgid process drops it for good.
+bool keeps_the_group() {
+  const RunnerCall* call = runner_call();
+  return runner_run() || (call && call->settled && ::getuid() == call->service_uid);
+}
+
 void drop_for_good() {
-  drop_group_for_good();
+  if (keeps_the_group()) {
+    set_aside_group();
+  } else {
+    drop_group_for_good();
+  }
+}
+
+// The locked policy's ledger URL ("" when none): root's file, read before the caller's.
+std::string locked_ledger_url() {
+  std::ifstream file("/etc/spendcap/policy.json");
+  if (!file) return "";
+  nlohmann::json document = nlohmann::json::parse(file, nullptr, false);
+  if (!document.is_object() || !document.contains("ledger") || !document["ledger"].is_string()) {
+    return "";
+  }
+  return document["ledger"].get<std::string>();
 }
 
 }  // namespace
+
+void settle_runner_process() {
+  if (const RunnerCall* call = runner_call(); call && !call->settled) {
+    settle_runner_call(locked_ledger_url().starts_with("postgres"));
+  }
+  if (keeps_the_group()) {
+    if (std::optional<std::string> spool = runner_spool()) {
+      use_runner_spool(*spool, start_groups().ledger);
+    }
+  }
+}
+
+void with_ledger_group(const std::function<void()>& body) {
+  if (!installed_setgid() || !keeps_the_group()) return body();
+  raise_group();
+  try {
+    body();
+  } catch (...) {
+    set_aside_group();
+    throw;
+  }
+  set_aside_group();
+}
 
 bool installed_setgid() {
   return groups().real != groups().ledger;

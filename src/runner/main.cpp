@@ -18,9 +18,12 @@
 //     drop, exec  the supervisor becomes the service user with CAP_KILL and CAP_SETUID ambient
 //                 (the bounding set cut to those, no_new_privs) and execs the ordinary spendcap,
 //                 which sets its filesystem uid to the caller's and keeps CAP_KILL alone;
-//   any other     (the front execs the runner for every other subcommand): the setgid install's
-//                 ids (caller's uids, the ledger's group as the effective gid), then the exec of
-//                 the ordinary spendcap with the caller's environment.
+//   any other     (the front execs the runner for every other subcommand): moved out of the
+//                 caller's cgroup, the terminal's stop signals ignored, the service user with
+//                 CAP_SETUID alone (ambient, bounding set cut, no_new_privs) and the exec of the
+//                 ordinary spendcap as `--runner-call CALLER_UID ...`, which takes the caller's
+//                 filesystem uid and drops CAP_SETUID: no process of the caller's ever holds the
+//                 ledger, its lock or its group (issue 29, item 1).
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
@@ -149,14 +152,8 @@ void write_text(int fd, const char* text, const std::string& what) {
   }
 }
 
-// The run's cgroups, made as root. Paths are the kernel's (mountinfo, /proc/self/cgroup) and the
-// cgroup filesystem has no links, so no user can aim these steps elsewhere.
-RunCgroups make_cgroups() {
-  std::string mount, own, why_not;
-  if (!locate_cgroup_v2(&mount, &own, &why_not)) {
-    throw Error(kWhat, "no cgroup v2 hierarchy: " + why_not,
-                "the privileged runner needs cgroup v2 (mounted at /sys/fs/cgroup or unified)");
-  }
+// Out of every user's cgroup: what a user freezes, limits or kills there is not the runner's.
+void move_out_of_reach(const std::string& mount) {
   std::string runner_dir = mount + "/spendcap-runner";
   if (::mkdir(runner_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     throw Error(kWhat, "cannot create " + runner_dir + ": " + errno_text(errno));
@@ -164,6 +161,25 @@ RunCgroups make_cgroups() {
   struct stat st {};
   if (::lstat(runner_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !root_only(st)) {
     throw Error(kWhat, runner_dir + " is not a directory root alone writes");
+  }
+  int self = ::open((runner_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (self < 0) throw Error(kWhat, "cannot open " + runner_dir + "/cgroup.procs");
+  try {
+    write_text(self, "0", "moving the runner to " + runner_dir);
+  } catch (...) {
+    ::close(self);
+    throw;
+  }
+  ::close(self);
+}
+
+// The run's cgroups, made as root. Paths are the kernel's (mountinfo, /proc/self/cgroup) and the
+// cgroup filesystem has no links, so no user can aim these steps elsewhere.
+RunCgroups make_cgroups() {
+  std::string mount, own, why_not;
+  if (!locate_cgroup_v2(&mount, &own, &why_not)) {
+    throw Error(kWhat, "no cgroup v2 hierarchy: " + why_not,
+                "the privileged runner needs cgroup v2 (mounted at /sys/fs/cgroup or unified)");
   }
   RunCgroups cgroups;
   std::string id = random_uuid();
@@ -178,16 +194,7 @@ RunCgroups make_cgroups() {
     ::rmdir(cgroups.job_dir.c_str());
     throw Error(kWhat, "cannot open " + cgroups.job_dir + "/cgroup.procs: " + errno_text(errno));
   }
-  // Out of every user's cgroup: what the user freezes or kills there is not the supervisor.
-  int self = ::open((runner_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-  if (self < 0) throw Error(kWhat, "cannot open " + runner_dir + "/cgroup.procs");
-  try {
-    write_text(self, "0", "moving the runner to " + runner_dir);
-  } catch (...) {
-    ::close(self);
-    throw;
-  }
-  ::close(self);
+  move_out_of_reach(mount);
   return cgroups;
 }
 
@@ -364,13 +371,38 @@ int run_for_the_front(Start& start, int argc, char** argv) {
   }
 }
 
-[[noreturn]] void run_subcommand(const Start& start, char** argv) {
-  reduce_to_setgid(start.caller, start.service.gid);
+// Every other subcommand (ps, stop, accept, report...): the service user's process, as the
+// supervisor is (issue 29, item 1), so that no ledger lock, file or group is ever held by a process
+// of the caller's: the caller can neither signal, trace, limit nor freeze it, and the terminal's
+// stop keys do not stop it (its Ctrl-C and Ctrl-\ still end it). It reads and writes what the
+// caller names with the caller's filesystem uid, the ledger with the service group.
+[[noreturn]] void run_for_the_caller(const Start& start, int argc, char** argv) {
+  std::string mount, own, why_not;
+  if (!locate_cgroup_v2(&mount, &own, &why_not)) {
+    throw Error(kWhat, "no cgroup v2 hierarchy: " + why_not,
+                "the privileged runner needs cgroup v2 (mounted at /sys/fs/cgroup or unified)");
+  }
+  move_out_of_reach(mount);
+  for (int signal : {SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(signal, SIG_IGN);
   if (start.cwd_fd >= 0 && ::fchdir(start.cwd_fd) != 0) {
     throw Error(kWhat, "cannot enter the working directory: " + errno_text(errno));
   }
-  argv[0] = const_cast<char*>("spendcap");
-  ::execve(start.config.spendcap.c_str(), argv, start.caller_environ);
+  std::string caller_uid = std::to_string(start.caller.uid);
+  std::vector<char*> args{const_cast<char*>("spendcap"), const_cast<char*>(kCallFlag),
+                          caller_uid.data()};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (char** entry = start.caller_environ; entry && *entry; ++entry) {
+    const char* eq = std::strchr(*entry, '=');
+    if (eq && !steers_the_supervisor(std::string(*entry, static_cast<size_t>(eq - *entry)))) {
+      envp.push_back(*entry);
+    }
+  }
+  envp.push_back(nullptr);
+  switch_to_service_for_exec(start.caller, start.service.uid, start.service.gid,
+                             cap_bit(CAP_SETUID));
+  ::execve(start.config.spendcap.c_str(), args.data(), envp.data());
   throw Error(start.config.spendcap, "cannot run it: " + errno_text(errno),
               "the runner's owner reinstalls it with scripts/install-shared-runner.sh");
 }
@@ -384,7 +416,7 @@ int runner_main(int argc, char** argv) {
     if (argc >= 2 && std::string(argv[1]) == "run") {
       throw Error("run", "the runner runs jobs only for the front", "run spendcap run ...");
     }
-    run_subcommand(start, argv);
+    run_for_the_caller(start, argc, argv);
   } catch (const Error& error) {
     std::cerr << "spendcap: " << escape_for_terminal(format_error(error)) << "\n";
     return to_int(ExitCode::internal);

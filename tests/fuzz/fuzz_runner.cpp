@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 0: {
         spendcap::RunnerConfig config = spendcap::parse_runner_config(input);
         check(config.runner.starts_with("/") && config.spendcap.starts_with("/") &&
-              !config.user.empty());
+              config.spool.starts_with("/") && !config.user.empty());
         break;
       }
       case 1: {

@@ -52,7 +52,15 @@ class LedgerTrustTest(shared.SharedRunnerSetup):
         super().setUp()
         self.alice, self.bob = self.users
         for argv in (["groupadd", "scclosed"], ["usermod", "-aG", "scclosed", self.alice]):
-            result = self.inside(argv)  # only in the overlaid /etc: gone with the namespace
+            # Only in the overlaid /etc: gone with the namespace. Another test's useradd may hold
+            # the lock files for a moment (the overlay shows them): wait for it, bounded.
+            for _ in range(30):
+                result = self.inside(argv)
+                if result.returncode == 0 or "lock" not in result.stderr:
+                    break
+                wait_until(lambda: not any(os.path.exists("/etc/%s.lock" % name)
+                                           for name in ("passwd", "group", "gshadow", "shadow")),
+                           30, what="another useradd's lock on /etc")
             self.assertEqual(result.returncode, 0, result.stderr)
         self.service_uid = int(self.inside(["id", "-u", "spendcap"]).stdout.strip())
 

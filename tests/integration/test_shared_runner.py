@@ -181,8 +181,9 @@ class SharedRunnerTest(SharedRunnerSetup):
         self.assertEqual(oct(info.st_mode & 0o7777), oct(0o4755))
         self.assertEqual(info.st_uid, 0)
         config = self.inside(["cat", "/etc/spendcap/runner.json"])
-        self.assertEqual(json.loads(config.stdout), {"runner": self.runner, "user": "spendcap",
-                                                     "spendcap": self.bin})
+        self.assertEqual(json.loads(config.stdout),
+                         {"runner": self.runner, "user": "spendcap", "spendcap": self.bin,
+                          "spool": os.path.join(self.ledger_dir, "spool")})
         self.assertFalse(front.st_mode & 0o6000, "the front is setuid or setgid")
         service = self.inside(["id", "-u", "spendcap"])
         self.assertEqual(service.returncode, 0, service.stderr)

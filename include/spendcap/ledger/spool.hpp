@@ -13,12 +13,21 @@
 #include <cstdint>
 #include <string>
 
+#include <sys/types.h>
+
 #include "spendcap/ledger/ledger.hpp"
 
 namespace spendcap {
 
-// $SPENDCAP_SPOOL_DIR, else $XDG_STATE_HOME/spendcap/spool (~/.local/state/spendcap/spool).
+// $SPENDCAP_SPOOL_DIR, else $XDG_STATE_HOME/spendcap/spool (~/.local/state/spendcap/spool); in a
+// process of a shared runner, the runner's spool (below).
 std::string spool_dir();
+
+// A shared runner's process (issue 29, item 2): its rows go to the runner's spool `directory`
+// (root:`group` 2770, made by the install; no user can reach a file in it), written 0640 of the
+// group, and any of the runner's processes replays any run's row (the host and spend checks below
+// still hold); the user's own spool is neither written nor read. Call before any thread starts.
+void use_runner_spool(const std::string& directory, gid_t group);
 
 // Writes the row atomically (temporary file + rename) and returns its path. Throws Error when even
 // the spool cannot be written (the caller prints it: that row is then only in the status file).

@@ -47,7 +47,29 @@ struct RunnerRun {
   std::map<std::string, std::string> environment;  // the front's, as the job gets it
   Cgroup cgroup{""};                               // the run's cgroup, its kill fd open
   std::string service_user;
+  std::string spool;  // runner.json's spool: the runner's own, root:GROUP 2770
 };
 const RunnerRun* runner_run();
+
+// In the runner's exec for any other subcommand (`--runner-call`, issue 29 item 1): the service
+// user's process, CAP_SETUID held until settle_runner_call; else nullptr.
+struct RunnerCall {
+  uid_t caller_uid = 0;
+  uid_t service_uid = 0;
+  gid_t service_gid = 0;
+  std::string spool;
+  bool settled = false;
+};
+const RunnerCall* runner_call();
+
+// The runner's spool directory in a process of the runner (its supervisor or a runner call).
+std::optional<std::string> runner_spool();
+
+// The runner call's last step, before anything the caller names is read. A SQLite ledger: stays
+// the service user's process (the caller can neither signal, trace, limit nor stop it: no ledger
+// lock is ever held by a process of the caller's), with the caller's filesystem uid and no
+// capability. `as_the_caller` (a PostgreSQL ledger, whose server checks each connection's own
+// role): the caller's uids, the ledger's group kept as the setgid install's. Throws Error.
+void settle_runner_call(bool as_the_caller);
 
 }  // namespace spendcap

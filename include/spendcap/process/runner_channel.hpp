@@ -18,12 +18,15 @@ namespace spendcap {
 inline constexpr const char* kRunnerConfigPath = "/etc/spendcap/runner.json";
 
 // /etc/spendcap/runner.json: {"runner": "/usr/local/lib/spendcap/spendcap-runner", "user":
-// "spendcap", "spendcap": "/usr/local/bin/spendcap"}: the setuid runner, the service user and the
-// unprivileged binary the runner execs as the supervisor (and for every other subcommand).
+// "spendcap", "spendcap": "/usr/local/bin/spendcap", "spool": "/var/lib/spendcap/spool"}: the
+// setuid runner, the service user, the unprivileged binary the runner execs as the supervisor
+// (and for every other subcommand), and the runner's own spool of final rows (optional; that
+// default when absent).
 struct RunnerConfig {
   std::string runner;
   std::string user;
   std::string spendcap;
+  std::string spool = "/var/lib/spendcap/spool";
 };
 
 // The config from its text: a flat JSON object of strings (no nesting; \" \\ \/ \n \t \uXXXX
@@ -70,6 +73,9 @@ struct SupervisorCall {
   std::string cgroup_dir;
 };
 inline constexpr int kSupervisorArgs = 9;
+// The runner's exec for every other subcommand: `spendcap --runner-call CALLER_UID SUBCOMMAND ...`
+// as the service user (the ids of the supervisor, CAP_SETUID alone, once, for the filesystem uid).
+inline constexpr const char* kCallFlag = "--runner-call";
 inline constexpr const char* kSupervisorFlag = "--runner-supervisor";
 std::vector<std::string> supervisor_args(const SupervisorCall& call);
 // From argv[1..kSupervisorArgs]; Error when a word is not as supervisor_args writes it.

@@ -23,6 +23,7 @@
 // Process-wide credentials: call from the main thread before any thread is started.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,16 @@
 #include "spendcap/ledger/ledger.hpp"
 
 namespace spendcap {
+
+// First in main, in a process of the shared runner: a runner call's last step
+// (process/privileged_run.hpp settle_runner_call, by the locked policy's ledger kind), and the
+// runner's spool in place of the user's (ledger/spool.hpp use_runner_spool) wherever the process
+// stays the runner's. A no-op elsewhere. Throws Error.
+void settle_runner_process();
+
+// `body` with the ledger's group raised, in a process of the runner that keeps it set aside (the
+// runner's spool is root:GROUP 2770); `body` alone elsewhere.
+void with_ledger_group(const std::function<void()>& body);
 
 // Whether spendcap was started setgid (effective gid other than the real one at start).
 bool installed_setgid();

@@ -1,0 +1,163 @@
+"""The runner's state is the runner's (issue 29, items 1 and 2), with real users on the install
+test_shared_runner.py makes:
+
+- every subcommand other than `run` is a process of the service user (the runner's call): the
+  caller cannot signal it (SIGSTOP included), it is out of the caller's cgroup, and only its
+  filesystem uid is the caller's; so a user who stops their own `spendcap stop` delays nobody;
+- a final row the ledger did not take is spooled in the runner's spool (root:GROUP 2770), which no
+  user can read or replace; a row the user writes into their own spool is never replayed, and the
+  replayed spend is the run's true spend (the break: a rewritten spooled row recorded $20.00 as
+  $0.00 `succeeded`);
+- the ledger's side files (-wal, -shm) are made by the install and stay root's, whoever's runs
+  write the ledger.
+
+Needs what test_shared_runner needs (root, useradd, setpriv, nsenter, mount namespaces)."""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+import unittest
+
+import test_ledger_trust as trust
+import test_shared_runner as shared
+from spendcap_testlib import wait_until
+
+
+def proc_status(pid):
+    fields = {}
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields[key] = value.split()
+    except FileNotFoundError:
+        return None
+    return fields
+
+
+@unittest.skipIf(shared.WHY_NOT, shared.WHY_NOT or "")
+class RunnerStateTest(trust.LedgerTrustTest):
+    @property
+    def spool(self):
+        return os.path.join(self.ledger_dir, "spool")
+
+    def as_user_python(self, user, code, *args):
+        return self.inside(["python3", "-c", code] + list(args), user=user,
+                           env=self.user_env(user))
+
+    # ---- item 1: a user's commands are the runner's processes ----
+
+    def test_a_users_command_is_a_process_the_user_cannot_stop(self):
+        a = self.alice
+        locker = self.hold_the_lock()
+        command = self.start(a, [self.bin, "stop", "--user", a, "--reason", "mine"])
+        # While it waits for the lock: the service user's process, the caller's filesystem uid.
+        uid = int(self.inside(["id", "-u", a]).stdout)
+        expected = [str(self.service_uid)] * 3 + [str(uid)]
+        status = wait_until(lambda: (proc_status(command.pid) or {}).get("Uid") == expected and
+                            proc_status(command.pid), 20,
+                            what="the command as the service user, with the caller's fsuid")
+        self.assertEqual(status["CapEff"], ["0000000000000000"])
+        with open("/proc/%d/cgroup" % command.pid) as f:
+            self.assertIn("/spendcap-runner", f.read())
+        # Neither its user nor another can stop it.
+        for user in (a, self.bob):
+            kill = self.as_user_python(user, "import os, sys\ntry:\n os.kill(int(sys.argv[1]), "
+                                       "19)\nexcept PermissionError:\n print('EPERM')",
+                                       str(command.pid))
+            self.assertEqual(kill.stdout.strip(), "EPERM", kill.stderr)
+        locker.kill()
+        locker.wait()
+        out, err = command.communicate(timeout=60)
+        self.assertEqual(command.returncode, 0, err)
+        self.assertEqual(self.root_sql("SELECT count(*) FROM stop_orders WHERE scope_kind = 'user' "
+                                       "AND scope_name = '%s'" % a), "1")
+
+    def test_a_stopped_command_delays_no_other_users_run(self):
+        a, b = self.alice, self.bob
+        rng = random.Random(29)
+        for attempt in range(12):
+            command = self.start(b, [self.bin, "stop", "--user", b, "--reason", "try"])
+            time.sleep(rng.uniform(0, 0.05))  # a random moment, as the attack's
+            stopped = self.as_user_python(b, "import os, sys\ntry:\n os.kill(int(sys.argv[1]), "
+                                          "19)\n print('stopped')\nexcept (PermissionError, "
+                                          "ProcessLookupError):\n print('refused')",
+                                          str(command.pid))
+            self.assertIn(stopped.stdout.strip(), ("stopped", "refused"), stopped.stderr)
+            # A stop that landed hit the front before the runner's exec: it holds nothing. The
+            # run fails with 125 if it waited out the 10 s busy timeout.
+            run = self.spendcap(a, ["run", "--team", "open", "--budget", "1", "--", "true"])
+            self.assertEqual(run.returncode, 0, "attempt %d (%s): %s" %
+                             (attempt, stopped.stdout.strip(), run.stderr))
+            command.kill()
+            command.communicate(timeout=30)
+
+    # ---- item 2: the spool is the runner's ----
+
+    def test_a_spooled_row_is_the_runners_and_replayed_at_its_true_spend(self):
+        a = self.alice
+        run = self.start(a, [self.bin, "run", "--team", "open", "--budget", "30", "--sync", "1s",
+                             "--", "sleep", "3"])
+        wait_until(lambda: self.root_sql("SELECT count(*) FROM runs WHERE status = 'running'")
+                   == "1", 30, what="the run in the ledger")
+        locker = self.hold_the_lock()
+        out, err = run.communicate(timeout=90)
+        self.assertEqual(run.returncode, 0, err)
+        self.assertIn("spooled in " + self.spool + "/", err)
+        rows = [n for n in os.listdir(self.spool) if n.endswith(".json")]
+        self.assertEqual(len(rows), 1, rows)
+        row_path = os.path.join(self.spool, rows[0])
+        with open(row_path) as f:
+            spooled = json.load(f)["final"]
+        self.assertGreater(spooled["spend_micros"], 0)
+        # Not in the user's own spool; and the user can neither read nor replace the runner's.
+        own = os.path.join(self.tmp, a, "state", "spendcap", "spool")
+        self.assertFalse(os.path.isdir(own) and os.listdir(own), "spooled in the user's home")
+        for path in (row_path, self.spool):
+            probe = self.as_user_python(a, "import os, sys\ntry:\n os.open(sys.argv[1], "
+                                        "os.O_RDONLY)\n print('opened')\nexcept PermissionError:"
+                                        "\n print('EACCES')", path)
+            self.assertEqual(probe.stdout.strip(), "EACCES", probe.stderr)
+        # The attack: a rewritten row (the last heartbeat's spend, `succeeded`) in the user's own
+        # spool, where the runner used to put it.
+        forged = dict(spooled, spend_micros=0, status="succeeded")
+        forged_file = os.path.join(own, rows[0])
+        write = self.as_user_python(a, "import json, os, sys\nos.makedirs(sys.argv[1], 0o700, "
+                                    "exist_ok=True)\nos.chmod(sys.argv[1], 0o700)\nfd = os.open("
+                                    "sys.argv[2], os.O_WRONLY | os.O_CREAT, 0o600)\nos.write(fd, "
+                                    "sys.argv[3].encode())", own, forged_file,
+                                    json.dumps({"ledger": "sqlite:" + self.ledger,
+                                                "final": forged}))
+        self.assertEqual(write.returncode, 0, write.stderr)
+        locker.kill()
+        locker.wait()
+        ps = self.spendcap(a, ["ps"])
+        self.assertEqual(ps.returncode, 0, ps.stderr)
+        recorded = self.root_sql("SELECT status || ' ' || spend_micros FROM runs WHERE id = '%s'"
+                                 % spooled["id"])
+        self.assertEqual(recorded, "%s %d" % (spooled["status"], spooled["spend_micros"]))
+        self.assertFalse(os.path.exists(row_path), "the runner's row was not replayed")
+        self.assertTrue(os.path.exists(forged_file), "the user's own spool was read")
+
+    def test_the_ledgers_side_files_stay_root_s(self):
+        for user in self.users:
+            run = self.spendcap(user, ["run", "--team", "open", "--budget", "1", "--", "true"])
+            self.assertEqual(run.returncode, 0, run.stderr)
+            ps = self.spendcap(user, ["ps"])
+            self.assertEqual(ps.returncode, 0, ps.stderr)
+        for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
+            info = os.stat(os.path.join(self.ledger_dir, name))
+            self.assertEqual((info.st_uid, oct(info.st_mode & 0o777)), (0, oct(0o660)), name)
+        spool = os.stat(self.spool)
+        self.assertEqual((spool.st_uid, oct(spool.st_mode & 0o7777)), (0, oct(0o2770)))
+
+
+# The inherited cases run in test_ledger_trust.py: here only this file's own.
+for _name in [n for n in vars(trust.LedgerTrustTest) if n.startswith("test_")]:
+    setattr(RunnerStateTest, _name, None)
+
+
+if __name__ == "__main__":
+    unittest.main()
