@@ -8,7 +8,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,6 +125,7 @@ namespace {
 // A shared runner's process: its spool (use_runner_spool), else the user's own.
 struct RunnerSpool {
   std::string dir;
+  uid_t owner = 0;  // the service user: the real uid of every runner process
   gid_t group = 0;
 };
 std::optional<RunnerSpool> runner_spool_in_use;
@@ -130,7 +133,7 @@ std::optional<RunnerSpool> runner_spool_in_use;
 }  // namespace
 
 void use_runner_spool(const std::string& directory, gid_t group) {
-  runner_spool_in_use = RunnerSpool{directory, group};
+  runner_spool_in_use = RunnerSpool{directory, ::getuid(), group};
 }
 
 std::string spool_dir() {
@@ -151,7 +154,32 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
   std::string text =
       nlohmann::json{{"ledger", ledger_url}, {"final", final_to_json(final)}}.dump() + "\n";
   // Durable: the row must survive a crash of this host.
-  write_file_atomically(path, text, runner_spool_in_use ? 0640 : 0600, "spool " + path);
+  if (!runner_spool_in_use) {
+    write_file_atomically(path, text, 0600, "spool " + path);
+    return path;
+  }
+  // The runner's row is the runner's own file: written by a child that takes back the service
+  // user's filesystem uid (its real uid, no capability needed), which this process, holding the
+  // caller's filesystem uid for everything the caller names, cannot do and come back from.
+  std::string why;
+  pid_t child = ::fork();
+  if (child < 0) throw Error("spool " + path, "fork: " + errno_text(errno));
+  if (child == 0) {
+    ::setfsuid(::getuid());
+    try {
+      write_file_atomically(path, text, 0640, "spool " + path);
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw Error("spool " + path, "the runner's spool could not be written",
+                "the runner's owner checks the spool directory (scripts/install-shared-runner.sh)");
+  }
   return path;
 }
 
@@ -211,10 +239,13 @@ std::string read_checked(const std::string& path, const SpoolReplayer& replayer,
   } else if (!S_ISREG(status.st_mode)) {
     why = "not a regular file";
   } else if (runner_spool_in_use) {
-    if (status.st_gid != runner_spool_in_use->group || (status.st_mode & 07027) != 0 ||
+    if (status.st_uid != runner_spool_in_use->owner ||
+        status.st_gid != runner_spool_in_use->group || (status.st_mode & 07777) != 0640 ||
         status.st_nlink != 1) {
-      why = "mode " + octal(status.st_mode) + " or group " + std::to_string(status.st_gid) +
-            ": not a file of the runner's spool";
+      why = "uid " + std::to_string(status.st_uid) + ", gid " + std::to_string(status.st_gid) +
+            ", mode " + octal(status.st_mode) + ": not a file the runner wrote (uid " +
+            std::to_string(runner_spool_in_use->owner) + ", gid " +
+            std::to_string(runner_spool_in_use->group) + ", 0640)";
     }
   } else if (status.st_uid != replayer.uid) {
     why = "owned by uid " + std::to_string(status.st_uid) + ", not by uid " +

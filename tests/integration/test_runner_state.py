@@ -109,6 +109,9 @@ class RunnerStateTest(trust.LedgerTrustTest):
         rows = [n for n in os.listdir(self.spool) if n.endswith(".json")]
         self.assertEqual(len(rows), 1, rows)
         row_path = os.path.join(self.spool, rows[0])
+        info = os.stat(row_path)
+        self.assertEqual((info.st_uid, oct(info.st_mode & 0o7777)), (self.service_uid, oct(0o640)),
+                         "the spooled row is not the service user's own file")
         with open(row_path) as f:
             spooled = json.load(f)["final"]
         self.assertGreater(spooled["spend_micros"], 0)

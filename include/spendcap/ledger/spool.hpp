@@ -24,9 +24,11 @@ namespace spendcap {
 std::string spool_dir();
 
 // A shared runner's process (issue 29, item 2): its rows go to the runner's spool `directory`
-// (root:`group` 2770, made by the install; no user can reach a file in it), written 0640 of the
-// group, and any of the runner's processes replays any run's row (the host and spend checks below
-// still hold); the user's own spool is neither written nor read. Call before any thread starts.
+// (root:`group` 2770, made by the install; no user can reach a file in it), written by a child
+// with the service user's own filesystem uid (this process's real uid), 0640, and replayed only
+// as such a file; any of the runner's processes replays any run's row (the host and spend checks
+// below still hold); the user's own spool is neither written nor read. Call before any thread
+// starts.
 void use_runner_spool(const std::string& directory, gid_t group);
 
 // Writes the row atomically (temporary file + rename) and returns its path. Throws Error when even
