@@ -75,6 +75,15 @@ class RunnerStateTest(trust.LedgerTrustTest):
         self.assertEqual(self.root_sql("SELECT count(*) FROM stop_orders WHERE scope_kind = 'user' "
                                        "AND scope_name = '%s'" % a), "1")
 
+    def test_a_forged_runner_call_is_refused(self):
+        a, b = self.alice, self.bob
+        uid_b = self.inside(["id", "-u", b]).stdout.strip()
+        for argv in ([self.bin, "--runner-call", uid_b, "stop", "--user", b],
+                     [self.runner, "--runner-call", uid_b, "stop", "--user", b]):
+            forged = self.inside(argv, user=a, env=self.user_env(a))
+            self.assertNotEqual(forged.returncode, 0, forged.stdout)
+        self.assertEqual(self.root_sql("SELECT count(*) FROM stop_orders"), "0")
+
     def test_a_stopped_command_delays_no_other_users_run(self):
         a, b = self.alice, self.bob
         rng = random.Random(29)
