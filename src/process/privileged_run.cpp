@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "spendcap/base/error.hpp"
@@ -123,20 +124,30 @@ int run_front(const RunnerConfig& config, int argc, char** argv) {
   }
 }
 
-// ---- the runner's exec for every other subcommand ----
-
-// The service user's process with CAP_SETUID alone, as the runner made it; `settle_runner_call`
-// below takes its last step once main knows the ledger's kind.
-std::optional<int> become_runner_call(int& argc, char**& argv) {
-  if (argc < 4) throw Error(kCallFlag, "the runner's call is incomplete", "run spendcap ...");
+// runner.json and its service user's ids, as the runner read them; Error naming `flag` if none.
+struct ServiceUser {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+std::pair<RunnerConfig, ServiceUser> installed_runner(const char* flag) {
   std::optional<RunnerConfig> config = read_runner_config();
   passwd entry{}, *found = nullptr;
   std::vector<char> buffer(16384);
   if (!config ||
       ::getpwnam_r(config->user.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
       !found) {
-    throw Error(kCallFlag, "no shared runner is installed here", "run spendcap ...");
+    throw Error(flag, "no shared runner is installed here", "run spendcap ...");
   }
+  return {*config, ServiceUser{found->pw_uid, found->pw_gid}};
+}
+
+// ---- the runner's exec for every other subcommand ----
+
+// The service user's process with CAP_SETUID alone, as the runner made it; `settle_runner_call`
+// below takes its last step once main knows the ledger's kind.
+std::optional<int> become_runner_call(int& argc, char**& argv) {
+  if (argc < 4) throw Error(kCallFlag, "the runner's call is incomplete", "run spendcap ...");
+  auto [config, service] = installed_runner(kCallFlag);
   char* end = nullptr;
   errno = 0;
   unsigned long caller = std::strtoul(argv[2], &end, 10);
@@ -145,13 +156,13 @@ std::optional<int> become_runner_call(int& argc, char**& argv) {
   }
   // Only the runner makes this process (the service user's ids with CAP_SETUID); anyone else who
   // calls it so runs as themselves, and is refused here.
-  if (::getuid() != found->pw_uid || ::geteuid() != found->pw_uid ||
-      !(effective_capabilities() & cap_bit(CAP_SETUID)) || caller == 0 || caller == found->pw_uid ||
+  if (::getuid() != service.uid || ::geteuid() != service.uid ||
+      !(effective_capabilities() & cap_bit(CAP_SETUID)) || caller == 0 || caller == service.uid ||
       std::string(argv[3]) == "run" || std::string(argv[3]) == kSupervisorFlag) {
     throw Error(kCallFlag, "not started by the runner", "run spendcap ...");
   }
-  the_call = new RunnerCall{static_cast<uid_t>(caller), found->pw_uid, found->pw_gid, config->spool,
-                            false};
+  the_call =
+      new RunnerCall{static_cast<uid_t>(caller), service.uid, service.gid, config.spool, false};
   argv[2] = argv[0];
   argv += 2;
   argc -= 2;
@@ -166,20 +177,13 @@ std::optional<int> become_supervisor(int& argc, char**& argv) {
   }
   SupervisorCall call =
       parse_supervisor_args(std::vector<std::string>(argv + 1, argv + 1 + kSupervisorArgs));
-  std::optional<RunnerConfig> config = read_runner_config();
-  passwd entry{}, *found = nullptr;
-  std::vector<char> buffer(16384);
-  if (!config ||
-      ::getpwnam_r(config->user.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
-      !found) {
-    throw Error(kSupervisorFlag, "no shared runner is installed here", "run spendcap run ...");
-  }
+  auto [config, service] = installed_runner(kSupervisorFlag);
   // Only the runner makes this process: the service user's ids with CAP_SETUID and CAP_KILL.
   // Anyone else who calls it so runs as themselves, and is refused here.
   constexpr std::uint64_t kFromRunner = cap_bit(CAP_KILL) | cap_bit(CAP_SETUID);
-  if (::getuid() != found->pw_uid || ::geteuid() != found->pw_uid ||
+  if (::getuid() != service.uid || ::geteuid() != service.uid ||
       (effective_capabilities() & kFromRunner) != kFromRunner || call.caller_uid == 0 ||
-      call.caller_uid == found->pw_uid) {
+      call.caller_uid == service.uid) {
     throw Error(kSupervisorFlag, "not started by the runner", "run spendcap run ...");
   }
   settle_supervisor(call.caller_uid, cap_bit(CAP_KILL));
@@ -192,7 +196,7 @@ std::optional<int> become_supervisor(int& argc, char**& argv) {
   std::map<std::string, std::string> environment = read_environment_fd(call.env_fd);
   ::close(call.env_fd);
   the_run = new RunnerRun{std::move(environment), Cgroup(call.cgroup_dir, call.kill_fd),
-                          config->user, config->spool};
+                          config.user, config.spool};
   argv[kSupervisorArgs] = argv[0];
   argv += kSupervisorArgs;
   argc -= kSupervisorArgs;
