@@ -224,6 +224,14 @@ void settle_runner_call(bool as_the_caller) {
   const char* what = "runner's call";
   if (!as_the_caller) {
     settle_supervisor(the_call->caller_uid, 0);
+    // The service user's connections follow the locked policy, not the caller's PG*, proxies...
+    std::vector<std::string> dropped;
+    for (char** entry = environ; entry && *entry; ++entry) {
+      const char* eq = std::strchr(*entry, '=');
+      std::string name(*entry, eq ? static_cast<size_t>(eq - *entry) : std::strlen(*entry));
+      if (steers_network_code(name)) dropped.push_back(name);
+    }
+    for (const std::string& name : dropped) ::unsetenv(name.c_str());
   } else {
     // A PostgreSQL ledger checks each connection's own role: the caller's process, holding the
     // ledger's group as the setgid install does (no server lock outlives its connection).

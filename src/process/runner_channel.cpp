@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 
 #include "spendcap/base/error.hpp"
@@ -104,6 +106,38 @@ long parse_id(const std::string& text, const char* what) {
 }
 
 }  // namespace
+
+namespace {
+
+bool starts_with_any(const std::string& name, std::initializer_list<const char*> prefixes) {
+  for (const char* prefix : prefixes) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string lowered(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+  return name;
+}
+
+}  // namespace
+
+bool steers_the_loader(const std::string& name) {
+  if (starts_with_any(name, {"LD_", "GCONV", "MALLOC_", "GLIBC_"})) return true;
+  std::string lower = lowered(name);
+  for (const char* listed :
+       {"nlspath", "locpath", "hostaliases", "localdomain", "res_options", "tzdir"}) {
+    if (lower == listed) return true;
+  }
+  return false;
+}
+
+bool steers_network_code(const std::string& name) {
+  if (starts_with_any(name, {"PG", "SSL", "CURL", "OPENSSL_"})) return true;
+  std::string lower = lowered(name);
+  return lower.size() >= 6 && lower.compare(lower.size() - 6, 6, "_proxy") == 0;
+}
 
 RunnerConfig parse_runner_config(const std::string& text) {
   std::map<std::string, std::string> fields;

@@ -260,24 +260,6 @@ bool relayed(int signal) {
 
 // ---- the supervisor, until its exec ----
 
-// Variables the supervisor's own code would follow (libcurl, libpq, OpenSSL, the C library):
-// the job gets them (through the memfd), the supervisor's environment does not.
-bool steers_the_supervisor(const std::string& name) {
-  static const char* const kPrefixes[] = {"LD_",   "PG",       "SSL",     "CURL",
-                                          "GCONV", "OPENSSL_", "MALLOC_", "GLIBC_"};
-  for (const char* prefix : kPrefixes) {
-    if (name.rfind(prefix, 0) == 0) return true;
-  }
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-  static const char* const kNames[] = {"nlspath",     "locpath",     "hostaliases",
-                                       "localdomain", "res_options", "tzdir"};
-  for (const char* listed : kNames) {
-    if (lower == listed) return true;
-  }
-  return lower.size() >= 6 && lower.compare(lower.size() - 6, 6, "_proxy") == 0;
-}
-
 [[noreturn]] void supervise(const Start& start, const FrontFds& front,
                             const std::map<std::string, std::string>& environment,
                             const RunCgroups& cgroups, int argc, char** argv) {
@@ -312,7 +294,9 @@ bool steers_the_supervisor(const std::string& name) {
   args.push_back(nullptr);
   std::vector<std::string> entries;
   for (const auto& [name, value] : environment) {
-    if (!steers_the_supervisor(name)) entries.push_back(name + "=" + value);
+    if (!steers_the_loader(name) && !steers_network_code(name)) {
+      entries.push_back(name + "=" + value);
+    }
   }
   std::vector<char*> envp;
   for (std::string& entry : entries) envp.push_back(entry.data());
@@ -395,7 +379,8 @@ int run_for_the_front(Start& start, int argc, char** argv) {
   std::vector<char*> envp;
   for (char** entry = start.caller_environ; entry && *entry; ++entry) {
     const char* eq = std::strchr(*entry, '=');
-    if (eq && !steers_the_supervisor(std::string(*entry, static_cast<size_t>(eq - *entry)))) {
+    // The network code's own (PG*, proxies) it drops itself, where it stays the service user's.
+    if (eq && !steers_the_loader(std::string(*entry, static_cast<size_t>(eq - *entry)))) {
       envp.push_back(*entry);
     }
   }

@@ -38,6 +38,15 @@ RunnerConfig parse_runner_config(const std::string& text);
 // no group or other write, nor on its directory) or is malformed.
 std::optional<RunnerConfig> read_runner_config();
 
+// Variables a privileged process of the runner must not follow: the loader's and the C library's
+// (LD_*, GCONV_PATH, MALLOC_*, GLIBC_TUNABLES, NLSPATH, LOCPATH, HOSTALIASES, LOCALDOMAIN,
+// RES_OPTIONS, TZDIR), read at exec or start-up, so the runner drops them before its exec; and
+// the network code's (libpq's PG*, OpenSSL's SSL*/OPENSSL_*, libcurl's CURL* and *_proxy), which
+// the supervisor and a runner call that stays the service user's drop themselves. The job gets them
+// all.
+bool steers_the_loader(const std::string& name);
+bool steers_network_code(const std::string& name);
+
 // The front's environment block: NUL-separated KEY=VALUE entries (an entry without '=' or with
 // an empty key is dropped; the first of two equal keys wins). Throws Error over 16 MiB.
 std::map<std::string, std::string> parse_environment_block(const std::string& block);
