@@ -5,6 +5,8 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 
 #include "spendcap/base/error.hpp"
 
@@ -175,13 +177,22 @@ void install_help_format(CLI::App& app) {
   set_format(app, std::make_shared<HelpFormatter>());
   for (CLI::App* run :
        app.get_subcommands([](const CLI::App* sub) { return sub->get_name() == "run"; })) {
+    // One pass over the options with a table of names: a look-up by name per listed option
+    // (get_option_no_throw compares every option's names, copying strings) cost every run about
+    // 0.4M instructions (callgrind), 3% of `spendcap run -- true`.
+    std::unordered_map<std::string_view, const std::string*> titles;
     for (const OptionGroup& group : run_option_groups()) {
-      for (const std::string& name : group.options) {
-        if (CLI::Option* option = run->get_option_no_throw(name)) option->group(group.title);
-      }
+      for (const std::string& name : group.options) titles[name] = &group.title;
     }
     for (CLI::Option* option : run->get_options({})) {
-      if (option->get_group() == "Options" && option != run->get_help_ptr()) {
+      const std::string* title = nullptr;
+      for (const std::string& name : option->get_lnames()) {
+        auto found = titles.find("--" + name);
+        if (found != titles.end()) title = found->second;
+      }
+      if (title) {
+        option->group(*title);
+      } else if (option->get_group() == "Options" && option != run->get_help_ptr()) {
         option->group("Other");
       }
     }
