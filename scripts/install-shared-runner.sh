@@ -274,6 +274,12 @@ if [ -n "$pg_url" ]; then
   echo "the PostgreSQL ledger's administrator creates the service user's login role (psql):"
   echo "  CREATE ROLE \"$user\" LOGIN PASSWORD '$role_password';"
   echo "  GRANT spendcap_runner TO \"$user\";"
+  # The bound on a stopped command (README, "The ledger's lock, and the bound"): the runner's
+  # processes wait at most 10 s for a row lock, and the server ends a session idle in a transaction
+  # (a user's SIGSTOPped command) after a minute, releasing what it held.
+  ledger_db=${pg_url##*/}; ledger_db=${ledger_db%%\?*}
+  echo "  ALTER ROLE \"$user\" SET lock_timeout = '10s';"
+  echo "  ALTER DATABASE \"$ledger_db\" SET idle_in_transaction_session_timeout = '1min';"
   echo "installed $bin (front) and $runner (runner, setuid root; runs as $user), ledger $runner_url (passfile $passfile), locked policy $policy_file"
 elif [ "$setgid_only" = 1 ]; then
   echo "installed $bin (setgid $group, no privileged runner), ledger $ledger, locked policy $policy_file"

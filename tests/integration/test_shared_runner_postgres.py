@@ -77,12 +77,17 @@ class SharedRunnerPostgresTest(SharedRunnerSetup):
         self.assertEqual(create.group(1), line.split(":")[-1])
         grant = 'GRANT spendcap_runner TO "%s";' % self.service
         self.assertIn(grant, out)
+        # The bound on a stopped command: the runner's waits, and a user's idle transaction.
+        lock_timeout = 'ALTER ROLE "%s" SET lock_timeout = \'10s\';' % self.service
+        self.assertIn(lock_timeout, out)
+        self.assertRegex(out, r'ALTER DATABASE "[^"/?]+" SET idle_in_transaction_session_timeout '
+                              r"= '1min';")
         user = self.users[0]
         # Negative control: before the administrator ran it, the run fails as the issue says.
         result = self.spendcap(user, ["run", "--team", "vision", "--", "true"])
         self.assertNotEqual(result.returncode, 0, result.stderr)
         self.assertIn('role "%s" does not exist' % self.service, result.stderr)
-        psql(create.group(0) + " " + grant)
+        psql(create.group(0) + " " + grant + " " + lock_timeout)
         result = self.spendcap(user, ["run", "--team", "vision", "--", "true"])
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = psql("SELECT user_name || ' ' || status FROM %s.runs WHERE status <> 'refused'"
