@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -75,6 +76,16 @@ def why_not_here():
     finally:
         for command in (["ip", "link", "del", name + "a"], ["ip", "netns", "del", name]):
             subprocess.run(command, capture_output=True, timeout=30)
+    # The WAL's small disk is a tmpfs: a container may refuse the mount.
+    probe = tempfile.mkdtemp(prefix="spendcap-fleet-probe-")
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", probe],
+                              capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            return "cannot mount a tmpfs here: %s" % done.stderr.strip()
+        subprocess.run(["umount", probe], capture_output=True, timeout=30)
+    finally:
+        os.rmdir(probe)
     return ""
 
 
@@ -195,6 +206,7 @@ class Fleet:
         self.out = os.path.abspath(args.out)
         shutil.rmtree(self.out, ignore_errors=True)
         os.makedirs(self.out)
+        os.chmod(self.out, 0o755)  # the server runs as user postgres, whatever root's umask
         self.tag = "scf%x" % (os.getpid() & 0xfff)
         self.marker = "%s-%d" % (self.tag, args.seed)
         self.history = History(os.path.join(self.out, "history.jsonl"))
