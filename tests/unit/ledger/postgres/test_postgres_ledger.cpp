@@ -3,7 +3,10 @@
 // the spool take), `ledger copy` carries a ledger across backends with its totals, and a read
 // transaction whose COMMIT is not waited for still ends at once. Skipped without a test server
 // (tests/unit/main.cpp).
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -153,6 +156,53 @@ TEST_CASE(
   CHECK(ledger.active_runs().size() == 1);
   CHECK(ledger.outbox("").empty());
   CHECK(ledger.budget_rules().size() == 1);
+}
+
+}  // namespace spendcap::testing
+
+namespace spendcap::testing {
+
+// The shared runner's bound on a stopped holder (docs/guide/shared-runner.md): with a lock_timeout
+// (the install's ALTER ROLE; here the url's options), a lock held by a stopped transaction fails
+// the wait with 55P03, which is retried until the holder goes: the run is admitted, late.
+TEST_CASE("PostgreSQL ledger: a lock held past lock_timeout is retried, not a failure") {
+  const char* pooler = std::getenv("SPENDCAP_TEST_PG_POOLER");
+  if (pooler && std::string(pooler) == "1") return;  // a pooler takes no url options
+  std::string url = fresh_pg_ledger_url("lockwait");
+  std::string schema = url.substr(url.find("search_path%3D") + 14);
+  PostgresLedger setup(url, {});
+  setup.apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, std::nullopt}}, true);
+  PostgresOptions options;
+  options.retry_timeout = std::chrono::seconds(20);
+  PostgresLedger ledger(url + "%20-clock_timeout%3D100ms", {}, options);
+  options.retry_timeout = std::chrono::milliseconds(400);
+  PostgresLedger impatient(url + "%20-clock_timeout%3D100ms", {}, options);
+  // The holder: psql holding the budgets table for a second and a half, then done.
+  std::string marker = "/tmp/spendcap-lockwait-" + schema;
+  std::string sql = "BEGIN; LOCK TABLE " + schema +
+                    ".budgets IN ACCESS EXCLUSIVE MODE; \\! touch " + marker +
+                    "\nSELECT pg_sleep(2.5); COMMIT;";
+  std::string command = "printf '%s\\n' \"" + sql + "\" | psql -X -q -v ON_ERROR_STOP=1 " +
+                        "-d \"$SPENDCAP_TEST_PG_URL\" >/dev/null 2>&1 &";
+  REQUIRE(std::system(command.c_str()) == 0);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (::access(marker.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(::access(marker.c_str(), F_OK) == 0);
+  ::unlink(marker.c_str());
+  // The lock_timeout is in force: a short retry window ends on it.
+  try {
+    impatient.begin_run(run_start("early", "vision", usd(1)));
+    FAIL("admitted while the budgets were locked");
+  } catch (const Error& error) {
+    CHECK(std::string(error.what()).find("lock timeout") != std::string::npos);
+  }
+  auto started = std::chrono::steady_clock::now();
+  Admission admission = ledger.begin_run(run_start("late", "vision", usd(1)));
+  CHECK(admission.admitted);
+  // It waited for the holder (more than one lock_timeout), then went on.
+  CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(200));
 }
 
 }  // namespace spendcap::testing
