@@ -94,6 +94,28 @@ std::string escape_for_terminal(std::string_view text) {
   return out;
 }
 
+std::string printable_excerpt(std::string_view text, std::size_t max_chars) {
+  std::string out;
+  std::size_t chars = 0;
+  for (size_t at = 0; at < text.size() && chars < max_chars;) {
+    char32_t c;
+    size_t length = utf8_sequence(text, at, c);
+    if (length == 0) {
+      ++at;
+      continue;
+    }
+    if (c == '\t') {
+      out += ' ';
+      ++chars;
+    } else if (!is_control(c)) {
+      out.append(text.substr(at, length));
+      ++chars;
+    }
+    at += length;
+  }
+  return out;
+}
+
 void require_printable_name(std::string_view value, std::string_view flag) {
   bool control = false;
   for (size_t at = 0; at < value.size();) {

@@ -66,8 +66,14 @@ double rounded_ms(double seconds) {
 }  // namespace
 
 ShownBudget run_budget_of(const RunView& run, const std::vector<BudgetRule>& rules) {
-  // As admission does (grant_rule.hpp): the smallest max_run of the run's scopes lowers --budget,
-  // or is the run's budget without one.
+  // Recorded at admission (schema v19): what it was then, whatever the budgets are now.
+  if (!run.budget_source.empty()) {
+    ShownBudget recorded{run.run_budget, run.budget_source, true};
+    if (!run.run_budget) recorded.source = "";  // no budget of its own: `runs` says "-"
+    return recorded;
+  }
+  // A run recorded before: as admission does (grant_rule.hpp): the smallest max_run of the run's
+  // scopes lowers --budget, or is the run's budget without one.
   std::vector<BudgetRule> own;
   for (const BudgetRule& rule : rules) {
     if (in_scope(run, rule.scope)) own.push_back(rule);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "spendcap/base/acting_user.hpp"
+#include "spendcap/base/command_redaction.hpp"
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/grant_rule.hpp"
 #include "spendcap/ledger/stop_rule.hpp"
@@ -92,6 +93,14 @@ RunView view_of(const RunRecord& r, double now) {
   view.would_stop_reason = r.would_stop_reason;
   view.gpu = r.gpu;
   view.fingerprint = r.fingerprint;
+  view.command = r.command;
+  view.cwd = r.cwd;
+  view.run_budget = r.run_budget;
+  view.budget_source = r.budget_source;
+  view.metric_name = r.metric_name;
+  view.metric_value = r.metric_value;
+  view.last_progress = r.last_progress;
+  view.checkpoint = r.checkpoint;
   return view;
 }
 
@@ -271,7 +280,8 @@ RunRecord new_record(const RunStart& start, double now) {
   run.project = start.project;
   run.user = start.user;
   run.tags = start.tags;
-  run.command = start.command;
+  run.command = redact_command(start.command);  // secrets never reach the ledger
+  run.cwd = start.cwd;
   run.fingerprint = start.fingerprint;
   run.host = start.host;
   run.pid = start.pid;
@@ -288,6 +298,15 @@ RunRecord new_record(const RunStart& start, double now) {
   run.day = utc_day(now);
   run.status = RunStatus::refused;
   return run;
+}
+
+// The budget in effect and its source, recorded with the run (as PostgreSQL's spendcap_admit).
+void record_budget_source(RunRecord& run, const GrantPlan& plan) {
+  std::vector<Scope> budgeted;
+  for (const ScopeState& state : plan.scopes) budgeted.push_back(state.rule.scope);
+  run.run_budget = plan.run_budget.amount;
+  run.budget_source =
+      budget_source_text(run.budget, plan.run_budget.lowered_by, run.job_key, budgeted);
 }
 
 }  // namespace
@@ -446,6 +465,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
     }
     Admission admission;
     if (!run.job_key.empty()) note_job_history(txn, run, admission);
+    record_budget_source(run, plan);
     admission.run_budget = plan.run_budget.amount;
     admission.lowered_by = plan.run_budget.lowered_by;
     admission.grant.allowed = plan.decision.allowed;
@@ -649,6 +669,8 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     record.egress_gb = final.egress_gb;
     record.storage_peak_gb = final.storage_peak_gb;
     record.storage_spend = final.storage_spend;
+    record.last_progress = final.last_progress;
+    record.checkpoint = final.checkpoint;
     if (auto answer = store_->finish_in_server(record)) {
       if (*answer == "missing") throw Error("run " + final.id, "not in the ledger " + url());
       return *answer == "written";
@@ -678,6 +700,8 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     run.egress_gb = final.egress_gb;
     run.storage_peak_gb = final.storage_peak_gb;
     run.storage_spend = final.storage_spend;
+    run.last_progress = final.last_progress;
+    run.checkpoint = final.checkpoint;
     run.reconciled = false;
     // Recorded with its true spend, never hidden: the rule's sum is then over budget by the
     // overrun, and `budgets` says so.

@@ -29,6 +29,18 @@ std::string to_string(const Scope& scope) {
   return to_string(scope.kind) + ":" + scope.name;
 }
 
+std::string budget_source_text(const std::optional<Money>& flag_budget,
+                               const std::optional<Scope>& lowered_by, const std::string& job_key,
+                               const std::vector<Scope>& budgeted_scopes) {
+  if (lowered_by) return "max_run of " + to_string(*lowered_by);
+  if (flag_budget) return job_key.empty() ? "flag --budget" : "flag --budget of job " + job_key;
+  std::string scopes;
+  for (const Scope& scope : budgeted_scopes) {
+    scopes += (scopes.empty() ? "" : ", ") + to_string(scope);
+  }
+  return scopes.empty() ? "none" : "budgets of " + scopes;
+}
+
 namespace {
 constexpr RunStatus kRunStatuses[] = {RunStatus::running,  RunStatus::succeeded, RunStatus::failed,
                                       RunStatus::killed,   RunStatus::refused,   RunStatus::lost,

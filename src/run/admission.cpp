@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
+#include <filesystem>
 
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
@@ -58,6 +59,10 @@ RunStart make_run_start(const RunSettings& settings) {
   RunStart run{settings.identity};
   run.fingerprint = command_fingerprint(run.team, run.experiment, run.command);
   run.pid = ::getpid();
+  // The job runs where spendcap was started (the privileged runner too: it takes this
+  // directory's descriptor).
+  std::error_code no_cwd;
+  run.cwd = std::filesystem::current_path(no_cwd).string();
   run.mode = settings.mode;
   run.rate_per_hour = settings.rate_per_hour;
   run.pricing = settings.loaded.policy.defaults.pricing;  // --pricing or the policy's

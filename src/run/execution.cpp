@@ -118,6 +118,15 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
     final.metric_value = outcome.progress->metric_value;
     final.units = outcome.progress->units;
     final.egress_gb = outcome.progress->egress_gb;
+    if (!outcome.progress->last_line.empty()) {
+      final.last_progress = RunLastProgress{outcome.progress->step, outcome.progress->total_steps,
+                                            outcome.progress->last_line};
+    }
+  }
+  if (!outcome.checkpoint_signal.empty() && outcome.tripped_after_seconds) {
+    final.checkpoint =
+        RunCheckpoint{outcome.checkpoint_signal, outcome.checkpoint_signalled,
+                      *outcome.tripped_after_seconds, outcome.checkpoint_written_after_seconds};
   }
   final.storage_peak_gb = outcome.storage_peak_gb;
   final.storage_spend = outcome.storage_spend;

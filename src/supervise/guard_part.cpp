@@ -9,7 +9,9 @@
 #include <set>
 #include <vector>
 
+#include "spendcap/base/text.hpp"
 #include "spendcap/guards/run_guard.hpp"
+#include "spendcap/ledger/ledger.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/reporter.hpp"
 #include "spendcap/supervise/run_part.hpp"
@@ -121,7 +123,10 @@ class GuardPart final : public RunPart {
     Money spend = meter_.spend_at(at);
     std::int64_t oversized_before = lines_.oversized();
     for (const std::string& line : lines_.feed(bytes)) {
-      state_.apply(parse_progress_line(line), at, spend);
+      std::optional<ProgressLine> parsed = parse_progress_line(line);
+      // Bounded as kept with the run (RunLastProgress), not as read (up to 64 KiB).
+      if (parsed) state_.last_line = printable_excerpt(line, kLastProgressChars);
+      state_.apply(parsed, at, spend);
     }
     state_.bad_lines += lines_.oversized() - oversized_before;
     new_lines_ = true;

@@ -76,6 +76,7 @@ bool KillPath::checkpoint_done() noexcept {
   if (checkpoint_written_) return true;
   checkpoint_written_ = true;
   TimePoint at = timer_.now();
+  checkpoint_written_at_ = at;
   TimePoint exit_by = std::min(deadlines_.term_at, at + exit_window_);
   if (exit_by <= at) {
     say_("the job wrote its checkpoint: terminating now");

@@ -416,6 +416,8 @@ class Supervisor::Impl {
     if (!started) return;
     outcome_.checkpoint_signalled = kill_path_.checkpoint_signalled();
     outcome_.grace_skipped = kill_path_.grace_skipped();
+    outcome_.checkpoint_signal =
+        kill_path_.checkpoint_signal() ? signal_name(kill_path_.checkpoint_signal()) : "none";
     // Watching starts once the grace is armed: a checkpoint already written ends it at once. The
     // kill path's timer acts by phase, so this order cannot replace the SIGKILL step with the grace
     // step (it could when each arming carried its own step).
@@ -515,6 +517,9 @@ class Supervisor::Impl {
     outcome_.ceiling = heartbeat_->ceiling();
     outcome_.elapsed_seconds = to_seconds(meter_.elapsed_at(end));
     if (trip_) outcome_.trip_to_empty_seconds = to_seconds(end - trip_at_);
+    if (auto written = kill_path_.checkpoint_written_at()) {
+      outcome_.checkpoint_written_after_seconds = to_seconds(*written - *meter_.launched_at());
+    }
     RunEnd how{guard_lost_, trip_, launch_failed_, main_exited_, main_status_, plan_.gave_terminal};
     settle_end(outcome_, how);
     // Queued only: the notifier delivers on its own thread.

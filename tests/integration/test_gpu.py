@@ -174,8 +174,8 @@ class GpuTest(GpuRunner):
         self.assertEqual(len(timeline), 1)  # one minute
         shown = self.run_spendcap(["show", status["run_id"]])
         self.assertEqual(shown.returncode, 0, shown.stderr)
-        self.assertIn("GPU: 1 device", shown.stdout)
-        self.assertIn("utilisation per minute (0-100%): ", shown.stdout)
+        self.assertRegex(shown.stdout, r"GPU: +1 device")
+        self.assertIn("utilisation per minute (0-100%):\n", shown.stdout)
         self.assertRegex(shown.stdout, "[▁-█]")
         # Not measured: the ledger says why, with no figure.
         result, status = self.gpu_run([], 0.1, library=self.path("none.so"))
@@ -184,7 +184,7 @@ class GpuTest(GpuRunner):
         self.assertIsNone(row["gpu_busy_seconds"])
         self.assertIsNone(row["gpu_allocated_seconds"])
         shown = self.run_spendcap(["show", status["run_id"]])
-        self.assertIn("GPU: not measured (no NVML library", shown.stdout)
+        self.assertRegex(shown.stdout, r"GPU: +not measured \(no NVML library")
         missing = self.run_spendcap(["show", "no-such-run"])
         self.assertEqual(missing.returncode, 125)
         self.assertIn("show no-such-run: no such run", missing.stderr)

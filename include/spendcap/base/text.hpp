@@ -32,6 +32,11 @@ bool is_valid_utf8(std::string_view text);
 // that another user wrote goes through here, so an ESC sequence cannot rewrite someone's screen.
 std::string escape_for_terminal(std::string_view text);
 
+// At most `max_chars` characters of `text` with every control character (a tab becomes a space)
+// and every byte that is not valid UTF-8 dropped: a line another program wrote, kept to be shown
+// later (a run's last progress line in the ledger).
+std::string printable_excerpt(std::string_view text, std::size_t max_chars);
+
 // Refuses (spendcap::Error, exit 125) a name (--team, --experiment, --project, a tag key) holding
 // a control character or bytes that are not UTF-8, naming `flag` and quoting the value (the
 // printers escape it).

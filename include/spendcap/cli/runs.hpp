@@ -35,11 +35,13 @@ std::string resolve_run_id(Ledger& ledger, const std::string& prefix, const std:
 void print_table(std::vector<std::vector<std::string>> rows);
 
 // The run's budget in effect and where it came from ("flag --budget", "max_run of team:vision";
-// none and "" when neither): its --budget as recorded, lowered to (or, without one, set by) the
-// smallest max_run of its scopes among the ledger's budgets as they are now.
+// none and "" when neither), as recorded at its admission (ledger.hpp's budget_source_text). A
+// run recorded before the ledger kept it (schema v19): its --budget lowered to (or, without one,
+// set by) the smallest max_run of its scopes among the ledger's budgets as they are now.
 struct ShownBudget {
   std::optional<Money> amount;
   std::string source;
+  bool recorded = false;  // false: derived from today's budgets
 };
 ShownBudget run_budget_of(const RunView& run, const std::vector<BudgetRule>& rules);
 // "2026-12-01T21:40:05Z".

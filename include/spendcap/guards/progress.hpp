@@ -58,6 +58,7 @@ struct ProgressState {
   std::optional<double> units, egress_gb;
   std::int64_t good_lines = 0, bad_lines = 0;
   std::optional<TimePoint> last_line_at;  // when the last good line was read
+  std::string last_line;                  // it, as the job wrote it (the reader sets it)
   Money spend_at_last_line;               // the run's spend when it was read
   // The pace: the step, the time it was read and the spend then, of recent lines. The time is
   // each line's own as read (the reader polls the file every kProgressPoll), not the sampling

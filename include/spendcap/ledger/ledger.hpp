@@ -73,6 +73,26 @@ struct RunWebhook {
   auto operator<=>(const RunWebhook&) const = default;
 };
 
+// What the kill path did about the job's checkpoint, kept with the final row of a run spendcap
+// stopped (a trip, a signal, a stop order; schema v19). None: the job ended by itself.
+struct RunCheckpoint {
+  std::string signal;         // "SIGUSR1"; "none" when the run had no checkpoint signal
+  int signalled = 0;          // processes it was sent to (0: none catches it, the grace skipped)
+  double signal_seconds = 0;  // when it was sent, seconds after launch
+  // When the job's $SPENDCAP_CHECKPOINT_DONE appeared, seconds after launch; none: not in the
+  // grace.
+  std::optional<double> written_seconds;
+  auto operator<=>(const RunCheckpoint&) const = default;
+};
+
+// The progress channel's last good line, kept with the final row (schema v19).
+struct RunLastProgress {
+  std::optional<std::int64_t> step, total_steps;
+  std::string line;  // as the job wrote it, control characters dropped, at most kLastProgressChars
+  auto operator<=>(const RunLastProgress&) const = default;
+};
+inline constexpr std::size_t kLastProgressChars = 200;
+
 // Everything about a run that is known when it starts.
 struct RunStart : RunIdentity {
   std::string fingerprint;  // of team + experiment + command, for the crash-loop guard (later)
@@ -96,6 +116,7 @@ struct RunStart : RunIdentity {
   Nanos sync{};      // its heartbeat interval: a heartbeat older than stale_after(sync) is lost
   Money want;        // the first ceiling asked for: rate x claim horizon + reserve
   std::vector<RunWebhook> webhooks = {};  // those that want its `lost` event
+  std::string cwd;                        // the job's working directory; "" when not known
 };
 
 // How much of a budget a scope has used in the period of the run, for warnings and views.
@@ -167,7 +188,18 @@ struct RunFinal {
   // --checkpoint-dir: its peak size and storage spend (part of `spend`); none: not measured.
   std::optional<double> storage_peak_gb;
   std::optional<Money> storage_spend;
+  std::optional<RunLastProgress> last_progress;  // none: the job wrote no good progress line
+  std::optional<RunCheckpoint> checkpoint;       // none: spendcap did not stop the run
 };
+
+// Where a run's own budget came from, recorded at admission (schema v19), in the words `runs`
+// prints: "flag --budget", "flag --budget of job KEY", "max_run of team:vision" (a max_run lowered
+// --budget or stood in for it), or, with no budget of its own, "budgets of team:vision, user:ana"
+// (its budgeted scopes then). Both stores write the same words (BudgetLedger; PostgreSQL's
+// spendcap_admit).
+std::string budget_source_text(const std::optional<Money>& flag_budget,
+                               const std::optional<Scope>& lowered_by, const std::string& job_key,
+                               const std::vector<Scope>& budgeted_scopes);
 
 struct RunView {
   std::string id, job_key, team, experiment, project, user, host;
@@ -191,8 +223,18 @@ struct RunView {
   std::optional<double> finished_at;
   std::optional<double> would_stop_at;  // warn mode: when it would have been stopped, and why
   std::string would_stop_reason;
-  std::optional<RunGpu> gpu;  // none: no GPU record (run_gpu.hpp)
-  std::string fingerprint;    // of team + experiment + command (the crash-loop guard's key)
+  std::optional<RunGpu> gpu;         // none: no GPU record (run_gpu.hpp)
+  std::string fingerprint;           // of team + experiment + command (the crash-loop guard's key)
+  std::vector<std::string> command;  // as recorded: secrets redacted (command_redaction.hpp)
+  std::string cwd;                   // "" when not recorded
+  // The budget in effect at admission and where it came from (budget_source_text); source ""
+  // for a run recorded before schema v19.
+  std::optional<Money> run_budget;
+  std::string budget_source;
+  std::optional<std::string> metric_name;  // the progress channel's last metric (find_run only)
+  std::optional<double> metric_value;
+  std::optional<RunLastProgress> last_progress;  // find_run only
+  std::optional<RunCheckpoint> checkpoint;       // find_run only
 };
 
 struct BudgetView {

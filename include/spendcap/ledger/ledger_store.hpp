@@ -74,6 +74,14 @@ struct RunRecord : RunIdentity {
   // RunFinal's checkpoint storage; stored by update_run.
   std::optional<double> storage_peak_gb;
   std::optional<Money> storage_spend;
+  // Schema v19. Written at admission: the working directory ("" none), the budget in effect and
+  // where it came from (budget_source_text; "" for runs before v19). Written by update_run when
+  // the run carries them: RunFinal's last progress line and checkpoint.
+  std::string cwd;
+  std::optional<Money> run_budget;
+  std::string budget_source;
+  std::optional<RunLastProgress> last_progress;
+  std::optional<RunCheckpoint> checkpoint;
 };
 
 // A run's durations as both stores keep them, in whole milliseconds (RunRecord's are whole already:

@@ -67,6 +67,9 @@ class KillPath {
   const KillDeadlines& deadlines() const { return deadlines_; }
   int checkpoint_signalled() const { return checkpoint_signalled_; }
   bool grace_skipped() const { return grace_skipped_; }
+  int checkpoint_signal() const { return checkpoint_signal_; }
+  // When the job's checkpoint file appeared during the grace; none: it did not.
+  std::optional<TimePoint> checkpoint_written_at() const { return checkpoint_written_at_; }
 
   // The guard died: the tree is now rooted elsewhere.
   void use_tree(ProcessTree& tree) { tree_ = &tree; }
@@ -121,6 +124,7 @@ class KillPath {
   bool grace_skipped_ = false;
   Nanos exit_window_ = kDefaultExitWindow;
   bool checkpoint_written_ = false;
+  std::optional<TimePoint> checkpoint_written_at_;
 };
 
 }  // namespace spendcap

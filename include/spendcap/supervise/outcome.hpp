@@ -40,6 +40,8 @@ struct RunOutcome {
   std::optional<double> tripped_after_seconds;  // since launch
   int checkpoint_signalled = 0;                 // processes that got the checkpoint signal
   bool grace_skipped = false;                   // nobody catches the checkpoint signal
+  std::string checkpoint_signal;                // its name ("SIGUSR1", "none"), once tripped
+  std::optional<double> checkpoint_written_after_seconds;  // since launch; none: not written
   std::optional<double> trip_to_empty_seconds;  // the trip until the last process was reaped
   std::string message;                          // refusals and failures: why
   std::string tree_tracking;  // "cgroup" (the run's own cgroup) or "parentage" (the fallback)

@@ -293,6 +293,17 @@ BEGIN
   IF plan->>'run_budget' IS NULL AND json_array_length(plan->'scopes') = 0 THEN
     RETURN json_build_object('error', 'no budget');
   END IF;
+  -- The budget in effect and where it came from, in budget_source_text's words (ledger.hpp).
+  n.run_budget_micros := (plan->>'run_budget')::bigint;
+  n.budget_source := CASE
+    WHEN plan->>'lowered_by_kind' IS NOT NULL THEN
+      'max_run of ' || (plan->>'lowered_by_kind') || ':' || (plan->>'lowered_by_name')
+    WHEN n.budget_micros IS NOT NULL THEN
+      CASE WHEN COALESCE(n.job_key, '') = '' THEN 'flag --budget'
+           ELSE 'flag --budget of job ' || n.job_key END
+    ELSE COALESCE('budgets of ' || (SELECT string_agg((ps.value->>'kind') || ':' ||
+        (ps.value->>'name'), ', ' ORDER BY ps.ordinality)
+      FROM json_array_elements(plan->'scopes') WITH ORDINALITY AS ps), 'none') END;
   IF COALESCE(n.job_key, '') <> '' THEN
     SELECT COALESCE(SUM(CASE WHEN status <> 'running' THEN spend_micros ELSE 0 END), 0)::bigint
       INTO job_spent FROM runs WHERE job_key = n.job_key AND id <> n.id;
@@ -443,6 +454,11 @@ BEGIN
   m.metric_name := n.metric_name; m.metric_value := n.metric_value; m.units := n.units;
   m.egress_gb := n.egress_gb;
   m.storage_peak_gb := n.storage_peak_gb; m.storage_spend_micros := n.storage_spend_micros;
+  m.progress_step := n.progress_step; m.progress_total_steps := n.progress_total_steps;
+  m.progress_line := n.progress_line;
+  m.checkpoint_signal := n.checkpoint_signal; m.checkpoint_signalled := n.checkpoint_signalled;
+  m.checkpoint_signal_seconds := n.checkpoint_signal_seconds;
+  m.checkpoint_written_seconds := n.checkpoint_written_seconds;
   m.reconciled := 0;
   m.overrun := CASE WHEN n.spend_micros > m.ceiling_micros THEN 1 ELSE 0 END;
   m.finished_at := COALESCE(m.finished_at, now);

@@ -189,6 +189,21 @@ inline std::string run_json(const RunRecord& r) {
   row["storage_spend_micros"] = money(r.storage_spend);
   row["pricing"] = optional(pricing_column(r.pricing));
   row["commitment_micros"] = money(r.commitment);
+  row["cwd"] = r.cwd.empty() ? nlohmann::json() : nlohmann::json(r.cwd);
+  row["run_budget_micros"] = money(r.run_budget);
+  row["budget_source"] =
+      r.budget_source.empty() ? nlohmann::json() : nlohmann::json(r.budget_source);
+  if (r.last_progress) {
+    row["progress_step"] = optional(r.last_progress->step);
+    row["progress_total_steps"] = optional(r.last_progress->total_steps);
+    row["progress_line"] = r.last_progress->line;
+  }
+  if (r.checkpoint) {
+    row["checkpoint_signal"] = r.checkpoint->signal;
+    row["checkpoint_signalled"] = r.checkpoint->signalled;
+    row["checkpoint_signal_seconds"] = r.checkpoint->signal_seconds;
+    row["checkpoint_written_seconds"] = optional(r.checkpoint->written_seconds);
+  }
   return dump_json(row);
 }
 
@@ -250,6 +265,22 @@ inline RunRecord read_run(const Result& q, int i) {
   r.storage_spend = q.optional_money(i, 51);
   r.pricing = pricing_of_column(q.optional_text(i, 52));
   r.commitment = q.optional_money(i, 53);
+  r.cwd = q.text(i, 54);
+  r.run_budget = q.optional_money(i, 55);
+  r.budget_source = q.text(i, 56);
+  if (!q.is_null(i, 59)) {
+    RunLastProgress& progress = r.last_progress.emplace();
+    if (!q.is_null(i, 57)) progress.step = q.i64(i, 57);
+    if (!q.is_null(i, 58)) progress.total_steps = q.i64(i, 58);
+    progress.line = q.text(i, 59);
+  }
+  if (!q.is_null(i, 60)) {
+    RunCheckpoint& checkpoint = r.checkpoint.emplace();
+    checkpoint.signal = q.text(i, 60);
+    checkpoint.signalled = q.is_null(i, 61) ? 0 : static_cast<int>(q.i64(i, 61));
+    checkpoint.signal_seconds = q.optional_f64(i, 62).value_or(0);
+    checkpoint.written_seconds = q.optional_f64(i, 63);
+  }
   return r;
 }
 

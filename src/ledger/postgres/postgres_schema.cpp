@@ -213,6 +213,21 @@ ALTER TABLE runs ADD COLUMN commitment_micros BIGINT;
     // on its own entries (row-level security), granted in routines().
     "ALTER TABLE outbox ADD COLUMN claimed_by TEXT NOT NULL DEFAULT '';\n"
     "ALTER TABLE outbox ADD COLUMN claimed_until DOUBLE PRECISION NOT NULL DEFAULT 0;\n",
+    // v19 (the 18th entry; issue 30 item 4): as SQLite's v19, the whole record of a run for
+    // `show`. spendcap_admit sets the budget's source from its plan; spendcap_finish and
+    // spendcap_update_run write the final row's progress and checkpoint.
+    R"sql(
+ALTER TABLE runs ADD COLUMN cwd TEXT;
+ALTER TABLE runs ADD COLUMN run_budget_micros BIGINT;
+ALTER TABLE runs ADD COLUMN budget_source TEXT;
+ALTER TABLE runs ADD COLUMN progress_step BIGINT;
+ALTER TABLE runs ADD COLUMN progress_total_steps BIGINT;
+ALTER TABLE runs ADD COLUMN progress_line TEXT;
+ALTER TABLE runs ADD COLUMN checkpoint_signal TEXT;
+ALTER TABLE runs ADD COLUMN checkpoint_signalled INTEGER;
+ALTER TABLE runs ADD COLUMN checkpoint_signal_seconds DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN checkpoint_written_seconds DOUBLE PRECISION;
+)sql",
 };
 
 const char* const kRunColumns =
@@ -224,7 +239,9 @@ const char* const kRunColumns =
     "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
     "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, "
     "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, pricing, "
-    "commitment_micros";
+    "commitment_micros, cwd, run_budget_micros, budget_source, progress_step, "
+    "progress_total_steps, progress_line, checkpoint_signal, checkpoint_signalled, "
+    "checkpoint_signal_seconds, checkpoint_written_seconds";
 
 namespace {
 
@@ -239,8 +256,17 @@ const char* const kMutableRunColumns[] = {
     "elapsed_seconds", "reported_spend_micros",
     "overrun",
 };
-// The final row's checkpoint storage (v10): written as the row carries it, like the above.
-const char* const kStorageRunColumns[] = {"storage_peak_gb", "storage_spend_micros"};
+// The final row's checkpoint storage (v10), last progress line and checkpoint (v19): written as
+// the row carries it, like the above (every read of a run reads them).
+const char* const kStorageRunColumns[] = {"storage_peak_gb",
+                                          "storage_spend_micros",
+                                          "progress_step",
+                                          "progress_total_steps",
+                                          "progress_line",
+                                          "checkpoint_signal",
+                                          "checkpoint_signalled",
+                                          "checkpoint_signal_seconds",
+                                          "checkpoint_written_seconds"};
 
 // Written by update_run only when the run carries them (as SQLite's): a GPU record (gpu_measured
 // set), and the progress channel's last report (a metric, units or egress).

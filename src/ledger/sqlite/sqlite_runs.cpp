@@ -61,6 +61,9 @@ RunRecord SqliteStore::Impl::read_run(Query& q) {
   }
   r.pricing = pricing_of_column(q.optional_text(46));
   r.commitment = q.optional_money(47);
+  if (!q.is_null(48)) r.cwd = q.text(48);
+  r.run_budget = q.optional_money(49);
+  if (!q.is_null(50)) r.budget_source = q.text(50);
   return r;
 }
 
@@ -76,7 +79,9 @@ std::optional<RunRecord> SqliteStore::Impl::find_run(const std::string& id) {
 // The progress columns (v5), outside SPENDCAP_RUN_COLUMNS: only find_run needs them.
 void SqliteStore::Impl::read_progress(RunRecord& run) {
   auto q = query(
-      "SELECT metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros "
+      "SELECT metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, "
+      "progress_step, progress_total_steps, progress_line, checkpoint_signal, "
+      "checkpoint_signalled, checkpoint_signal_seconds, checkpoint_written_seconds "
       "FROM runs WHERE id = ?");
   q.bind(run.id);
   if (!q.step()) return;
@@ -86,6 +91,19 @@ void SqliteStore::Impl::read_progress(RunRecord& run) {
   run.egress_gb = q.optional_f64(3);
   run.storage_peak_gb = q.optional_f64(4);
   run.storage_spend = q.optional_money(5);
+  if (!q.is_null(8)) {
+    RunLastProgress& progress = run.last_progress.emplace();
+    if (!q.is_null(6)) progress.step = q.i64(6);
+    if (!q.is_null(7)) progress.total_steps = q.i64(7);
+    progress.line = q.text(8);
+  }
+  if (!q.is_null(9)) {
+    RunCheckpoint& checkpoint = run.checkpoint.emplace();
+    checkpoint.signal = q.text(9);
+    checkpoint.signalled = q.is_null(10) ? 0 : q.i32(10);
+    checkpoint.signal_seconds = q.optional_f64(11).value_or(0);
+    checkpoint.written_seconds = q.optional_f64(12);
+  }
 }
 
 void SqliteStore::Impl::insert_run(const RunRecord& r) {
@@ -93,7 +111,7 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
       "INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
       "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-      "NULL, NULL, ?, ?)");
+      "NULL, NULL, ?, ?, ?, ?, ?)");
   q.bind_all(r.id, r.job_key.empty() ? std::nullopt : std::optional<std::string>(r.job_key), r.team,
              r.experiment, r.project, r.user, json_of(r.tags), json_of(r.command), r.fingerprint,
              r.host, r.pid, to_string(r.mode), to_string(r.status), r.reason, r.exit_code,
@@ -101,7 +119,9 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
              to_ms_rounded_up(r.sync), r.started_at, r.day, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
              r.would_stop_reason, r.elapsed_seconds, r.uid, r.reported_spend, r.overrun ? 1 : 0,
-             pricing_column(r.pricing), r.commitment);
+             pricing_column(r.pricing), r.commitment,
+             r.cwd.empty() ? std::nullopt : std::optional<std::string>(r.cwd), r.run_budget,
+             r.budget_source.empty() ? std::nullopt : std::optional<std::string>(r.budget_source));
   q.run();
 }
 
@@ -128,6 +148,22 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
         query("UPDATE runs SET storage_peak_gb = ?, storage_spend_micros = ? WHERE id = ?");
     storage.bind_all(r.storage_peak_gb, r.storage_spend, r.id);
     storage.run();
+  }
+  if (r.last_progress) {
+    auto progress = query(
+        "UPDATE runs SET progress_step = ?, progress_total_steps = ?, progress_line = ? "
+        "WHERE id = ?");
+    progress.bind_all(r.last_progress->step, r.last_progress->total_steps, r.last_progress->line,
+                      r.id);
+    progress.run();
+  }
+  if (r.checkpoint) {
+    auto checkpoint = query(
+        "UPDATE runs SET checkpoint_signal = ?, checkpoint_signalled = ?, "
+        "checkpoint_signal_seconds = ?, checkpoint_written_seconds = ? WHERE id = ?");
+    checkpoint.bind_all(r.checkpoint->signal, r.checkpoint->signalled, r.checkpoint->signal_seconds,
+                        r.checkpoint->written_seconds, r.id);
+    checkpoint.run();
   }
 }
 

@@ -226,6 +226,25 @@ CREATE TABLE budget_warnings (
 ALTER TABLE runs ADD COLUMN commitment_micros BIGINT;
 )sql";
 
+// Schema version 19 (issue 30 item 4), as PostgreSQL's: what `show` gives that the runs table did
+// not keep. At admission: the job's working directory, the run budget in effect and where it came
+// from (budget_source_text: recorded, so that a later policy does not rewrite it). With the final
+// row: the progress channel's last good line and step, and the checkpoint (the signal the kill
+// path sent, to how many processes and when; when the job's checkpoint file appeared). NULL: not
+// recorded (a run before v19), or nothing of the kind happened.
+constexpr const char* kWholeRecord = R"sql(
+ALTER TABLE runs ADD COLUMN cwd TEXT;
+ALTER TABLE runs ADD COLUMN run_budget_micros BIGINT;
+ALTER TABLE runs ADD COLUMN budget_source TEXT;
+ALTER TABLE runs ADD COLUMN progress_step BIGINT;
+ALTER TABLE runs ADD COLUMN progress_total_steps BIGINT;
+ALTER TABLE runs ADD COLUMN progress_line TEXT;
+ALTER TABLE runs ADD COLUMN checkpoint_signal TEXT;          -- "SIGUSR1", "none"
+ALTER TABLE runs ADD COLUMN checkpoint_signalled INTEGER;    -- processes it was sent to
+ALTER TABLE runs ADD COLUMN checkpoint_signal_seconds REAL;  -- after launch
+ALTER TABLE runs ADD COLUMN checkpoint_written_seconds REAL; -- after launch; NULL: not written
+)sql";
+
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = [] {
     std::vector<std::string> texts(std::begin(kMigrations), std::end(kMigrations));
@@ -245,12 +264,14 @@ const std::vector<std::string>& migrations() {
     texts.push_back(
         "ALTER TABLE outbox ADD COLUMN claimed_by TEXT NOT NULL DEFAULT '';\n"
         "ALTER TABLE outbox ADD COLUMN claimed_until REAL NOT NULL DEFAULT 0;\n");
+    // v19 (schema version 19; issue 30 item 4): the whole record of a run for `show`.
+    texts.push_back(kWholeRecord);
     return texts;
   }();
   return all;
 }
 
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 5;
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 6;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 

@@ -172,6 +172,12 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
       updated.units = stored.units;
       updated.egress_gb = stored.egress_gb;
     }
+    // As the stores: admission's facts never change; the final row's are kept unless given.
+    updated.cwd = stored.cwd;
+    updated.run_budget = stored.run_budget;
+    updated.budget_source = stored.budget_source;
+    if (!updated.last_progress) updated.last_progress = stored.last_progress;
+    if (!updated.checkpoint) updated.checkpoint = stored.checkpoint;
     stored = std::move(updated);
   }
   void for_each_run_started(double since, double until,

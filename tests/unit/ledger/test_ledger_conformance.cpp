@@ -1392,4 +1392,75 @@ TEST_CASE_TEMPLATE("Ledger conformance: a warning threshold is claimed once per 
   CHECK_FALSE(other->claim_warning(kVision, Period::total, {50}, "r5"));
 }
 
+TEST_CASE_TEMPLATE(
+    "Ledger conformance: a run's whole record: its directory, command without secrets, budget "
+    "source kept when the budgets change, last progress and checkpoint",
+    Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 100, Period::month, 5);
+  t.set_budget(ScopeKind::team, "nlp", 100, Period::month);
+  RunStart lowered = run_start("w1", "vision", usd(1));
+  lowered.budget = usd(8);
+  lowered.cwd = "/home/ana/project";
+  lowered.command = {"python",      "train.py",          "--api-key",
+                     "sk-live-123", "--hf-token=hf_456", "https://ana:pw789@data.example/x"};
+  REQUIRE(t.ledger->begin_run(lowered).admitted);
+  RunStart own = run_start("w2", "nlp", usd(1));
+  own.budget = usd(2);
+  REQUIRE(t.ledger->begin_run(own).admitted);
+  RunStart job = run_start("w3", "nlp", usd(1));
+  job.budget = usd(2);
+  job.job_key = "sweep-7";
+  REQUIRE(t.ledger->begin_run(job).admitted);
+  REQUIRE(t.ledger->begin_run(run_start("w4", "nlp", usd(1))).admitted);
+
+  std::optional<RunView> w1 = t.ledger->find_run("w1");
+  REQUIRE(w1);
+  CHECK(w1->cwd == "/home/ana/project");
+  CHECK(w1->command == std::vector<std::string>{"python", "train.py", "--api-key", "***",
+                                                "--hf-token=***",
+                                                "https://ana:***@data.example/x"});
+  CHECK(w1->run_budget == usd(5));
+  CHECK(w1->budget_source == "max_run of team:vision");
+  CHECK(t.ledger->find_run("w2")->budget_source == "flag --budget");
+  CHECK(t.ledger->find_run("w2")->run_budget == usd(2));
+  CHECK(t.ledger->find_run("w3")->budget_source == "flag --budget of job sweep-7");
+  CHECK_FALSE(t.ledger->find_run("w4")->run_budget);
+  CHECK(t.ledger->find_run("w4")->budget_source == "budgets of team:nlp");
+  CHECK(t.ledger->find_run("w4")->cwd.empty());
+  // Recorded: a later policy (the max_run gone) leaves what the run was admitted under.
+  t.set_budget(ScopeKind::team, "vision", 100, Period::month);
+  CHECK(t.ledger->find_run("w1")->budget_source == "max_run of team:vision");
+  CHECK(t.ledger->find_run("w1")->run_budget == usd(5));
+
+  RunFinal stopped = run_final("w1", usd(0.5), RunStatus::killed);
+  stopped.last_progress = RunLastProgress{80, 200, R"({"step":80,"total_steps":200})"};
+  stopped.checkpoint = RunCheckpoint{"SIGUSR1", 1, 3.25, 3.75};
+  stopped.metric_name = "loss";
+  stopped.metric_value = 0.5;
+  CHECK(t.ledger->finish_run(stopped));
+  RunFinal skipped = run_final("w2", usd(0.5), RunStatus::killed);
+  skipped.checkpoint = RunCheckpoint{"SIGUSR1", 0, 1.5, std::nullopt};
+  CHECK(t.ledger->finish_run(skipped));
+  CHECK(t.ledger->finish_run(run_final("w3", usd(0.25))));
+
+  w1 = t.ledger->find_run("w1");
+  REQUIRE(w1);
+  CHECK(w1->last_progress == stopped.last_progress);
+  CHECK(w1->checkpoint == stopped.checkpoint);
+  CHECK(w1->metric_name == "loss");
+  CHECK(w1->metric_value == 0.5);
+  CHECK(w1->cwd == "/home/ana/project");
+  CHECK(w1->budget_source == "max_run of team:vision");
+  std::optional<RunView> w2 = t.ledger->find_run("w2");
+  REQUIRE(w2);
+  CHECK(w2->checkpoint == skipped.checkpoint);
+  CHECK_FALSE(w2->last_progress);
+  std::optional<RunView> w3 = t.ledger->find_run("w3");
+  REQUIRE(w3);
+  CHECK_FALSE(w3->checkpoint);
+  CHECK_FALSE(w3->last_progress);
+  CHECK(t.inconsistencies().empty());
+}
+
 }  // namespace spendcap::testing

@@ -281,6 +281,15 @@ TEST_CASE("Rollups: a report from them equals a scan's, on SQLite (and after a r
   CHECK(report_text(ledger, options, true, &read) != report_text(ledger, options, false, &scanned));
 }
 
+// Schema v19's columns (the whole record of a run), dropped to go back to an older schema.
+constexpr const char* kUndoV19 =
+    "ALTER TABLE runs DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN run_budget_micros; "
+    "ALTER TABLE runs DROP COLUMN budget_source; ALTER TABLE runs DROP COLUMN progress_step; "
+    "ALTER TABLE runs DROP COLUMN progress_total_steps; ALTER TABLE runs DROP COLUMN "
+    "progress_line; ALTER TABLE runs DROP COLUMN checkpoint_signal; ALTER TABLE runs DROP "
+    "COLUMN checkpoint_signalled; ALTER TABLE runs DROP COLUMN checkpoint_signal_seconds; "
+    "ALTER TABLE runs DROP COLUMN checkpoint_written_seconds; ";
+
 TEST_CASE("Rollups: the migration to v14 backfills them from the runs already there (SQLite)") {
   TempDir dir;
   std::string path = dir.file("ledger.db");
@@ -289,14 +298,16 @@ TEST_CASE("Rollups: the migration to v14 backfills them from the runs already th
   // Back to schema 12, as a ledger of the spendcap before rollups was: then opened again.
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  const char* undo =
-      "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
-      "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DROP TABLE rollups; "
-      "DROP TABLE rollup_metrics; DROP INDEX runs_overrun; DROP INDEX runs_started; "
-      "DROP TABLE budget_warnings; ALTER TABLE runs DROP COLUMN commitment_micros; "
-      "ALTER TABLE outbox DROP COLUMN claimed_by; ALTER TABLE outbox DROP COLUMN claimed_until; "
-      "DELETE FROM schema_version WHERE version >= 13";
-  REQUIRE(sqlite3_exec(db, undo, nullptr, nullptr, nullptr) == SQLITE_OK);
+  std::string undo =
+      std::string(
+          "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
+          "DROP TRIGGER runs_rollup_delete; DROP TABLE rollup_journal; DROP TABLE rollups; "
+          "DROP TABLE rollup_metrics; DROP INDEX runs_overrun; DROP INDEX runs_started; "
+          "DROP TABLE budget_warnings; ALTER TABLE runs DROP COLUMN commitment_micros; "
+          "ALTER TABLE outbox DROP COLUMN claimed_by; ALTER TABLE outbox DROP COLUMN "
+          "claimed_until; ") +
+      kUndoV19 + "DELETE FROM schema_version WHERE version >= 13";
+  REQUIRE(sqlite3_exec(db, undo.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
   SqliteLedger ledger(path, {});
   CHECK(ledger.schema_version() == SqliteStore::latest_schema_version());
@@ -318,7 +329,7 @@ TEST_CASE(
         "schema_version WHERE version >= 14; DROP TABLE budget_warnings; "
         "ALTER TABLE runs DROP COLUMN commitment_micros; ALTER TABLE outbox DROP COLUMN "
         "claimed_by; ALTER TABLE outbox DROP COLUMN claimed_until; " +
-        rollup_sql::sqlite_v14_triggers());
+        std::string(kUndoV19) + rollup_sql::sqlite_v14_triggers());
   }
   // Opening migrates to 14 before anything is written: the runs go through the journal.
   rollups_equal_a_scan(
@@ -345,7 +356,10 @@ std::string copy_run_sql(const std::string& from, const std::string& to) {
          "gpu_not_measured, gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, "
          "gpu_idle_spend_micros, gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, "
          "gpu_sources, gpu_timeline, metric_name, metric_value + 0.5, units, egress_gb, "
-         "storage_peak_gb, storage_spend_micros, pricing, commitment_micros FROM runs "
+         "storage_peak_gb, storage_spend_micros, pricing, commitment_micros, cwd, "
+         "run_budget_micros, budget_source, progress_step, progress_total_steps, progress_line, "
+         "checkpoint_signal, checkpoint_signalled, checkpoint_signal_seconds, "
+         "checkpoint_written_seconds FROM runs "
          "WHERE id = '" +
          from + "'";
 }

@@ -1,0 +1,130 @@
+#include "spendcap/base/command_redaction.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+namespace spendcap {
+
+namespace {
+
+std::vector<std::string> words_of(std::string_view name) {
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == '.') {
+      if (!word.empty()) words.push_back(std::move(word));
+      word.clear();
+    } else {
+      word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  if (!word.empty()) words.push_back(std::move(word));
+  return words;
+}
+
+bool is_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+}
+
+// "scheme://user:pass@host" -> "scheme://user:***@host", every URL in `text`.
+void redact_userinfo(std::string& text) {
+  for (std::size_t at = text.find("://"); at != std::string::npos; at = text.find("://", at + 3)) {
+    std::size_t start = at + 3;
+    std::size_t end = text.find_first_of("/?# \t", start);
+    if (end == std::string::npos) end = text.size();
+    std::size_t sign = text.rfind('@', end);
+    if (sign == std::string::npos || sign < start) continue;
+    std::size_t colon = text.find(':', start);
+    if (colon == std::string::npos || colon > sign) {
+      // A user alone can be a token too (https://TOKEN@github.com/...).
+      if (sign > start) text.replace(start, sign - start, kRedacted);
+      continue;
+    }
+    text.replace(colon + 1, sign - colon - 1, kRedacted);
+  }
+}
+
+// "?token=VALUE&x=1" -> "?token=***&x=1": query parameters that name a secret.
+void redact_query(std::string& text) {
+  for (std::size_t at = text.find_first_of("?&"); at != std::string::npos;
+       at = text.find_first_of("?&", at + 1)) {
+    std::size_t equals = text.find('=', at + 1);
+    if (equals == std::string::npos) break;
+    std::string_view name(text.data() + at + 1, equals - at - 1);
+    if (name.empty() || !std::all_of(name.begin(), name.end(), is_name_char)) continue;
+    if (!names_secret(name)) continue;
+    std::size_t end = text.find_first_of("&# \t", equals + 1);
+    if (end == std::string::npos) end = text.size();
+    text.replace(equals + 1, end - equals - 1, kRedacted);
+  }
+}
+
+}  // namespace
+
+bool names_secret(std::string_view name) {
+  static const std::set<std::string> kSecretWords = {
+      "password", "passwd",     "pass",        "pwd",           "secret", "token",
+      "auth",     "credential", "credentials", "authorization", "apikey", "passphrase"};
+  static const std::set<std::string> kKeyPrefixes = {"api",  "access",  "private",    "secret",
+                                                     "auth", "signing", "encryption", "client"};
+  // Where a secret is, not the secret: "--token-file", "PASSWORD_ENV".
+  static const std::set<std::string> kPlaces = {"file", "path", "dir", "env", "name", "id", "type"};
+  std::vector<std::string> words = words_of(name);
+  if (words.empty() || kPlaces.count(words.back())) return false;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (kSecretWords.count(words[i])) return true;
+    if (words[i] == "key" && i > 0 && kKeyPrefixes.count(words[i - 1])) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> redact_command(const std::vector<std::string>& argv) {
+  std::vector<std::string> out;
+  out.reserve(argv.size());
+  bool value_is_secret = false;  // the previous argument was "--token" without a value
+  for (const std::string& arg : argv) {
+    if (value_is_secret && !arg.starts_with("-")) {
+      out.emplace_back(kRedacted);
+      value_is_secret = false;
+      continue;
+    }
+    value_is_secret = false;
+    std::string text = arg;
+    std::size_t dashes = text.find_first_not_of('-');
+    std::size_t equals = text.find('=');
+    std::size_t colon = text.find(':');
+    if (dashes != std::string::npos && dashes > 0 && dashes <= 2) {
+      // An option: --name=value, or --name and its value next.
+      std::string_view name(text.data() + dashes,
+                            (equals == std::string::npos ? text.size() : equals) - dashes);
+      if (std::all_of(name.begin(), name.end(), is_name_char) && names_secret(name)) {
+        if (equals == std::string::npos) {
+          value_is_secret = true;
+        } else {
+          text = text.substr(0, equals + 1) + std::string(kRedacted);
+        }
+      }
+    } else if (equals != std::string::npos && equals > 0 && dashes == 0) {
+      // An assignment, as env(1) and shells take them: NAME=value.
+      std::string_view name(text.data(), equals);
+      if (std::all_of(name.begin(), name.end(), is_name_char) && names_secret(name)) {
+        text = text.substr(0, equals + 1) + std::string(kRedacted);
+      }
+    } else if (colon != std::string::npos && colon > 0 && dashes == 0) {
+      // A header, as curl -H takes it: "Authorization: Bearer value".
+      std::string_view name(text.data(), colon);
+      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      if (!name.empty() && std::all_of(name.begin(), name.end(), is_name_char) &&
+          names_secret(name)) {
+        text = text.substr(0, colon + 1) + " " + std::string(kRedacted);
+      }
+    }
+    redact_userinfo(text);
+    redact_query(text);
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
+}  // namespace spendcap

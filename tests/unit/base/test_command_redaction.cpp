@@ -1,0 +1,54 @@
+#include <doctest/doctest.h>
+
+#include "spendcap/base/command_redaction.hpp"
+
+using namespace spendcap;
+
+using Argv = std::vector<std::string>;
+
+TEST_CASE("secret options' values are redacted, with = or as the next argument") {
+  CHECK(redact_command({"python", "train.py", "--token=hf_abc123", "--epochs", "3"}) ==
+        Argv{"python", "train.py", "--token=***", "--epochs", "3"});
+  CHECK(redact_command({"tool", "--api-key", "sk-live-1", "--password", "pw", "-secret=x"}) ==
+        Argv{"tool", "--api-key", "***", "--password", "***", "-secret=***"});
+  CHECK(redact_command({"tool", "--WANDB_API_KEY=abc", "--aws-secret-access-key", "k"}) ==
+        Argv{"tool", "--WANDB_API_KEY=***", "--aws-secret-access-key", "***"});
+  // A flag after a secret-named switch is not its value.
+  CHECK(redact_command({"tool", "--token", "--verbose"}) == Argv{"tool", "--token", "--verbose"});
+}
+
+TEST_CASE("assignments, headers and URLs with credentials are redacted") {
+  CHECK(redact_command({"env", "HF_TOKEN=hf_x", "DB_PASSWORD=p", "MY_SECRET=s", "LR=0.1", "cmd"}) ==
+        Argv{"env", "HF_TOKEN=***", "DB_PASSWORD=***", "MY_SECRET=***", "LR=0.1", "cmd"});
+  CHECK(redact_command({"curl", "-H", "Authorization: Bearer abc.def", "-H", "X-Api-Key: k1"}) ==
+        Argv{"curl", "-H", "Authorization: ***", "-H", "X-Api-Key: ***"});
+  CHECK(redact_command({"psql", "postgresql://app:s3cret@db/x?sslmode=require"}) ==
+        Argv{"psql", "postgresql://app:***@db/x?sslmode=require"});
+  CHECK(redact_command({"git", "clone", "https://ghp_token@github.com/o/r"}) ==
+        Argv{"git", "clone", "https://***@github.com/o/r"});
+  CHECK(redact_command({"--data=https://h/p?user=u&access_token=t1&x=1"}) ==
+        Argv{"--data=https://h/p?user=u&access_token=***&x=1"});
+}
+
+TEST_CASE("names that only look alike, and where a secret is kept, are not redacted") {
+  Argv plain = {"python",
+                "train.py",
+                "--max-tokens",
+                "100",
+                "--tokenizer",
+                "gpt2",
+                "--token-file",
+                "/run/secrets/t",
+                "--passes",
+                "3",
+                "--keyword=x",
+                "--key",
+                "sort",
+                "PASSWORD_ENV=DB_PW",
+                "https://example.com/a?b=c"};
+  CHECK(redact_command(plain) == plain);
+  CHECK(names_secret("AWS_SECRET_ACCESS_KEY"));
+  CHECK(names_secret("--api-key"));
+  CHECK_FALSE(names_secret("--api-key-file"));
+  CHECK_FALSE(names_secret("--monkey"));
+}
