@@ -146,7 +146,9 @@ std::pair<RunnerConfig, ServiceUser> installed_runner(const char* flag) {
 // The service user's process with CAP_SETUID alone, as the runner made it; `settle_runner_call`
 // below takes its last step once main knows the ledger's kind.
 std::optional<int> become_runner_call(int& argc, char**& argv) {
-  if (argc < 4) throw Error(kCallFlag, "the runner's call is incomplete", "run spendcap ...");
+  // `spendcap` alone is a call too (it prints the usage).
+  if (argc < 3) throw Error(kCallFlag, "the runner's call is incomplete", "run spendcap ...");
+  std::string verb = argc >= 4 ? argv[3] : "";
   auto [config, service] = installed_runner(kCallFlag);
   char* end = nullptr;
   errno = 0;
@@ -158,7 +160,7 @@ std::optional<int> become_runner_call(int& argc, char**& argv) {
   // calls it so runs as themselves, and is refused here.
   if (::getuid() != service.uid || ::geteuid() != service.uid ||
       !(effective_capabilities() & cap_bit(CAP_SETUID)) || caller == 0 || caller == service.uid ||
-      std::string(argv[3]) == "run" || std::string(argv[3]) == kSupervisorFlag) {
+      verb == "run" || verb == kSupervisorFlag) {
     throw Error(kCallFlag, "not started by the runner", "run spendcap ...");
   }
   the_call =

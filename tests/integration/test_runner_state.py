@@ -75,6 +75,20 @@ class RunnerStateTest(trust.LedgerTrustTest):
         self.assertEqual(self.root_sql("SELECT count(*) FROM stop_orders WHERE scope_kind = 'user' "
                                        "AND scope_name = '%s'" % a), "1")
 
+    def test_the_runners_commands_answer_as_the_plain_binary_does(self):
+        a = self.alice
+        for args in ([], ["--version"], ["help", "ps"], ["ps", "--json"]):
+            shared_result = self.spendcap(a, args)
+            plain = subprocess.run([shared.SPENDCAP] + args, capture_output=True, text=True,
+                                   env=dict(self.user_env(a), SPENDCAP_LEDGER="sqlite:" +
+                                            os.path.join(self.tmp, "plain.db")))
+            self.assertEqual(shared_result.returncode, plain.returncode,
+                             "%s: %s" % (args, shared_result.stderr))
+            self.assertNotIn("runner's call", shared_result.stderr)
+            if args != ["ps", "--json"]:
+                self.assertEqual(shared_result.stdout, plain.stdout, args)
+                self.assertEqual(shared_result.stderr, plain.stderr, args)
+
     def test_a_forged_runner_call_is_refused(self):
         a, b = self.alice, self.bob
         uid_b = self.inside(["id", "-u", b]).stdout.strip()
