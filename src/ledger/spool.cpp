@@ -311,7 +311,7 @@ void refuse(const std::string& path, const std::string& why) {
 
 }  // namespace
 
-int replay_spool(Ledger& ledger, const SpoolReplayer& replayer) {
+int replay_spool(Ledger& ledger, const SpoolReplayer& replayer, Nanos after_failure) {
   std::string directory = spool_dir();
   std::vector<std::string> names;
   if (DIR* dir = opendir(directory.c_str())) {
@@ -334,8 +334,17 @@ int replay_spool(Ledger& ledger, const SpoolReplayer& replayer) {
 
   int replayed = 0;
   std::string url = ledger.url();
-  for (const std::string& name : names) {
+  auto began = std::chrono::steady_clock::now();
+  bool failed = false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
     std::string path = directory + "/" + name;
+    if (failed && std::chrono::steady_clock::now() - began >= after_failure) {
+      std::cerr << "spendcap: " << names.size() - i
+                << " more spooled row(s) left for the next spendcap command (the ledger failed "
+                   "just now)\n";
+      break;
+    }
     std::string text;
     std::string why = read_checked(path, replayer, text);
     if (why == errno_text(ENOENT)) continue;  // replayed meanwhile by another spendcap
@@ -365,6 +374,7 @@ int replay_spool(Ledger& ledger, const SpoolReplayer& replayer) {
       ::unlink(path.c_str());
       ++replayed;
     } catch (const std::exception& e) {
+      failed = true;
       std::cerr << "spendcap: could not replay the spooled final row of run " << row.final.id
                 << " to " << url << ": " << e.what() << " (kept in " << path << ")\n";
     }

@@ -10,10 +10,12 @@
 // symlink) of that user, mode 0600, in a directory of that user, mode 0700.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include <sys/types.h>
+#include "spendcap/base/duration.hpp"
 
 #include "spendcap/ledger/ledger.hpp"
 
@@ -42,10 +44,19 @@ struct SpoolReplayer {
   static SpoolReplayer current();  // getuid(), gethostname()
 };
 
+// How long a replay goes on trying rows once one failed: each failure against an unreachable
+// ledger waits out the ledger's own retries (10 s), and a run's start replays the spool first
+// (issue 33: a host with 5 spooled rows took 50 s and more to start each run while the server was
+// away). Past it, the rows not tried yet wait for the next spendcap.
+inline constexpr Nanos kSpoolReplayAfterFailure = std::chrono::seconds(1);
+
 // Replays every spooled row meant for `ledger` (matched by url) and deletes it once accepted.
 // Rows that fail again stay; so does a row whose run still looks running (its wrapper may be
 // finishing it). A row that fails a check is reported on stderr (the file and why) and moved to
-// <file>.bad for a person to look at. Returns how many were replayed.
-int replay_spool(Ledger& ledger, const SpoolReplayer& replayer = SpoolReplayer::current());
+// <file>.bad for a person to look at. Once a row's ledger call has failed, the rows after it are
+// tried only while `after_failure` has not passed since the replay began; the rest are left (and
+// said). Returns how many were replayed.
+int replay_spool(Ledger& ledger, const SpoolReplayer& replayer = SpoolReplayer::current(),
+                 Nanos after_failure = kSpoolReplayAfterFailure);
 
 }  // namespace spendcap

@@ -496,6 +496,51 @@ TEST_CASE("Ledger spool: a row is replayed only when the ledger and the file vou
   CHECK(ledger.find_run("running")->status == RunStatus::killed);
 }
 
+// Issue 33 (the fleet, 16 hosts): every run's start replays the spool, and each row that failed
+// against an unreachable ledger waited out the ledger's retries, one after another.
+TEST_CASE("Ledger spool: once a row fails against the ledger, the rest wait for the next replay") {
+  TempDir dir;
+  ScopedEnv spool("SPENDCAP_SPOOL_DIR", dir.file("spool").c_str());
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  std::string path = dir.file("ledger.db");
+  SqliteLedger ledger(path, clock_options(clock), {milliseconds(200), std::nullopt});
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}}, true);
+  for (const char* id : {"r1", "r2", "r3"}) {
+    RunStart run = run_start(id, "vision", usd(1));
+    run.host = SpoolReplayer::current().host;
+    ledger.begin_run(run);
+  }
+  clock.advance(3600);
+  REQUIRE(ledger.reconcile_lost_runs() == 3);
+  for (const char* id : {"r1", "r2", "r3"}) {
+    spool_final(ledger.url(), run_final(id, usd(0.5), RunStatus::killed));
+  }
+  RawDb holder(path);
+  holder.exec("BEGIN IMMEDIATE");  // the ledger "unreachable": each write fails after 200 ms
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  {
+    // The control: without the bound every row waits out the lock in turn.
+    CerrCapture err;
+    CHECK(replay_spool(ledger, SpoolReplayer::current(), std::chrono::hours(1)) == 0);
+    CHECK(count(err.text(), "could not replay") == 3);
+  }
+  {
+    CerrCapture err;
+    auto started = std::chrono::steady_clock::now();
+    CHECK(replay_spool(ledger, SpoolReplayer::current(), milliseconds(100)) == 0);
+    CHECK(std::chrono::steady_clock::now() - started < milliseconds(550));
+    CHECK(count(err.text(), "could not replay") == 1);
+    CHECK(err.text().find("2 more spooled row(s) left for the next spendcap") != std::string::npos);
+  }
+  holder.exec("COMMIT");
+  CHECK(replay_spool(ledger) == 3);  // nothing was dropped
+  CHECK(ledger.find_run("r3")->spend == usd(0.5));
+}
+
 TEST_CASE("Ledger: a final spend above the ceiling is recorded as an overrun, never hidden") {
   TempDir dir;
   TestClock clock(unix_time(2024, 1, 31, 12));
