@@ -565,9 +565,10 @@ Admission BudgetLedger::admission_from_server(const RunRecord& run, ServerGrant 
   return admission;
 }
 
-Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want) {
+Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want,
+                              const std::optional<HeartbeatProgress>& progress) {
   if (!ignore_other_runs_) {
-    if (auto server = store_->heartbeat_in_server(run_id, spend, want, budget_caps_)) {
+    if (auto server = store_->heartbeat_in_server(run_id, spend, want, budget_caps_, progress)) {
       if (server->error == "missing") throw Error("run " + run_id, "not in the ledger " + url());
       if (!server->error.empty()) throw Error("ledger " + url(), "answered " + server->error);
       Grant grant;
@@ -602,6 +603,13 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
     run.ceiling = plan.decision.ceiling;
     run.allowed = plan.decision.allowed;
     run.heartbeat_at = now;
+    if (progress) {
+      run.last_progress = progress->last;
+      if (progress->metric_name) {
+        run.metric_name = progress->metric_name;
+        run.metric_value = progress->metric_value;
+      }
+    }
     refresh_reconcile_at(run);
     txn.update_run(run);
     add_usage(txn, run, {Money{}, held_delta, live_delta});

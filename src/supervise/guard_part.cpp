@@ -66,7 +66,8 @@ class GuardPart final : public RunPart {
  public:
   GuardPart(asio::io_context& io, const Reporter& reporter, const Meter& meter,
             const RunTerms& terms, const GuardPlan& plan, std::function<void(const Trip&)> trip,
-            std::optional<ProgressState>& progress_out)
+            std::optional<ProgressState>& progress_out,
+            std::optional<HeartbeatProgress>& progress_live)
       : timer_(io),
         poll_timer_(io),
         reporter_(reporter),
@@ -75,6 +76,7 @@ class GuardPart final : public RunPart {
         guards_plan_(plan),
         trip_(std::move(trip)),
         progress_out_(progress_out),
+        progress_live_(progress_live),
         file_(plan.progress_path) {
     const GuardPlan& g = plan;
     if (!g.progress_path.empty()) guards_.push_back(make_projection_guard(g.require_fit));
@@ -122,11 +124,18 @@ class GuardPart final : public RunPart {
     if (bytes.empty()) return;
     Money spend = meter_.spend_at(at);
     std::int64_t oversized_before = lines_.oversized();
+    bool good = false;
     for (const std::string& line : lines_.feed(bytes)) {
       std::optional<ProgressLine> parsed = parse_progress_line(line);
       // Bounded as kept with the run (RunLastProgress), not as read (up to 64 KiB).
       if (parsed) state_.last_line = printable_excerpt(line, kLastProgressChars);
+      good = good || parsed;
       state_.apply(parsed, at, spend);
+    }
+    if (good) {
+      progress_live_ =
+          HeartbeatProgress{RunLastProgress{state_.step, state_.total_steps, state_.last_line},
+                            state_.metric_name, state_.metric_value};
     }
     state_.bad_lines += lines_.oversized() - oversized_before;
     new_lines_ = true;
@@ -178,6 +187,7 @@ class GuardPart final : public RunPart {
   const GuardPlan& guards_plan_;
   std::function<void(const Trip&)> trip_;
   std::optional<ProgressState>& progress_out_;
+  std::optional<HeartbeatProgress>& progress_live_;
   ProgressFile file_;
   ProgressLines lines_;
   ProgressState state_;
@@ -194,9 +204,10 @@ std::unique_ptr<RunPart> make_guard_part(asio::io_context& io, const Reporter& r
                                          const Meter& meter, const RunTerms& terms,
                                          const GuardPlan& plan,
                                          std::function<void(const Trip&)> trip,
-                                         std::optional<ProgressState>& progress_out) {
+                                         std::optional<ProgressState>& progress_out,
+                                         std::optional<HeartbeatProgress>& progress_live) {
   return std::make_unique<GuardPart>(io, reporter, meter, terms, plan, std::move(trip),
-                                     progress_out);
+                                     progress_out, progress_live);
 }
 
 }  // namespace spendcap

@@ -78,12 +78,15 @@ void HeartbeatPart::heartbeat() {
   if (hooks_.tripped()) want = ceiling_;
   auto grant = std::make_shared<Grant>();
   std::string id = terms_.run_id;
-  ledger_->call(
-      [id, spend, want, grant](Ledger& ledger) { *grant = ledger.heartbeat(id, spend, want); },
-      [this, grant](const std::string& error) {
-        in_flight_ = false;
-        on_heartbeat(error, *grant);
-      });
+  std::optional<HeartbeatProgress> progress = hooks_.progress ? hooks_.progress() : std::nullopt;
+  if (progress == progress_sent_) progress.reset();  // the ledger has it: no write for it
+  ledger_->call([id, spend, want, progress,
+                 grant](Ledger& ledger) { *grant = ledger.heartbeat(id, spend, want, progress); },
+                [this, grant, progress](const std::string& error) {
+                  in_flight_ = false;
+                  if (error.empty() && progress) progress_sent_ = progress;
+                  on_heartbeat(error, *grant);
+                });
 }
 
 void HeartbeatPart::on_heartbeat(const std::string& error, const Grant& grant) {

@@ -148,6 +148,7 @@ class Supervisor::Impl {
             .tripped = [this] { return trip_.has_value(); },
             .ceiling_moved = [this] { tell_guard_deadline(); },
             .granted = [this](const Grant& grant) { on_grant(grant); },
+            .progress = [this] { return live_progress_; },
         });
     heartbeat_ = heartbeat.get();
     parts_.push_back(make_threshold_part(io_, reporter_, meter_, plan_, notifier_));
@@ -179,8 +180,8 @@ class Supervisor::Impl {
     auto runaway = [this](const Trip& runaway) {
       if (running()) trip(runaway, now());
     };
-    parts_.push_back(
-        make_guard_part(io_, reporter_, meter_, plan_, plan_.guards, runaway, outcome_.progress));
+    parts_.push_back(make_guard_part(io_, reporter_, meter_, plan_, plan_.guards, runaway,
+                                     outcome_.progress, live_progress_));
     if (plan_.guards.respawn) {
       parts_.push_back(
           make_respawn_part(io_, reporter_, plan_, *plan_.guards.respawn, guard_->pid(), runaway));
@@ -550,6 +551,7 @@ class Supervisor::Impl {
   HeartbeatPart* heartbeat_ = nullptr;
   JobControl* job_control_ = nullptr;
   CheckpointWatch* checkpoint_ = nullptr;
+  std::optional<HeartbeatProgress> live_progress_;  // the guard part's, for the heartbeats
 
   std::optional<Trip> trip_;
   TimePoint trip_at_{};

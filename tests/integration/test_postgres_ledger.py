@@ -211,7 +211,7 @@ class RolesTest(PostgresLedgerTest):
             bobs = [r for r in runs.values() if r["db_role"] == self.bob][0]
 
             def heartbeat(run_id, spend, want, at="NULL"):
-                return ("SELECT %s.spendcap_heartbeat('%s', %s, %d, '[]'::json, %s)"
+                return ("SELECT %s.spendcap_heartbeat('%s', %s, %d, '[]'::json, %s, NULL)"
                         % (s, run_id, spend, want, at))
 
             # A ceiling raised through the row function, or a running run recorded by hand.

@@ -31,7 +31,8 @@ class BudgetLedger : public Ledger {
   std::vector<BudgetRule> budget_rules() override;
   std::vector<BudgetView> budgets() override;
   Admission begin_run(const RunStart& run) override;
-  Grant heartbeat(const std::string& run_id, Money spend, Money want) override;
+  Grant heartbeat(const std::string& run_id, Money spend, Money want,
+                  const std::optional<HeartbeatProgress>& progress = std::nullopt) override;
   void record_would_stop(const std::string& run_id, const std::string& reason) override;
   bool finish_run(const RunFinal& final) override;
   std::vector<RunView> active_runs() override;

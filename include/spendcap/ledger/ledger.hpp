@@ -93,6 +93,15 @@ struct RunLastProgress {
 };
 inline constexpr std::size_t kLastProgressChars = 200;
 
+// What a heartbeat carries of the progress channel so far (schema v19): its last good line and
+// metric, so that `show` of a running run has them. The final row's replace them.
+struct HeartbeatProgress {
+  RunLastProgress last;
+  std::optional<std::string> metric_name;
+  std::optional<double> metric_value;
+  auto operator<=>(const HeartbeatProgress&) const = default;
+};
+
 // Everything about a run that is known when it starts.
 struct RunStart : RunIdentity {
   std::string fingerprint;  // of team + experiment + command, for the crash-loop guard (later)
@@ -344,8 +353,10 @@ class Ledger {
   // cover its reserve. Throws Error when the run has no budget at all (no --budget and no budgeted
   // scope): a run is never unbounded by accident.
   virtual Admission begin_run(const RunStart& run) = 0;
-  // Reports the spend so far and asks to raise the ceiling to `want` (never lowers it).
-  virtual Grant heartbeat(const std::string& run_id, Money spend, Money want) = 0;
+  // Reports the spend so far and asks to raise the ceiling to `want` (never lowers it); with
+  // `progress`, records it as the run's last progress line and metric so far.
+  virtual Grant heartbeat(const std::string& run_id, Money spend, Money want,
+                          const std::optional<HeartbeatProgress>& progress = std::nullopt) = 0;
   // Warn mode: the run would have been stopped now, for `reason`.
   virtual void record_would_stop(const std::string& run_id, const std::string& reason) = 0;
   // Finalises the run and releases its ceiling. Idempotent: a run already final is left as it is

@@ -284,16 +284,17 @@ class LedgerStore {
   // rule over transact()). Each is one transaction that reconciles lost runs first, as
   // BudgetLedger's do; `caps` are LedgerOptions::budget_caps. admit_in_server records `run` (a
   // new record: status, clock and grant are the server's) running or refused;
-  // heartbeat_in_server reports `spend` and raises the ceiling toward `want`.
+  // heartbeat_in_server reports `spend` and raises the ceiling toward `want` (and records
+  // `progress`, when given, as the run's last progress line and metric).
   virtual std::optional<ServerGrant> admit_in_server(const RunRecord& run, Money want,
                                                      const std::vector<BudgetRule>& caps) {
     (void)run, (void)want, (void)caps;
     return std::nullopt;
   }
-  virtual std::optional<ServerGrant> heartbeat_in_server(const std::string& run_id, Money spend,
-                                                         Money want,
-                                                         const std::vector<BudgetRule>& caps) {
-    (void)run_id, (void)spend, (void)want, (void)caps;
+  virtual std::optional<ServerGrant> heartbeat_in_server(
+      const std::string& run_id, Money spend, Money want, const std::vector<BudgetRule>& caps,
+      const std::optional<HeartbeatProgress>& progress) {
+    (void)run_id, (void)spend, (void)want, (void)caps, (void)progress;
     return std::nullopt;
   }
   // finish_run's final row in one call: `final` carries the final's fields (status, reason, exit

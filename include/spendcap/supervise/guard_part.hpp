@@ -17,6 +17,7 @@
 #include "spendcap/base/duration.hpp"
 #include "spendcap/base/money.hpp"
 #include "spendcap/guards/progress.hpp"
+#include "spendcap/ledger/ledger.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/respawn_part.hpp"
 #include "spendcap/supervise/run_terms.hpp"
@@ -49,11 +50,13 @@ struct GuardPlan {
 };
 
 // `trip` stops the run (the supervisor's single trip); `progress_out` receives what the progress
-// file said, at the end, when it said anything.
+// file said, at the end, when it said anything; `progress_live` its last good line and metric as
+// they are read (for the heartbeats).
 std::unique_ptr<RunPart> make_guard_part(boost::asio::io_context& io, const Reporter& reporter,
                                          const Meter& meter, const RunTerms& terms,
                                          const GuardPlan& plan,
                                          std::function<void(const Trip&)> trip,
-                                         std::optional<ProgressState>& progress_out);
+                                         std::optional<ProgressState>& progress_out,
+                                         std::optional<HeartbeatProgress>& progress_live);
 
 }  // namespace spendcap

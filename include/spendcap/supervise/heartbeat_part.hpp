@@ -47,6 +47,9 @@ class HeartbeatPart final : public RunPart {
     std::function<bool()> tripped;              // it tripped: it asks for no more than it holds
     std::function<void()> ceiling_moved;        // a grant was applied
     std::function<void(const Grant&)> granted;  // ... and its warnings said
+    // The progress channel's last line and metric so far (none: nothing yet): sent with the next
+    // heartbeat when it changed, so that `show` of a running run has them.
+    std::function<std::optional<HeartbeatProgress>()> progress;
   };
 
   // `ledger` null: no heartbeats; the run holds the first grant.
@@ -103,6 +106,7 @@ class HeartbeatPart final : public RunPart {
   bool failing_ = false;
   bool finished_ = false;
   std::map<std::string, ThresholdTracker> scope_thresholds_;
+  std::optional<HeartbeatProgress> progress_sent_;  // what the ledger has of it
 };
 
 }  // namespace spendcap

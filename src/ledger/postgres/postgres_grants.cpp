@@ -361,10 +361,13 @@ END $$;
 -- it reported before, nor more than the run's rate could have spent by the server's clock since
 -- admission (2 s of slack for the wrapper's clock). A heartbeat that asks for no more than it
 -- holds takes no scope lock and writes only the run's row (usage's live sums follow at the next
--- raise or the final row: usage_live_micros). Returns {"now", "running", "plan", "stop",
--- "live_delta", "held_delta", "ceiling", "allowed"}.
+-- raise or the final row: usage_live_micros). `progress` (null: none) is the run's last progress
+-- line and metric so far (HeartbeatProgress: step, total_steps, line, metric_name, metric_value).
+-- Returns {"now", "running", "plan", "stop", "live_delta", "held_delta", "ceiling", "allowed"}.
+-- (Schema 19 added `progress`: the function without it is dropped.)
+DROP FUNCTION IF EXISTS spendcap_heartbeat(text, bigint, bigint, json, double precision);
 CREATE OR REPLACE FUNCTION spendcap_heartbeat(run_id text, spend bigint, want bigint, caps json,
-                                              at double precision) RETURNS json
+                                              at double precision, progress json) RETURNS json
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
   now double precision := spendcap_clock(at);
@@ -411,7 +414,15 @@ BEGIN
     ceiling_micros = new_ceiling, allowed_micros = new_allowed, heartbeat_at = now,
     usage_live_micros = CASE WHEN raise_needed THEN spend ELSE usage_live_micros END,
     reconcile_at = spendcap_reconcile_at(now, new_ceiling, spend, o.rate_micros_per_hour,
-                                         o.shutdown_ms, o.sync_ms)
+                                         o.shutdown_ms, o.sync_ms),
+    progress_step = CASE WHEN progress IS NULL THEN o.progress_step
+                         ELSE (progress->>'step')::bigint END,
+    progress_total_steps = CASE WHEN progress IS NULL THEN o.progress_total_steps
+                                ELSE (progress->>'total_steps')::bigint END,
+    progress_line = CASE WHEN progress IS NULL THEN o.progress_line ELSE progress->>'line' END,
+    metric_name = COALESCE(progress->>'metric_name', o.metric_name),
+    metric_value = CASE WHEN progress->>'metric_name' IS NULL THEN o.metric_value
+                        ELSE (progress->>'metric_value')::double precision END
   WHERE id = run_id;
   -- live_delta: the run's own spend since the live sums last counted it.
   RETURN json_build_object('now', now, 'running', true, 'plan', plan, 'stop', stop,

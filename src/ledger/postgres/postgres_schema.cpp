@@ -228,6 +228,10 @@ ALTER TABLE runs ADD COLUMN checkpoint_signalled INTEGER;
 ALTER TABLE runs ADD COLUMN checkpoint_signal_seconds DOUBLE PRECISION;
 ALTER TABLE runs ADD COLUMN checkpoint_written_seconds DOUBLE PRECISION;
 )sql",
+    // v20 (the 19th entry; issue 30 item 4): nothing changes in the tables; routines() replaces
+    // spendcap_heartbeat by one that takes the run's progress so far (a ledger at v19 kept the
+    // old one: routines() run only after a migration).
+    "SELECT 1;\n",
 };
 
 const char* const kRunColumns =
@@ -491,7 +495,7 @@ BEGIN
     spendcap_clear_stop_orders(text, text, double precision),
     spendcap_accept_result(text, text, text, double precision),
     spendcap_admit(json, bigint, json, double precision),
-    spendcap_heartbeat(text, bigint, bigint, json, double precision),
+    spendcap_heartbeat(text, bigint, bigint, json, double precision, json),
     spendcap_finish(json, double precision), spendcap_schema_version() TO spendcap_runner;
   -- The id and db_role come from their defaults; of a stored entry only a failed flush's
   -- attempts and error change, and who claimed it for delivery until when.
@@ -510,7 +514,7 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_clear_stop_orders(text, text, double precision),
   spendcap_accept_result(text, text, text, double precision),
   spendcap_add_run_usage(runs, integer), spendcap_runs_rollup(), spendcap_admit(json, bigint, json, double precision),
-  spendcap_heartbeat(text, bigint, bigint, json, double precision),
+  spendcap_heartbeat(text, bigint, bigint, json, double precision, json),
   spendcap_finish(json, double precision), spendcap_schema_version(),
   spendcap_clock(double precision), spendcap_lock_scope(text, text),
   spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),

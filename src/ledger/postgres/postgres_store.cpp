@@ -64,12 +64,26 @@ std::optional<ServerGrant> PostgresStore::admit_in_server(const RunRecord& run, 
       {run_json(run), param(want), postgres_schema::caps_json(caps), impl_->clock_param()});
 }
 
-std::optional<ServerGrant> PostgresStore::heartbeat_in_server(const std::string& run_id,
-                                                              Money spend, Money want,
-                                                              const std::vector<BudgetRule>& caps) {
+std::optional<ServerGrant> PostgresStore::heartbeat_in_server(
+    const std::string& run_id, Money spend, Money want, const std::vector<BudgetRule>& caps,
+    const std::optional<HeartbeatProgress>& progress) {
+  // The progress as the function takes it: null, or {step, total_steps, line, metric_name,
+  // metric_value} (the numbers and the metric may be null).
+  nlohmann::json note;
+  if (progress) {
+    auto optional = [](const auto& value) {
+      return value ? nlohmann::json(*value) : nlohmann::json();
+    };
+    note = {{"step", optional(progress->last.step)},
+            {"total_steps", optional(progress->last.total_steps)},
+            {"line", progress->last.line},
+            {"metric_name", optional(progress->metric_name)},
+            {"metric_value", optional(progress->metric_value)}};
+  }
   return impl_->call_grant(
-      "SELECT spendcap_heartbeat($1, $2, $3, $4::json, $5)",
-      {run_id, param(spend), param(want), postgres_schema::caps_json(caps), impl_->clock_param()});
+      "SELECT spendcap_heartbeat($1, $2, $3, $4::json, $5, $6::json)",
+      {run_id, param(spend), param(want), postgres_schema::caps_json(caps), impl_->clock_param(),
+       progress ? std::optional<std::string>(dump_json(note)) : std::nullopt});
 }
 
 std::optional<std::string> PostgresStore::finish_in_server(const RunRecord& final) {

@@ -18,6 +18,7 @@ class FakeLedger : public Ledger {
  public:
   struct Beat {
     Money spend, want;
+    std::optional<HeartbeatProgress> progress;
   };
 
   // The answer to a heartbeat: by default every raise is granted in full.
@@ -45,9 +46,10 @@ class FakeLedger : public Ledger {
   }
 
   std::string url() const override { return "fake:"; }
-  Grant heartbeat(const std::string&, Money spend, Money want) override {
+  Grant heartbeat(const std::string&, Money spend, Money want,
+                  const std::optional<HeartbeatProgress>& progress = std::nullopt) override {
     std::lock_guard lock(mutex_);
-    beats_.push_back(Beat{spend, want});
+    beats_.push_back(Beat{spend, want, progress});
     held = grant(beats_.back(), held);
     return held;
   }

@@ -1433,6 +1433,18 @@ TEST_CASE_TEMPLATE(
   CHECK(t.ledger->find_run("w1")->budget_source == "max_run of team:vision");
   CHECK(t.ledger->find_run("w1")->run_budget == usd(5));
 
+  // A heartbeat carries the progress so far (a running run's record has it); one without keeps it.
+  HeartbeatProgress so_far{RunLastProgress{40, 200, R"({"step":40})"}, "loss", 0.75};
+  t.ledger->heartbeat("w1", usd(0.25), usd(1), so_far);
+  t.ledger->heartbeat("w1", usd(0.3), usd(1));
+  w1 = t.ledger->find_run("w1");
+  REQUIRE(w1);
+  CHECK(w1->last_progress == so_far.last);
+  CHECK(w1->metric_name == "loss");
+  CHECK(w1->metric_value == 0.75);
+  CHECK(w1->spend == usd(0.3));
+  CHECK_FALSE(t.ledger->find_run("w2")->last_progress);
+
   RunFinal stopped = run_final("w1", usd(0.5), RunStatus::killed);
   stopped.last_progress = RunLastProgress{80, 200, R"({"step":80,"total_steps":200})"};
   stopped.checkpoint = RunCheckpoint{"SIGUSR1", 1, 3.25, 3.75};

@@ -69,8 +69,9 @@ class PostgresStore final : public LedgerStore {
   // The grant rule in the server (spendcap_admit, spendcap_heartbeat): one round trip each.
   std::optional<ServerGrant> admit_in_server(const RunRecord& run, Money want,
                                              const std::vector<BudgetRule>& caps) override;
-  std::optional<ServerGrant> heartbeat_in_server(const std::string& run_id, Money spend, Money want,
-                                                 const std::vector<BudgetRule>& caps) override;
+  std::optional<ServerGrant> heartbeat_in_server(
+      const std::string& run_id, Money spend, Money want, const std::vector<BudgetRule>& caps,
+      const std::optional<HeartbeatProgress>& progress) override;
   std::optional<std::string> finish_in_server(const RunRecord& final) override;
 
   // ---- for tests, benchmarks and `ledger copy` ----
