@@ -54,3 +54,11 @@ TEST_CASE("names refuse control characters and bytes that are not UTF-8") {
   CHECK_THROWS_WITH_AS(require_printable_name("bad\xFF", "--tag"),
                        doctest::Contains("--tag bad\xFF: not valid UTF-8"), Error);
 }
+
+TEST_CASE("an excerpt keeps printable characters only, at most the count asked") {
+  CHECK(printable_excerpt("step \x1b[31m1\x1b[0m\tok\r\n", 100) == "step [31m1[0m ok");
+  CHECK(printable_excerpt("h\xc3\xa9llo \xff world", 100) == "h\xc3\xa9llo  world");
+  CHECK(printable_excerpt("\xc3\xa9\xc3\xa9\xc3\xa9", 2) == "\xc3\xa9\xc3\xa9");  // characters
+  CHECK(printable_excerpt(std::string(300, 'x'), 200).size() == 200);
+  CHECK(printable_excerpt("", 10).empty());
+}
