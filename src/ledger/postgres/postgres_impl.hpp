@@ -40,10 +40,11 @@ struct PgFailure {
 };
 
 inline bool retryable_sqlstate(const std::string& state) {
-  // Serialization failure, deadlock; the connection class (08); the server shutting down or
-  // starting (57P01..57P03).
-  return state == "40001" || state == "40P01" || state.starts_with("08") || state == "57P01" ||
-         state == "57P02" || state == "57P03";
+  // Serialization failure, deadlock; a lock not had within lock_timeout (55P03: a holder that
+  // stopped, which the server ends when its transaction idles too long); the connection class
+  // (08); the server shutting down or starting (57P01..57P03).
+  return state == "40001" || state == "40P01" || state == "55P03" || state.starts_with("08") ||
+         state == "57P01" || state == "57P02" || state == "57P03";
 }
 
 inline std::string trimmed(std::string text) {
