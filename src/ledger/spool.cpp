@@ -91,7 +91,35 @@ nlohmann::json final_to_json(const RunFinal& final) {
       {"spend_micros", final.spend.micros},
       {"elapsed_seconds", final.elapsed_seconds}};
   if (final.gpu) json["gpu"] = gpu_to_json(*final.gpu);
+  // The rest of the row (absent in older files, and where the run had none).
+  if (final.metric_name) json["metric_name"] = *final.metric_name;
+  if (final.metric_value) json["metric_value"] = *final.metric_value;
+  if (final.units) json["units"] = *final.units;
+  if (final.egress_gb) json["egress_gb"] = *final.egress_gb;
+  if (final.storage_peak_gb) json["storage_peak_gb"] = *final.storage_peak_gb;
+  if (final.storage_spend) json["storage_spend_micros"] = final.storage_spend->micros;
+  if (const auto& progress = final.last_progress) {
+    json["last_progress"] = {
+        {"line", progress->line},
+        {"step", progress->step ? nlohmann::json(*progress->step) : nlohmann::json()},
+        {"total_steps",
+         progress->total_steps ? nlohmann::json(*progress->total_steps) : nlohmann::json()}};
+  }
+  if (const auto& checkpoint = final.checkpoint) {
+    json["checkpoint"] = {{"signal", checkpoint->signal},
+                          {"signalled", checkpoint->signalled},
+                          {"signal_seconds", checkpoint->signal_seconds},
+                          {"written_seconds", checkpoint->written_seconds
+                                                  ? nlohmann::json(*checkpoint->written_seconds)
+                                                  : nlohmann::json()}};
+  }
   return json;
+}
+
+template <class T>
+std::optional<T> optional_at(const nlohmann::json& json, const char* key) {
+  if (!json.contains(key) || json.at(key).is_null()) return std::nullopt;
+  return json.at(key).get<T>();
 }
 
 // The spooled row, or an exception whose message says what is wrong with it.
@@ -115,6 +143,31 @@ SpooledRow parse_spooled(const std::string& text) {
   row.final.spend = Money{final.at("spend_micros").get<std::int64_t>()};
   row.final.elapsed_seconds = final.at("elapsed_seconds").get<double>();
   if (final.contains("gpu")) row.final.gpu = gpu_from_json(final.at("gpu"));
+  row.final.metric_name = optional_at<std::string>(final, "metric_name");
+  row.final.metric_value = optional_at<double>(final, "metric_value");
+  row.final.units = optional_at<double>(final, "units");
+  row.final.egress_gb = optional_at<double>(final, "egress_gb");
+  row.final.storage_peak_gb = optional_at<double>(final, "storage_peak_gb");
+  if (auto micros = optional_at<std::int64_t>(final, "storage_spend_micros")) {
+    row.final.storage_spend = Money{*micros};
+  }
+  if (final.contains("last_progress")) {
+    const nlohmann::json& progress = final.at("last_progress");
+    RunLastProgress last;
+    last.line = progress.at("line").get<std::string>().substr(0, 4 * kLastProgressChars);
+    last.step = optional_at<std::int64_t>(progress, "step");
+    last.total_steps = optional_at<std::int64_t>(progress, "total_steps");
+    row.final.last_progress = last;
+  }
+  if (final.contains("checkpoint")) {
+    const nlohmann::json& checkpoint = final.at("checkpoint");
+    RunCheckpoint facts;
+    facts.signal = checkpoint.at("signal").get<std::string>();
+    facts.signalled = checkpoint.at("signalled").get<int>();
+    facts.signal_seconds = checkpoint.at("signal_seconds").get<double>();
+    facts.written_seconds = optional_at<double>(checkpoint, "written_seconds");
+    row.final.checkpoint = facts;
+  }
   return row;
 }
 
@@ -161,7 +214,6 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
   // The runner's row is the runner's own file: written by a child that takes back the service
   // user's filesystem uid (its real uid, no capability needed), which this process, holding the
   // caller's filesystem uid for everything the caller names, cannot do and come back from.
-  std::string why;
   pid_t child = ::fork();
   if (child < 0) throw Error("spool " + path, "fork: " + errno_text(errno));
   if (child == 0) {

@@ -359,6 +359,11 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
   killed.gpu->energy_kwh = 0.0003;
   killed.gpu->sources = "per-process; energy counter";
   killed.gpu->timeline = {{0, 0.5, 180.0}};
+  // So do the progress, the metric and the checkpoint (issue 30, item 4).
+  killed.metric_name = "loss";
+  killed.metric_value = 0.25;
+  killed.last_progress = RunLastProgress{40, 100, "step 40/100 loss=0.25"};
+  killed.checkpoint = RunCheckpoint{"SIGUSR1", 1, 5.5, 6.0};
   std::string row = spool_final(ledger.url(), killed);
   CHECK(row == dir.file("spool/r1.json"));
   CHECK(mode_of(dir.file("spool")) == 0700);
@@ -381,6 +386,10 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
   CHECK(*replayed->gpu->energy_kwh == doctest::Approx(0.0003));
   CHECK(replayed->gpu->sources == "per-process; energy counter");
   CHECK_FALSE(replayed->gpu->co2_kg);
+  CHECK(replayed->metric_name == "loss");
+  CHECK(replayed->metric_value == doctest::Approx(0.25));
+  CHECK(replayed->last_progress == killed.last_progress);
+  CHECK(replayed->checkpoint == killed.checkpoint);
   CHECK_FALSE(replayed->reconciled);
   CHECK(ledger.budgets()[0].spent == usd(0.7));
 
