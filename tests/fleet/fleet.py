@@ -202,7 +202,10 @@ def children_of(pid):
 class Fleet:
     def __init__(self, args):
         self.args = args
-        self.rng = random.Random(args.seed)
+        self.rng = random.Random(args.seed)  # the runs' choices (their order depends on timing)
+        # The fault plan's own: the same seed gives the same faults, in the same order, whatever
+        # the runs drew before the plan was made.
+        self.fault_rng = random.Random(args.seed * 7919 + 1)
         self.out = os.path.abspath(args.out)
         shutil.rmtree(self.out, ignore_errors=True)
         os.makedirs(self.out)
@@ -581,7 +584,8 @@ class Fleet:
 
     def fault_kill_wrappers(self, count):
         with self.lock:
-            victims = self.rng.sample(sorted(self.running), min(count, len(self.running)))
+            victims = self.fault_rng.sample(sorted(self.running),
+                                            min(count, len(self.running)))
             chosen = [(label, self.running[label][1]) for label in victims]
         for label, process in chosen:
             try:
@@ -617,7 +621,7 @@ class Fleet:
         that the recovery after each can be seen), then (--random-faults) more of the kinds at
         random places in the sequence, all from the seed. The receiver's outage runs beside."""
         hosts, c = self.args.hosts, self.ceiling_seconds
-        rng = self.rng
+        rng = self.fault_rng
         long_cut = c + self.shutdown_seconds + 4
         plan = [
             ("kill_wrappers", {"count": max(2, hosts)}),
