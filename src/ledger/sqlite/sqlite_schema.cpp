@@ -255,8 +255,8 @@ const std::vector<std::string>& migrations() {
     // v16 (schema version 16; issue 32): nothing changes here (PostgreSQL's grant helpers become
     // SQL functions the planner inlines); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
-    // v17 (schema version 17; issue 30): a budget's warning thresholds announced, once per scope, period and
-    // threshold whatever the number of runs (Ledger::claim_warning); a run's commitment.
+    // v17 (schema version 17; issue 30): a budget's warning thresholds announced, once per scope,
+    // period and threshold whatever the number of runs (Ledger::claim_warning); a run's commitment.
     texts.push_back(kBudgetWarnings);
     // v18 (schema version 18; issue 33): an outbox entry's claim, so that two spendcaps never
     // deliver it at once (Ledger::claim_outbox): who took it (a run id, '' for a flush or no

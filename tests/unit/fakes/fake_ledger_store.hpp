@@ -31,7 +31,7 @@ struct FakeLedgerData {
   std::vector<OutboxEntry> outbox;
   std::int64_t last_outbox_id = 0;
   std::map<std::int64_t, OutboxClaim> outbox_claims;  // by entry id; absent: never claimed
-  std::map<std::string, AcceptedResult> accepted;  // by run id
+  std::map<std::string, AcceptedResult> accepted;     // by run id
   // Budget warnings announced: scope, period day, percent -> the run that announced it.
   std::map<std::tuple<Scope, std::int64_t, int>, std::string> warnings;
 };
