@@ -150,12 +150,7 @@ std::optional<int> become_runner_call(int& argc, char**& argv) {
   if (argc < 3) throw Error(kCallFlag, "the runner's call is incomplete", "run spendcap ...");
   std::string verb = argc >= 4 ? argv[3] : "";
   auto [config, service] = installed_runner(kCallFlag);
-  char* end = nullptr;
-  errno = 0;
-  unsigned long caller = std::strtoul(argv[2], &end, 10);
-  if (*argv[2] < '0' || *argv[2] > '9' || *end != '\0' || errno || caller > 0x7fffffff) {
-    throw Error(kCallFlag, "the runner's call is malformed", "run spendcap ...");
-  }
+  auto caller = static_cast<uid_t>(parse_runner_id(argv[2], kCallFlag));
   // Only the runner makes this process (the service user's ids with CAP_SETUID); anyone else who
   // calls it so runs as themselves, and is refused here.
   if (::getuid() != service.uid || ::geteuid() != service.uid ||
@@ -163,8 +158,7 @@ std::optional<int> become_runner_call(int& argc, char**& argv) {
       verb == "run" || verb == kSupervisorFlag) {
     throw Error(kCallFlag, "not started by the runner", "run spendcap ...");
   }
-  the_call =
-      new RunnerCall{static_cast<uid_t>(caller), service.uid, service.gid, config.spool, false};
+  the_call = new RunnerCall{caller, service.uid, service.gid, config.spool, false};
   argv[2] = argv[0];
   argv += 2;
   argc -= 2;
@@ -236,7 +230,8 @@ void settle_runner_call(bool as_the_caller) {
     for (const std::string& name : dropped) ::unsetenv(name.c_str());
   } else {
     // A PostgreSQL ledger checks each connection's own role: the caller's process, holding the
-    // ledger's group as the setgid install does (no server lock outlives its connection).
+    // ledger's group as the setgid install does (the server bounds what a stopped one holds:
+    // lock_timeout and idle_in_transaction_session_timeout, scripts/install-shared-runner.sh).
     if (::setresuid(the_call->caller_uid, the_call->caller_uid, the_call->caller_uid) != 0) {
       throw Error(what, "setresuid: " + errno_text(errno));
     }

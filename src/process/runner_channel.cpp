@@ -94,7 +94,9 @@ int parse_fd(const std::string& text, const char* what) {
   return static_cast<int>(value);
 }
 
-long parse_id(const std::string& text, const char* what) {
+}  // namespace
+
+long parse_runner_id(const std::string& text, const char* what) {
   char* end = nullptr;
   errno = 0;
   long value = std::strtol(text.c_str(), &end, 10);
@@ -105,7 +107,6 @@ long parse_id(const std::string& text, const char* what) {
   return value;
 }
 
-}  // namespace
 
 namespace {
 
@@ -287,8 +288,8 @@ SupervisorCall parse_supervisor_args(const std::vector<std::string>& words) {
     throw Error(what, "the runner's call is incomplete", "run spendcap, not the runner");
   }
   SupervisorCall call;
-  call.caller_uid = static_cast<uid_t>(parse_id(words[1], what));
-  call.guard_pid = static_cast<pid_t>(parse_id(words[2], what));
+  call.caller_uid = static_cast<uid_t>(parse_runner_id(words[1], what));
+  call.guard_pid = static_cast<pid_t>(parse_runner_id(words[2], what));
   call.spec_fd = parse_fd(words[3], what);
   call.events_fd = parse_fd(words[4], what);
   call.control_fd = parse_fd(words[5], what);

@@ -89,5 +89,7 @@ inline constexpr const char* kSupervisorFlag = "--runner-supervisor";
 std::vector<std::string> supervisor_args(const SupervisorCall& call);
 // From argv[1..kSupervisorArgs]; Error when a word is not as supervisor_args writes it.
 SupervisorCall parse_supervisor_args(const std::vector<std::string>& words);
+// A uid or pid the runner wrote: decimal digits, at most 0x7fffffff. Throws Error naming `what`.
+long parse_runner_id(const std::string& text, const char* what);
 
 }  // namespace spendcap
