@@ -107,7 +107,6 @@ long parse_runner_id(const std::string& text, const char* what) {
   return value;
 }
 
-
 namespace {
 
 bool starts_with_any(const std::string& name, std::initializer_list<const char*> prefixes) {
