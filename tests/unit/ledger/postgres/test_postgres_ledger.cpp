@@ -162,21 +162,33 @@ TEST_CASE(
 
 namespace spendcap::testing {
 
-// The shared runner's bound on a stopped holder (docs/guide/shared-runner.md): with a lock_timeout
-// (the install's ALTER ROLE; here the url's options), a lock held by a stopped transaction fails
-// the wait with 55P03, which is retried until the holder goes: the run is admitted, late.
+// The shared runner's bound on a stopped holder (docs/guide/shared-runner.md): with a lock_timeout,
+// a lock held by a stopped transaction fails the wait with 55P03, which is retried until the
+// holder goes: the run is admitted, late. Directly, the lock_timeout is the url's options; through
+// the pooler (which takes no url options) the role's setting, as the install's ALTER ROLE, set
+// before the role's first session.
 TEST_CASE("PostgreSQL ledger: a lock held past lock_timeout is retried, not a failure") {
   const char* pooler = std::getenv("SPENDCAP_TEST_PG_POOLER");
-  if (pooler && std::string(pooler) == "1") return;  // a pooler takes no url options
   std::string url = fresh_pg_ledger_url("lockwait");
-  std::string schema = url.substr(url.find("search_path%3D") + 14);
+  std::string schema, timed_url;
+  if (pooler && std::string(pooler) == "1") {
+    std::string::size_type start = url.find("://") + 3;
+    schema = url.substr(start, url.find('@', start) - start);  // the schema's own role
+    std::string alter = "psql -X -q -v ON_ERROR_STOP=1 -c \"ALTER ROLE " + schema +
+                        " SET lock_timeout = '100ms'\" >/dev/null";
+    REQUIRE(std::system(alter.c_str()) == 0);
+    timed_url = url;
+  } else {
+    schema = url.substr(url.find("search_path%3D") + 14);
+    timed_url = url + "%20-clock_timeout%3D100ms";
+  }
   PostgresLedger setup(url, {});
   setup.apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, std::nullopt}}, true);
   PostgresOptions options;
   options.retry_timeout = std::chrono::seconds(20);
-  PostgresLedger ledger(url + "%20-clock_timeout%3D100ms", {}, options);
+  PostgresLedger ledger(timed_url, {}, options);
   options.retry_timeout = std::chrono::milliseconds(400);
-  PostgresLedger impatient(url + "%20-clock_timeout%3D100ms", {}, options);
+  PostgresLedger impatient(timed_url, {}, options);
   // The holder: psql holding the budgets table for a second and a half, then done.
   std::string marker = "/tmp/spendcap-lockwait-" + schema;
   std::string sql = "BEGIN; LOCK TABLE " + schema +
