@@ -9,7 +9,8 @@ test_shared_runner.py makes:
   replayed spend is the run's true spend (the break: a rewritten spooled row recorded $20.00 as
   $0.00 `succeeded`);
 - the ledger's side files (-wal, -shm) are made by the install and stay root's, whoever's runs
-  write the ledger.
+  write the ledger; deleted (the owner's sqlite3 does, closing last), they come back the service
+  user's with the ledger's group and mode, and runs start while the owner's sqlite3 reads.
 
 Needs what test_shared_runner needs (root, useradd, setpriv, nsenter, mount namespaces)."""
 import json
@@ -17,6 +18,7 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -178,6 +180,50 @@ class RunnerStateTest(trust.LedgerTrustTest):
             self.assertEqual((info.st_uid, oct(info.st_mode & 0o777)), (0, oct(0o660)), name)
         spool = os.stat(self.spool)
         self.assertEqual((spool.st_uid, oct(spool.st_mode & 0o7777)), (0, oct(0o2770)))
+
+    def test_side_files_a_foreign_sqlite3_deleted_come_back_the_runners(self):
+        # The owner's sqlite3 deletes both when it closes the ledger last (it keeps no WAL).
+        for name in ("ledger.db-wal", "ledger.db-shm"):
+            os.unlink(os.path.join(self.ledger_dir, name))
+        for user in self.users:
+            run = self.spendcap(user, ["run", "--team", "open", "--budget", "1", "--", "true"])
+            self.assertEqual(run.returncode, 0, run.stderr)
+        group = os.stat(self.ledger_dir).st_gid
+        for name in ("ledger.db-wal", "ledger.db-shm"):
+            info = os.stat(os.path.join(self.ledger_dir, name))
+            # Not the first caller's (the supervisor's filesystem uid is the caller's).
+            self.assertEqual((info.st_uid, info.st_gid, oct(info.st_mode & 0o777)),
+                             (self.service_uid, group, oct(0o660)), name)
+
+    def test_runs_start_while_the_owners_sqlite3_reads_the_ledger(self):
+        # Each sqlite3 that closes the ledger last deletes the side files, and the next one
+        # recreates them with its umask (0640) before it gives them the ledger's mode: a run that
+        # opened them in between got them read-only ("attempt to write a readonly database", in
+        # about 1 run in 80 here before the fix).
+        done = threading.Event()
+        reads = []
+
+        def read_in_a_loop():
+            while not done.is_set():
+                reads.append(self.inside(["sqlite3", "-cmd", ".timeout 10000", self.ledger,
+                                          "SELECT COUNT(*) FROM runs"]).returncode)
+
+        reader = threading.Thread(target=read_in_a_loop)
+        reader.start()
+        failed = []
+        try:
+            for _ in range(40):
+                for user in self.users:
+                    run = self.spendcap(user, ["run", "--team", "open", "--budget", "1", "--",
+                                               "true"])
+                    if run.returncode != 0:
+                        failed.append(run.stderr.strip())
+        finally:
+            done.set()
+            reader.join()
+        self.assertEqual(failed, [])
+        self.assertGreater(len(reads), 40, "the reader hardly ran: the race was not tried")
+        self.assertEqual(set(reads), {0})
 
 
 # The inherited cases run in test_ledger_trust.py: here only this file's own.

@@ -52,12 +52,17 @@ std::string lock_holders(const FileIds& files);
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
 
+// Thrown while opening when SQLite could open the ledger or a side file (-wal, -shm) only for
+// reading: another process was creating it, not yet with the ledger's mode. The open is retried.
+struct SideFileRace {};
+
 // The schema version this spendcap migrates a ledger to (sqlite_schema.cpp).
 int latest_schema_version();
 
 }  // namespace sqlite_detail
 
 using sqlite_detail::Busy;
+using sqlite_detail::SideFileRace;
 
 // ---- the connection ----
 
@@ -71,11 +76,11 @@ struct SqliteStore::Impl final : StoreTxn {
   // ledger's 2770 directory once it has dropped the group (run/ledger_group.hpp).
   std::optional<uid_t> owner_at_open;
   sqlite_detail::FileIds file_ids;  // for naming who holds its lock
+  bool shared_directory = false;    // a group-writable directory: a ledger several users write
+  bool opening = false;             // within open(): a read-only side file is retried
+  mutable std::string last_open_error;
 
-  ~Impl() {
-    for (auto& [sql, statement] : statements) sqlite3_finalize(statement);
-    if (db) sqlite3_close_v2(db);
-  }
+  ~Impl() { close_connection(); }
 
   double now() override {
     if (wall_clock) return wall_clock();
@@ -89,6 +94,10 @@ struct SqliteStore::Impl final : StoreTxn {
 
   [[noreturn]] void fail(int rc) const {
     if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) throw Busy{};
+    if (opening && (rc & 0xFF) == SQLITE_READONLY) {
+      last_open_error = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+      throw SideFileRace{};
+    }
     std::string why = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     switch (rc & 0xFF) {
       case SQLITE_CORRUPT:
@@ -317,7 +326,10 @@ struct SqliteStore::Impl final : StoreTxn {
   // ---- opening ----
 
   void open();
+  void open_once();
+  void close_connection();
   void create_file();
+  static void add_side_file(const std::string& file, const std::string& directory, gid_t group);
   int current_schema_version();
   void migrate();
 

@@ -9,9 +9,11 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -174,25 +177,138 @@ void SqliteStore::Impl::create_file() {
   }
   // A group-writable directory is a shared ledger: its group's members must write their runs.
   bool shared = (dir_status.st_mode & S_IWGRP) != 0;
+  shared_directory = shared;
   mode_t mode = shared ? 0660 : 0600;
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) {
-    if (errno == EEXIST) return;  // it exists, or another process just created it
-    throw error("cannot create " + path + ": " + errno_text(errno));
+    // It exists, or another process just created it.
+    if (errno != EEXIST) throw error("cannot create " + path + ": " + errno_text(errno));
+  } else {
+    // The umask may have taken the group's write bit; and without a setgid directory the file
+    // would get the creator's group rather than the ledger's. SQLite gives the -wal and -shm
+    // files the database file's mode and owner.
+    // Both best effort: a ledger that ends up 0600 still works for its owner.
+    if (fchmod(fd, mode) != 0) {
+    }
+    if (shared && dir_status.st_gid != getegid() &&
+        fchown(fd, static_cast<uid_t>(-1), dir_status.st_gid) != 0) {
+    }
+    ::close(fd);
   }
-  // The umask may have taken the group's write bit; and without a setgid directory the file
-  // would get the creator's group rather than the ledger's. SQLite gives the -wal and -shm
-  // files the database file's mode and owner.
-  // Both best effort: a ledger that ends up 0600 still works for its owner.
-  if (fchmod(fd, mode) != 0) {
+  if (shared) {
+    for (const char* suffix : {"-wal", "-shm"})
+      add_side_file(path + suffix, directory.string(), dir_status.st_gid);
   }
-  if (shared && dir_status.st_gid != getegid() &&
-      fchown(fd, static_cast<uid_t>(-1), dir_status.st_gid) != 0) {
-  }
-  ::close(fd);
 }
 
+// A shared ledger's side files are made whole before SQLite looks for them. SQLite creates a
+// missing -wal or -shm with the creator's umask and only then gives it the ledger's mode, and
+// another user's process that opens it in between gets it read-only: "attempt to write a readonly
+// database". Whoever closes a ledger last without keeping its WAL (an administrator's sqlite3)
+// deletes both, and the next run would recreate them so. Here a missing one is created unnamed
+// (O_TMPFILE), given the ledger's mode and group, and only then linked into place; a process that
+// links first wins, and the race that is left (a foreign sqlite3 recreating the files while a run
+// opens) is open()'s retry. Best effort: where this fails, SQLite creates the file as before.
+//
+// The file is the effective user's: the privileged runner's supervisor holds the caller's
+// filesystem uid for the caller's files (process/credentials.hpp settle_supervisor) and cannot
+// come back from the service user's, so a child takes that one (its real uid, no capability).
+void SqliteStore::Impl::add_side_file(const std::string& file, const std::string& directory,
+                                      gid_t group) {
+  struct stat status {};
+  if (::lstat(file.c_str(), &status) == 0 || errno != ENOENT) return;
+  auto make = [&] {  // system calls only: it may run in a forked child
+    int fd = ::open(directory.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    bool ready = ::fchmod(fd, 0660) == 0 &&
+                 (group == ::getegid() || ::fchown(fd, static_cast<uid_t>(-1), group) == 0);
+    // linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH; the descriptor's /proc link does not.
+    char unnamed[32] = "/proc/self/fd/";
+    char digits[12];
+    int count = 0;
+    for (int rest = fd; count == 0 || rest > 0; rest /= 10) digits[count++] = '0' + rest % 10;
+    for (std::size_t at = std::strlen(unnamed); count > 0;) unnamed[at++] = digits[--count];
+    if (ready) ::linkat(AT_FDCWD, unnamed, AT_FDCWD, file.c_str(), AT_SYMLINK_FOLLOW);
+    ::close(fd);
+  };
+  auto filesystem_uid = static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1)));
+  if (filesystem_uid == ::geteuid()) return make();
+  pid_t child = ::fork();
+  if (child < 0) return;
+  if (child == 0) {
+    ::setfsuid(::geteuid());
+    make();
+    ::_exit(0);
+  }
+  while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+namespace {
+
+// Whether this process holds one of the ledger's files (the database, -wal, -shm) open read-only.
+// SQLite falls back to reading when it cannot open one for writing, and says so only at the first
+// write; its descriptors are the process's only descriptors on these files.
+bool holds_a_file_read_only(const std::string& path) {
+  std::error_code failed;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", failed)) {
+    std::error_code unreadable;
+    std::string target = std::filesystem::read_symlink(entry.path(), unreadable).string();
+    if (unreadable || !target.starts_with(path)) continue;
+    std::string_view suffix = std::string_view(target).substr(path.size());
+    if (suffix != "" && suffix != "-wal" && suffix != "-shm") continue;
+    std::ifstream info("/proc/self/fdinfo/" + entry.path().filename().string());
+    std::string key;
+    unsigned long flags = 0;
+    while (info >> key) {
+      if (key == "flags:" && (info >> std::oct >> flags)) {
+        if ((flags & O_ACCMODE) == O_RDONLY) return true;
+        break;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void SqliteStore::Impl::close_connection() {
+  for (auto& [sql, statement] : statements) sqlite3_finalize(statement);
+  statements.clear();
+  if (db) sqlite3_close_v2(db);
+  db = nullptr;
+}
+
+// SQLite's open, again while a side file opened read-only (add_side_file), for up to 2 s.
 void SqliteStore::Impl::open() {
+  auto started = std::chrono::steady_clock::now();
+  opening = true;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      open_once();
+      if (shared_directory && holds_a_file_read_only(path)) {
+        last_open_error = "a side file of the ledger opened read-only";
+        throw sqlite_detail::SideFileRace{};
+      }
+      break;
+    } catch (const sqlite_detail::SideFileRace&) {
+      close_connection();
+      if (std::chrono::steady_clock::now() - started >= std::chrono::seconds(2)) {
+        opening = false;
+        throw error(last_open_error, "check the permissions of " + path +
+                                         " and its -wal and -shm files; a shared ledger's " +
+                                         "group must be able to write them and their directory");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(attempt, 20)));
+    } catch (...) {
+      opening = false;
+      throw;
+    }
+  }
+  opening = false;
+}
+
+void SqliteStore::Impl::open_once() {
   create_file();
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) fail(rc);
