@@ -125,46 +125,39 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
   q.run();
 }
 
+// One UPDATE: the columns every update writes, then each group of columns only where the record
+// has it (a heartbeat's record may not carry what the final row did). Each shape of the statement
+// is prepared once and cached by its text.
 void SqliteStore::Impl::update_run(const RunRecord& r) {
-  auto q = query(
+  bool metric = r.metric_name || r.units || r.egress_gb;
+  bool storage = r.storage_peak_gb || r.storage_spend;
+  std::string sql =
       "UPDATE runs SET status = ?, reason = ?, exit_code = ?, heartbeat_at = ?, reconcile_at = ?, "
       "finished_at = ?, spend_micros = ?, ceiling_micros = ?, allowed_micros = ?, reconciled = ?, "
       "would_stop_at = ?, would_stop_reason = ?, elapsed_seconds = ?, reported_spend_micros = ?, "
-      "overrun = ? WHERE id = ?");
+      "overrun = ?";
+  if (metric) sql += ", metric_name = ?, metric_value = ?, units = ?, egress_gb = ?";
+  if (storage) sql += ", storage_peak_gb = ?, storage_spend_micros = ?";
+  if (r.last_progress) sql += ", progress_step = ?, progress_total_steps = ?, progress_line = ?";
+  if (r.checkpoint) {
+    sql +=
+        ", checkpoint_signal = ?, checkpoint_signalled = ?, checkpoint_signal_seconds = ?, "
+        "checkpoint_written_seconds = ?";
+  }
+  sql += " WHERE id = ?";
+  auto q = query(sql);
   q.bind_all(to_string(r.status), r.reason, r.exit_code, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
-             r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0, r.id);
+             r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0);
+  if (metric) q.bind_all(r.metric_name, r.metric_value, r.units, r.egress_gb);
+  if (storage) q.bind_all(r.storage_peak_gb, r.storage_spend);
+  if (const auto& p = r.last_progress) q.bind_all(p->step, p->total_steps, p->line);
+  if (const auto& c = r.checkpoint) {
+    q.bind_all(c->signal, c->signalled, c->signal_seconds, c->written_seconds);
+  }
+  q.bind_all(r.id);
   q.run();
-  if (r.metric_name || r.units || r.egress_gb) {
-    auto progress = query(
-        "UPDATE runs SET metric_name = ?, metric_value = ?, units = ?, egress_gb = ? "
-        "WHERE id = ?");
-    progress.bind_all(r.metric_name, r.metric_value, r.units, r.egress_gb, r.id);
-    progress.run();
-  }
   if (r.gpu) update_run_gpu(r.id, *r.gpu);
-  if (r.storage_peak_gb || r.storage_spend) {
-    auto storage =
-        query("UPDATE runs SET storage_peak_gb = ?, storage_spend_micros = ? WHERE id = ?");
-    storage.bind_all(r.storage_peak_gb, r.storage_spend, r.id);
-    storage.run();
-  }
-  if (r.last_progress) {
-    auto progress = query(
-        "UPDATE runs SET progress_step = ?, progress_total_steps = ?, progress_line = ? "
-        "WHERE id = ?");
-    progress.bind_all(r.last_progress->step, r.last_progress->total_steps, r.last_progress->line,
-                      r.id);
-    progress.run();
-  }
-  if (r.checkpoint) {
-    auto checkpoint = query(
-        "UPDATE runs SET checkpoint_signal = ?, checkpoint_signalled = ?, "
-        "checkpoint_signal_seconds = ?, checkpoint_written_seconds = ? WHERE id = ?");
-    checkpoint.bind_all(r.checkpoint->signal, r.checkpoint->signalled, r.checkpoint->signal_seconds,
-                        r.checkpoint->written_seconds, r.id);
-    checkpoint.run();
-  }
 }
 
 void SqliteStore::Impl::update_run_gpu(const std::string& id, const RunGpu& g) {

@@ -246,10 +246,12 @@ void SqliteStore::Impl::add_side_file(const std::string& file, const std::string
 
 namespace {
 
-// Whether this process holds one of the ledger's files (the database, -wal, -shm) open read-only.
-// SQLite falls back to reading when it cannot open one for writing, and says so only at the first
-// write; its descriptors are the process's only descriptors on these files.
-bool holds_a_file_read_only(const std::string& path) {
+// Whether this process holds the ledger open for writing but its -wal or -shm only for reading.
+// SQLite falls back to reading a file it cannot open for writing, and says so only at the first
+// write; its descriptors are the process's only ones on these files. (A user who may only read the
+// ledger holds the database read-only too, and reads as before.)
+bool holds_a_side_file_read_only(const std::string& path) {
+  bool database_writable = false, side_file_read_only = false;
   std::error_code failed;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", failed)) {
     std::error_code unreadable;
@@ -261,13 +263,19 @@ bool holds_a_file_read_only(const std::string& path) {
     std::string key;
     unsigned long flags = 0;
     while (info >> key) {
-      if (key == "flags:" && (info >> std::oct >> flags)) {
-        if ((flags & O_ACCMODE) == O_RDONLY) return true;
-        break;
+      if (key != "flags:") continue;
+      if (info >> std::oct >> flags) {
+        bool read_only = (flags & O_ACCMODE) == O_RDONLY;
+        if (suffix.empty()) {
+          database_writable = database_writable || !read_only;
+        } else {
+          side_file_read_only = side_file_read_only || read_only;
+        }
       }
+      break;
     }
   }
-  return false;
+  return database_writable && side_file_read_only;
 }
 
 }  // namespace
@@ -286,7 +294,7 @@ void SqliteStore::Impl::open() {
   for (int attempt = 1;; ++attempt) {
     try {
       open_once();
-      if (shared_directory && holds_a_file_read_only(path)) {
+      if (shared_directory && holds_a_side_file_read_only(path)) {
         last_open_error = "a side file of the ledger opened read-only";
         throw sqlite_detail::SideFileRace{};
       }
