@@ -195,6 +195,35 @@ class RunnerStateTest(trust.LedgerTrustTest):
             self.assertEqual((info.st_uid, info.st_gid, oct(info.st_mode & 0o777)),
                              (self.service_uid, group, oct(0o660)), name)
 
+    def test_a_run_waits_out_a_side_file_still_being_made(self):
+        # The moment the race leaves: a -shm another sqlite3 has created (umask 022: 0640) but not
+        # yet given the ledger's mode. SQLite opens it read-only and says so only at a write.
+        shm = os.path.join(self.ledger_dir, "ledger.db-shm")
+        os.chmod(shm, 0o640)
+        run = self.start(self.alice, [self.bin, "run", "--team", "open", "--budget", "1", "--",
+                                      "true"])
+
+        def holds_it_read_only():
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    for fd in os.listdir("/proc/%s/fd" % pid):
+                        if os.readlink("/proc/%s/fd/%s" % (pid, fd)) != shm:
+                            continue
+                        with open("/proc/%s/fdinfo/%s" % (pid, fd)) as info:
+                            flags = int(info.read().split("flags:")[1].split()[0], 8)
+                        if flags & os.O_ACCMODE == os.O_RDONLY:
+                            return True
+                except (OSError, IndexError):
+                    continue
+            return run.poll() is not None
+
+        wait_until(holds_it_read_only, 8, what="the run holding the -shm read-only")
+        ended = run.poll() is not None
+        os.chmod(shm, 0o660)  # what the other sqlite3 does next
+        out, err = run.communicate(timeout=60)
+        self.assertFalse(ended, "the run ended on the read-only -shm: " + err)
+        self.assertEqual(run.returncode, 0, out + err)
+
     def test_runs_start_while_the_owners_sqlite3_reads_the_ledger(self):
         # Each sqlite3 that closes the ledger last deletes the side files, and the next one
         # recreates them with its umask (0640) before it gives them the ledger's mode: a run that

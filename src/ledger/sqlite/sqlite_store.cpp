@@ -287,7 +287,8 @@ void SqliteStore::Impl::close_connection() {
   db = nullptr;
 }
 
-// SQLite's open, again while a side file opened read-only (add_side_file), for up to 2 s.
+// SQLite's open, again while a side file opened read-only (add_side_file), for up to the lock
+// timeout: another process is still making that file, as if it held a lock.
 void SqliteStore::Impl::open() {
   auto started = std::chrono::steady_clock::now();
   opening = true;
@@ -301,7 +302,7 @@ void SqliteStore::Impl::open() {
       break;
     } catch (const sqlite_detail::SideFileRace&) {
       close_connection();
-      if (std::chrono::steady_clock::now() - started >= std::chrono::seconds(2)) {
+      if (std::chrono::steady_clock::now() - started >= sqlite_options.lock_timeout) {
         opening = false;
         throw error(last_open_error, "check the permissions of " + path +
                                          " and its -wal and -shm files; a shared ledger's " +
