@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/fsuid.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -113,6 +115,28 @@ void write_file_atomically(const std::string& path, const std::string& text, mod
     throw Error(what, "cannot write: " + errno_text(err));
   }
   if (durable) sync_directory(prefix.empty() ? "." : prefix);
+}
+
+bool as_effective_user(const std::function<bool()>& body) {
+  auto run = [&] {
+    try {
+      return body();
+    } catch (...) {
+      return false;
+    }
+  };
+  if (static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) == ::geteuid()) return run();
+  pid_t child = ::fork();
+  if (child < 0) return false;
+  if (child == 0) {
+    ::setfsuid(::geteuid());
+    ::_exit(run() ? 0 : 1);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 }  // namespace spendcap

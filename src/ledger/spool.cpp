@@ -8,9 +8,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/fsuid.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -211,24 +209,13 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
     write_file_atomically(path, text, 0600, "spool " + path);
     return path;
   }
-  // The runner's row is the runner's own file: written by a child that takes back the service
-  // user's filesystem uid (its real uid, no capability needed), which this process, holding the
-  // caller's filesystem uid for everything the caller names, cannot do and come back from.
-  pid_t child = ::fork();
-  if (child < 0) throw Error("spool " + path, "fork: " + errno_text(errno));
-  if (child == 0) {
-    ::setfsuid(::getuid());
-    try {
-      write_file_atomically(path, text, 0640, "spool " + path);
-    } catch (...) {
-      ::_exit(1);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  // The runner's row is the runner's own file (the service user's, as_effective_user), which
+  // this process, holding the caller's filesystem uid for everything the caller names, would not
+  // make so.
+  if (!as_effective_user([&] {
+        write_file_atomically(path, text, 0640, "spool " + path);
+        return true;
+      })) {
     throw Error("spool " + path, "the runner's spool could not be written",
                 "the runner's owner checks the spool directory (scripts/install-shared-runner.sh)");
   }

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 
 namespace spendcap {
@@ -31,6 +32,14 @@ void make_private_directories(const std::string& directory, const std::string& w
 // keeps the row). Throws Error naming `what` (e.g. "--status-file /x") with the reason.
 void write_file_atomically(const std::string& path, const std::string& text, mode_t mode,
                            const std::string& what, bool durable = true);
+
+// Runs `body` with the process's effective uid as its filesystem uid, so that what it creates is
+// the effective user's: in place where the two are the same, else in a forked child that takes the
+// effective uid back (no capability needed) and ends. That is the privileged runner's supervisor,
+// which holds the caller's filesystem uid for the files the caller names and could not come back
+// from its own. True when `body` returned true; a throw counts as false. `body` must do only what a
+// child forked from a threaded process may.
+bool as_effective_user(const std::function<bool()>& body);
 
 // Writes all of `text` to `fd`, retrying short writes and EINTR. False (errno set) on failure.
 bool write_all(int fd, const std::string& text);

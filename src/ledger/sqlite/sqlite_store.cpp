@@ -9,15 +9,14 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
-#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
+#include "spendcap/base/files.hpp"
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/signals.hpp"
 #include "spendcap/ledger/stored_text.hpp"
@@ -209,39 +209,25 @@ void SqliteStore::Impl::create_file() {
 // (O_TMPFILE), given the ledger's mode and group, and only then linked into place; a process that
 // links first wins, and the race that is left (a foreign sqlite3 recreating the files while a run
 // opens) is open()'s retry. Best effort: where this fails, SQLite creates the file as before.
-//
-// The file is the effective user's: the privileged runner's supervisor holds the caller's
-// filesystem uid for the caller's files (process/credentials.hpp settle_supervisor) and cannot
-// come back from the service user's, so a child takes that one (its real uid, no capability).
+// The file is the effective user's (as_effective_user): in the privileged runner's supervisor, the
+// service user's, not the caller's.
 void SqliteStore::Impl::add_side_file(const std::string& file, const std::string& directory,
                                       gid_t group) {
   struct stat status {};
   if (::lstat(file.c_str(), &status) == 0 || errno != ENOENT) return;
-  auto make = [&] {  // system calls only: it may run in a forked child
+  as_effective_user([&] {  // system calls only: it may run in a forked child
     int fd = ::open(directory.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) return;
+    if (fd < 0) return false;
     bool ready = ::fchmod(fd, 0660) == 0 &&
                  (group == ::getegid() || ::fchown(fd, static_cast<uid_t>(-1), group) == 0);
     // linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH; the descriptor's /proc link does not.
     char unnamed[32] = "/proc/self/fd/";
-    char digits[12];
-    int count = 0;
-    for (int rest = fd; count == 0 || rest > 0; rest /= 10) digits[count++] = '0' + rest % 10;
-    for (std::size_t at = std::strlen(unnamed); count > 0;) unnamed[at++] = digits[--count];
+    std::size_t prefix = std::strlen(unnamed);
+    *std::to_chars(unnamed + prefix, unnamed + sizeof unnamed - 1, fd).ptr = '\0';
     if (ready) ::linkat(AT_FDCWD, unnamed, AT_FDCWD, file.c_str(), AT_SYMLINK_FOLLOW);
     ::close(fd);
-  };
-  auto filesystem_uid = static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1)));
-  if (filesystem_uid == ::geteuid()) return make();
-  pid_t child = ::fork();
-  if (child < 0) return;
-  if (child == 0) {
-    ::setfsuid(::geteuid());
-    make();
-    ::_exit(0);
-  }
-  while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
-  }
+    return ready;
+  });
 }
 
 namespace {
@@ -292,29 +278,26 @@ void SqliteStore::Impl::close_connection() {
 void SqliteStore::Impl::open() {
   auto started = std::chrono::steady_clock::now();
   opening = true;
+  struct Opened {
+    bool& opening;
+    ~Opened() { opening = false; }
+  } opened{opening};
   for (int attempt = 1;; ++attempt) {
     try {
       open_once();
-      if (shared_directory && holds_a_side_file_read_only(path)) {
-        last_open_error = "a side file of the ledger opened read-only";
-        throw sqlite_detail::SideFileRace{};
-      }
-      break;
+      if (!shared_directory || !holds_a_side_file_read_only(path)) return;
+      last_open_error = "a side file of the ledger opened read-only";
+      throw sqlite_detail::SideFileRace{};
     } catch (const sqlite_detail::SideFileRace&) {
       close_connection();
       if (std::chrono::steady_clock::now() - started >= sqlite_options.lock_timeout) {
-        opening = false;
         throw error(last_open_error, "check the permissions of " + path +
                                          " and its -wal and -shm files; a shared ledger's " +
                                          "group must be able to write them and their directory");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(attempt, 20)));
-    } catch (...) {
-      opening = false;
-      throw;
     }
   }
-  opening = false;
 }
 
 void SqliteStore::Impl::open_once() {
