@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -187,13 +188,48 @@ std::string random_uuid() {
   return text;
 }
 
-std::string rfc3339_utc(double unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
+namespace {
+
+std::tm utc_tm(double unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(std::floor(unix_seconds));
   std::tm tm{};
   ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return tm;
+}
+
+}  // namespace
+
+std::string format_utc(double unix_seconds, UtcForm form) {
+  const char* pattern = "%Y-%m-%dT%H:%M:%SZ";
+  switch (form) {
+    case UtcForm::rfc3339:
+      break;
+    case UtcForm::date:
+      pattern = "%Y-%m-%d";
+      break;
+    case UtcForm::clock:
+      pattern = "%Y-%m-%d %H:%M:%S";
+      break;
+    case UtcForm::clock_z:
+      pattern = "%Y-%m-%d %H:%M:%SZ";
+      break;
+    case UtcForm::clock_utc:
+      pattern = "%Y-%m-%d %H:%M:%S UTC";
+      break;
+  }
+  std::tm tm = utc_tm(unix_seconds);
+  char text[40];
+  std::strftime(text, sizeof text, pattern, &tm);
   return text;
+}
+
+std::string rfc3339_utc(double unix_seconds) {
+  return format_utc(unix_seconds, UtcForm::rfc3339);
+}
+
+UtcFields utc_fields(double unix_seconds) {
+  std::tm tm = utc_tm(unix_seconds);
+  return {tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday};
 }
 
 }  // namespace spendcap

@@ -90,21 +90,7 @@ double wall_now() {
 
 std::string utc_date(double unix_seconds) {
   if (unix_seconds <= 0) return "-";
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[16];
-  std::strftime(text, sizeof text, "%Y-%m-%d", &tm);
-  return text;
-}
-
-std::string utc_time_of(double unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%SZ", &tm);
-  return text;
+  return format_utc(unix_seconds, UtcForm::date);
 }
 
 std::string age(double seconds) {
@@ -154,7 +140,7 @@ Money held_by(const RunView& run) {
 
 // Why a lost run shows what it shows.
 std::string lost_status(const RunView& run, double now, const std::string& currency) {
-  std::string since = utc_time_of(run.heartbeat_at);
+  std::string since = format_utc(run.heartbeat_at, UtcForm::clock_z);
   if (run.reconciled) {
     return "lost: charged the ceiling " + format_money(run.ceiling, currency) +
            " (no heartbeat since " + since + ")";

@@ -29,26 +29,6 @@ double now_seconds() {
   return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6;
 }
 
-// "2026-12-01 21:40:05" UTC: sortable, and what --since and --until take (with a T and a Z).
-std::string utc_time(double unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
-  return text;
-}
-
-// "2026-12-01T21:40:05Z": ISO 8601 UTC, as runs' csv and json and `show --json` give times.
-std::string iso_utc(double unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
-}
-
 double duration_seconds(const RunView& run, double now) {
   if (run.finished_at) return std::max(0.0, *run.finished_at - run.started_at);
   return std::max(0.0, now - run.started_at);
@@ -90,7 +70,7 @@ ShownBudget run_budget_of(const RunView& run, const std::vector<BudgetRule>& rul
 }
 
 std::string iso_time(double unix_seconds) {
-  return iso_utc(unix_seconds);
+  return rfc3339_utc(unix_seconds);
 }
 
 void print_table(std::vector<std::vector<std::string>> rows) {
@@ -180,8 +160,8 @@ int runs_command(const RunsRequest& request) {
            {"status", to_string(r.status)},
            {"reason", r.reason},
            {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nullptr},
-           {"started_at", iso_utc(r.started_at)},
-           {"finished_at", r.finished_at ? nlohmann::json(iso_utc(*r.finished_at)) : nullptr},
+           {"started_at", rfc3339_utc(r.started_at)},
+           {"finished_at", r.finished_at ? nlohmann::json(rfc3339_utc(*r.finished_at)) : nullptr},
            {"duration_seconds", rounded_ms(duration_seconds(r, now))},
            {"spend", money_to_json(r.spend)},
            {"budget", run_budget_of(r, rules).amount
@@ -205,7 +185,8 @@ int runs_command(const RunsRequest& request) {
     rows.push_back({r.id.substr(0, l.unique_prefix), r.user.empty() ? "-" : r.user,
                     r.team.empty() ? "-" : r.team, r.experiment.empty() ? "-" : r.experiment,
                     to_string(r.status), r.reason.empty() ? "-" : r.reason,
-                    r.exit_code ? std::to_string(*r.exit_code) : "-", utc_time(r.started_at),
+                    r.exit_code ? std::to_string(*r.exit_code) : "-",
+                    format_utc(r.started_at, UtcForm::clock),
                     duration_text(duration_seconds(r, now)), format_money(r.spend, currency),
                     // A policy's max_run says so; a plain amount is the run's --budget.
                     !budget ? "-"
@@ -231,8 +212,8 @@ int runs_command(const RunsRequest& request) {
                                         to_string(r.status),
                                         r.reason,
                                         r.exit_code ? std::to_string(*r.exit_code) : "",
-                                        iso_utc(r.started_at),
-                                        r.finished_at ? iso_utc(*r.finished_at) : "",
+                                        rfc3339_utc(r.started_at),
+                                        r.finished_at ? rfc3339_utc(*r.finished_at) : "",
                                         duration,
                                         to_decimal(r.spend),
                                         budget ? to_decimal(*budget) : "",

@@ -31,15 +31,6 @@ std::string destination_display(const std::string& destination) {
   return "?";
 }
 
-std::string utc_time(double unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%SZ", &tm);
-  return text;
-}
-
 }  // namespace
 
 int outbox_list_command(const LedgerChoice& choice, bool json) {
@@ -68,8 +59,9 @@ int outbox_list_command(const LedgerChoice& choice, bool json) {
     return 0;
   }
   for (const OutboxEntry& e : entries) {
-    std::cout << escape_for_terminal(std::to_string(e.id) + "  " + utc_time(e.created_at) + "  " +
-                                     e.event + "  run " + e.run_id.substr(0, 8) + "  to " +
+    std::cout << escape_for_terminal(std::to_string(e.id) + "  " +
+                                     format_utc(e.created_at, UtcForm::clock_z) + "  " + e.event +
+                                     "  run " + e.run_id.substr(0, 8) + "  to " +
                                      destination_display(e.destination) + "  attempts " +
                                      std::to_string(e.attempts) +
                                      (e.last_error.empty() ? "" : "  last error: " + e.last_error))

@@ -1,4 +1,5 @@
 #include "spendcap/guards/crash_loop.hpp"
+#include "spendcap/base/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -49,11 +50,7 @@ CrashLoopVerdict decide_crash_loop(const std::vector<PastRun>& history, double n
     std::sort(failed_at.begin(), failed_at.end());
     verdict.refused_until =
         failed_at[failed_at.size() - static_cast<size_t>(max_failures)] + to_seconds(window);
-    std::time_t until = static_cast<std::time_t>(std::ceil(*verdict.refused_until));
-    std::tm tm{};
-    ::gmtime_r(&until, &tm);
-    char clock[32];
-    std::strftime(clock, sizeof clock, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    std::string clock = format_utc(std::ceil(*verdict.refused_until), UtcForm::clock_utc);
     verdict.message = std::string(kCrashLoopReason) + ": " + count +
                       " with no success since (limit " + std::to_string(max_failures) +
                       "); refused until " + clock +

@@ -61,14 +61,7 @@ RunRecord load_run_or_throw(StoreTxn& txn, const std::string& id, const std::str
 
 RunView view_of(const RunRecord& r, double now) {
   RunView view;
-  view.id = r.id;
-  view.job_key = r.job_key;
-  view.team = r.team;
-  view.experiment = r.experiment;
-  view.project = r.project;
-  view.user = r.user;
-  view.host = r.host;
-  view.tags = r.tags;
+  static_cast<RunIdentity&>(view) = r;  // the identity whole (run_identity.hpp)
   view.pid = r.pid;
   view.mode = r.mode;
   view.status = r.status;
@@ -93,7 +86,6 @@ RunView view_of(const RunRecord& r, double now) {
   view.would_stop_reason = r.would_stop_reason;
   view.gpu = r.gpu;
   view.fingerprint = r.fingerprint;
-  view.command = r.command;
   view.cwd = r.cwd;
   view.run_budget = r.run_budget;
   view.budget_source = r.budget_source;
@@ -273,17 +265,10 @@ const char* const kNoBudgetHint =
 // The record of a run that is being admitted: holding nothing while its grant is planned.
 RunRecord new_record(const RunStart& start, double now) {
   RunRecord run;
-  run.id = start.id;
-  run.job_key = start.job_key;
-  run.team = start.team;
-  run.experiment = start.experiment;
-  run.project = start.project;
-  run.user = start.user;
-  run.tags = start.tags;
+  static_cast<RunIdentity&>(run) = start;       // the identity whole (run_identity.hpp)
   run.command = redact_command(start.command);  // secrets never reach the ledger
   run.cwd = start.cwd;
   run.fingerprint = start.fingerprint;
-  run.host = start.host;
   run.pid = start.pid;
   run.uid = start.uid.value_or(static_cast<std::int64_t>(acting_uid()));
   run.mode = start.mode;

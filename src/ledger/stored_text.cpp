@@ -68,15 +68,7 @@ namespace spendcap {
 
 std::optional<std::string> pricing_column(const std::optional<Pricing>& pricing) {
   if (!pricing) return std::nullopt;
-  switch (*pricing) {
-    case Pricing::on_demand:
-      return "on-demand";
-    case Pricing::spot:
-      return "spot";
-    case Pricing::reserved:
-      return "reserved";
-  }
-  return std::nullopt;
+  return to_string(*pricing, PricingSpelling::display);
 }
 
 std::optional<Pricing> pricing_of_column(const std::optional<std::string>& text) {

@@ -21,10 +21,10 @@ namespace spendcap {
 
 // ---- names of the policy's enums (shared by the CLI, the ledger and the policy parser) ----
 
-std::string to_string(Pricing pricing) {
+std::string to_string(Pricing pricing, PricingSpelling spelling) {
   switch (pricing) {
     case Pricing::on_demand:
-      return "on_demand";
+      return spelling == PricingSpelling::policy ? "on_demand" : "on-demand";
     case Pricing::spot:
       return "spot";
     case Pricing::reserved:

@@ -69,18 +69,12 @@ constexpr std::int64_t kDay = 86400;
 // spendcap's storage price is per GB-month of 30 days (spend/meter.cpp): the storage rows' unit.
 constexpr double kMonthSeconds = 30.0 * 86400.0;
 
-std::string iso_utc(std::int64_t unix_seconds) {
-  return rfc3339_utc(static_cast<double>(unix_seconds));
-}
-
 // The UTC month around `unix_seconds`: [start, end).
 std::pair<std::int64_t, std::int64_t> month_of(std::int64_t unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
+  UtcFields day = utc_fields(static_cast<double>(unix_seconds));
   std::tm start{};
-  start.tm_year = tm.tm_year;
-  start.tm_mon = tm.tm_mon;
+  start.tm_year = day.year - 1900;
+  start.tm_mon = day.month - 1;
   start.tm_mday = 1;
   std::tm end = start;
   end.tm_mon += 1;  // timegm normalises December + 1
@@ -109,15 +103,7 @@ std::string quantity(double value) {
 
 std::string pricing_name(const std::optional<Pricing>& pricing) {
   if (!pricing) return "unknown";
-  switch (*pricing) {
-    case Pricing::on_demand:
-      return "on-demand";
-    case Pricing::spot:
-      return "spot";
-    case Pricing::reserved:
-      return "reserved";
-  }
-  return "unknown";
+  return to_string(*pricing, PricingSpelling::display);
 }
 
 std::optional<std::string> tag(const ReportRow& row, const char* key) {
@@ -336,10 +322,10 @@ void append_focus_rows(std::string& out, const ReportRow& row, const FocusContex
           csv_field(context.currency, cells),
           "spendcap",
           "spendcap ledger",
-          iso_utc(month_start),
-          iso_utc(month_end),
-          iso_utc(period),
-          iso_utc(period_end),
+          rfc3339_utc(static_cast<double>(month_start)),
+          rfc3339_utc(static_cast<double>(month_end)),
+          rfc3339_utc(static_cast<double>(period)),
+          rfc3339_utc(static_cast<double>(period_end)),
           "Usage",
           "",
           csv_field(charge.description, cells),

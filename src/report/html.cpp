@@ -93,10 +93,13 @@ std::string cents_text(std::int64_t cents, const std::string& currency) {
 
 std::string report_period_text(const Report& report, const HtmlContext& context) {
   std::string from, to;
-  if (context.since) from = utc_day_text(*context.since);
-  if (context.until) to = utc_day_text(*context.until - 1);  // [since, until): its last day
-  if (from.empty() && report.total.runs > 0) from = utc_day_text(report.total.started_first);
-  if (to.empty() && report.total.runs > 0) to = utc_day_text(report.total.started_last);
+  if (context.since) from = format_utc(*context.since, UtcForm::date);
+  if (context.until)
+    to = format_utc(*context.until - 1, UtcForm::date);  // [since, until): its last day
+  if (from.empty() && report.total.runs > 0)
+    from = format_utc(report.total.started_first, UtcForm::date);
+  if (to.empty() && report.total.runs > 0)
+    to = format_utc(report.total.started_last, UtcForm::date);
   if (from.empty() && to.empty()) return "no runs";
   if (from.empty()) return "until " + to;
   if (to.empty()) return "from " + from;
@@ -256,7 +259,7 @@ std::string report_html(const Report& report, const Report& by_day, const HtmlCo
       auto in_report = context.team_spend.find(b.rule.scope.name);
       Money reported = in_report == context.team_spend.end() ? Money{} : in_report->second;
       std::string period_text = to_string(b.rule.period);
-      if (b.period_start > 0) period_text += " from " + utc_day_text(b.period_start);
+      if (b.period_start > 0) period_text += " from " + format_utc(b.period_start, UtcForm::date);
       auto money = [&](Money m) { return escape_html(number(m.units(), 2) + " " + currency); };
       budgets += "<tr class=\"budget\" data-team=\"" + escape_html(b.rule.scope.name) +
                  "\" data-budget=\"" + number(b.rule.amount.units(), 6) + "\" data-spent=\"" +

@@ -26,13 +26,7 @@ namespace {
 std::vector<OutboxEntry> lost_entries(const LostRun& lost, const std::string& currency) {
   const RunView& run = lost.run;
   RunFacts facts;
-  facts.id = run.id;
-  facts.team = run.team;
-  facts.experiment = run.experiment;
-  facts.project = run.project;
-  facts.user = run.user;
-  facts.host = run.host;
-  facts.tags = run.tags;
+  static_cast<RunIdentity&>(facts) = run;  // the identity whole, as the ledger recorded it
   facts.currency = currency;
   facts.budget = run.budget;
   facts.rate_per_hour = run.rate_per_hour;

@@ -10,8 +10,29 @@ namespace spendcap {
 // A random (version 4) UUID, lowercase: run ids and webhook event ids.
 std::string random_uuid();
 
-// "2026-12-01T10:07:03Z": Unix seconds as an RFC 3339 / ISO 8601 UTC time, to the second.
+// How `format_utc` writes a time. Every UTC time spendcap prints goes through it, so the forms
+// stay few and each is named here.
+enum class UtcForm {
+  rfc3339,    // "2026-12-01T10:07:03Z": RFC 3339 / ISO 8601 (json, csv, FOCUS, webhooks)
+  date,       // "2026-12-01": a day (report --by day, budgets' periods)
+  clock,      // "2026-12-01 10:07:03": sortable, for tables (`runs`)
+  clock_z,    // "2026-12-01 10:07:03Z": tables that mark the zone (`ps`, the outbox)
+  clock_utc,  // "2026-12-01 10:07:03 UTC": a time inside a sentence (the crash-loop refusal)
+};
+
+// Unix seconds (truncated to the second, towards minus infinity) as a UTC time in `form`.
+std::string format_utc(double unix_seconds, UtcForm form);
+
+// "2026-12-01T10:07:03Z": format_utc(unix_seconds, UtcForm::rfc3339).
 std::string rfc3339_utc(double unix_seconds);
+
+// The UTC calendar fields of `unix_seconds` (gmtime_r's std::tm): for period math (months).
+struct UtcFields {
+  int year;   // e.g. 2026
+  int month;  // 1..12
+  int day;    // 1..31
+};
+UtcFields utc_fields(double unix_seconds);
 
 // "a, b, c" from {"a", "b", "c"} and ", ".
 std::string join(const std::vector<std::string>& items, std::string_view separator);

@@ -210,9 +210,9 @@ std::string budget_source_text(const std::optional<Money>& flag_budget,
                                const std::optional<Scope>& lowered_by, const std::string& job_key,
                                const std::vector<Scope>& budgeted_scopes);
 
-struct RunView {
-  std::string id, job_key, team, experiment, project, user, host;
-  std::map<std::string, std::string> tags;
+// A run as the ledger shows it: its identity (the command as recorded: secrets redacted,
+// command_redaction.hpp) and its state.
+struct RunView : RunIdentity {
   int pid = 0;
   Mode mode = Mode::enforce;
   RunStatus status =
@@ -232,10 +232,9 @@ struct RunView {
   std::optional<double> finished_at;
   std::optional<double> would_stop_at;  // warn mode: when it would have been stopped, and why
   std::string would_stop_reason;
-  std::optional<RunGpu> gpu;         // none: no GPU record (run_gpu.hpp)
-  std::string fingerprint;           // of team + experiment + command (the crash-loop guard's key)
-  std::vector<std::string> command;  // as recorded: secrets redacted (command_redaction.hpp)
-  std::string cwd;                   // "" when not recorded
+  std::optional<RunGpu> gpu;  // none: no GPU record (run_gpu.hpp)
+  std::string fingerprint;    // of team + experiment + command (the crash-loop guard's key)
+  std::string cwd;            // "" when not recorded
   // The budget in effect at admission and where it came from (budget_source_text); source ""
   // for a run recorded before schema v19.
   std::optional<Money> run_budget;

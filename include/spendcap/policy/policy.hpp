@@ -30,7 +30,11 @@ enum class Period { day, week, month, total };
 // given on the command line; the others come from the policy and live in the ledger.
 enum class ScopeKind { team, experiment, project, user, job, run };
 
-std::string to_string(Pricing pricing);                       // "on_demand"
+// Every pricing's text comes from this one function: `policy` spells it as policy files and
+// --pricing take it ("on_demand"); `display` as the ledger's column and reports write it
+// ("on-demand"). parse_pricing reads both.
+enum class PricingSpelling { policy, display };
+std::string to_string(Pricing pricing, PricingSpelling spelling = PricingSpelling::policy);
 std::string to_string(Billing billing);                       // "allocated"
 std::string to_string(Mode mode);                             // "enforce"
 std::string to_string(Period period);                         // "month"

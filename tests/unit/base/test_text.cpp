@@ -62,3 +62,20 @@ TEST_CASE("an excerpt keeps printable characters only, at most the count asked")
   CHECK(printable_excerpt(std::string(300, 'x'), 200).size() == 200);
   CHECK(printable_excerpt("", 10).empty());
 }
+
+TEST_CASE("format_utc writes every form of one instant") {
+  // 2026-12-01T10:07:03Z, with a fraction that every form truncates.
+  double at = 1796119623.75;
+  CHECK(format_utc(at, UtcForm::rfc3339) == "2026-12-01T10:07:03Z");
+  CHECK(rfc3339_utc(at) == "2026-12-01T10:07:03Z");
+  CHECK(format_utc(at, UtcForm::date) == "2026-12-01");
+  CHECK(format_utc(at, UtcForm::clock) == "2026-12-01 10:07:03");
+  CHECK(format_utc(at, UtcForm::clock_z) == "2026-12-01 10:07:03Z");
+  CHECK(format_utc(at, UtcForm::clock_utc) == "2026-12-01 10:07:03 UTC");
+  // Before the epoch a fraction goes towards the earlier second, as a day's start must.
+  CHECK(format_utc(-0.5, UtcForm::clock) == "1969-12-31 23:59:59");
+  UtcFields day = utc_fields(at);
+  CHECK(day.year == 2026);
+  CHECK(day.month == 12);
+  CHECK(day.day == 1);
+}
