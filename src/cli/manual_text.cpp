@@ -115,7 +115,9 @@ const std::vector<VerbText>& verb_texts() {
         "and where runs measured them GPU-hours allocated and busy, utilisation, idle spend, "
         "energy, CO2, cost per thousand units, egress and storage. A figure no run measured is "
         "listed under \"not measured\", never shown as 0. A run belongs to the period it started "
-        "in; a running run counts with its spend so far, marked *.",
+        "in; a running run counts with its spend so far, marked *. On a terminal the table fits "
+        "its width (names too long are cut to name~); through a pipe or into a file every name "
+        "is printed whole.",
         "--format csv and json carry the same numbers for tools; every csv cell that a "
         "spreadsheet would evaluate as a formula gets a leading quote (--csv-raw: cells as "
         "stored). --format focus writes FinOps FOCUS 1.2 CSV, one row per charge of a run and "
@@ -342,7 +344,10 @@ const std::vector<EnvironmentVariable>& environment_variables() {
        "read by libpq for a postgresql:// ledger, as are PGPASSFILE, PGSERVICEFILE and libpq's "
        "other variables (~/.pgpass by default)",
        false, ledger_verbs},
-      {"COLUMNS", "the width report's table fits", false, {"report"}},
+      {"COLUMNS",
+       "the width report's table fits when stdout is not a terminal (unset: no width)",
+       false,
+       {"report"}},
       {"SPENDCAP_SHARED_RUNNER",
        "1 in the environment of apt-get install or dpkg -i makes the Debian package set up the "
        "shared-runner layout",

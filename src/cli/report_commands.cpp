@@ -125,6 +125,8 @@ double parse_when(const std::string& text, const std::string& flag, bool end_of_
   return date_only && end_of_day ? at + 86400 : at;
 }
 
+// The table's width: the terminal's; else $COLUMNS when set (a width asked for); else 0, no
+// width: through a pipe or into a file every name is printed whole (issue 40).
 int terminal_width() {
   winsize ws{};
   if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
@@ -132,7 +134,7 @@ int terminal_width() {
     int n = std::atoi(columns);
     if (n > 20 && n < 10000) return n;
   }
-  return 120;
+  return 0;
 }
 
 // ---- estimate, by kind ----

@@ -2,20 +2,26 @@
 runs: totals by team and by experiment equal the sum of the runs' spend in the ledger file; csv and
 json carry the same numbers; waste and cost per accepted result; running runs are marked."""
 import csv
+import fcntl
 import datetime
 import decimal
 import html.parser
 import io
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 import unittest
 
-from spendcap_testlib import FIXTURES, LedgerTest, wait_until
+from spendcap_testlib import FIXTURES, SPENDCAP, LedgerTest, wait_until
 
 MICROS = 1_000_000
 POLICY = {"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"}}
@@ -213,6 +219,63 @@ class ReportTest(LedgerTest):
         self.assertIn("$", lines[1])
         self.assertTrue(all(len(line) <= 150 for line in lines), table)
         self.assertIn("not measured:", table)
+
+    def test_names_whole_through_a_pipe_cut_on_a_terminal(self):
+        """Issue 40: `report` through a pipe (or into a file) prints every name whole, so grep and
+        sort see them; on a terminal the table keeps to the terminal's width (names cut to
+        "name~"). The terminal is a real pty of 80 columns. Negative control: with the old rule
+        (no terminal: 120 columns) the piped name came out as "experiment-with-a-name-far-t~"."""
+        name = "experiment-with-a-name-far-too-long-for-any-terminal-of-eighty-columns-lr3e-4"
+        self.run_ok(["run", "--rate", "36", "--budget", "1", "--team", "vision",
+                     "--experiment", name] + job(0))
+        env = {k: v for k, v in self.spendcap_env().items() if k != "COLUMNS"}
+        piped = subprocess.run([SPENDCAP, "report", "--by", "team", "--by", "experiment"], env=env,
+                               cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, timeout=60)
+        self.assertEqual(piped.returncode, 0, piped.stderr)
+        self.assertIn(name, piped.stdout)
+        self.assertNotIn("~", piped.stdout)
+        # COLUMNS set is a width asked for, terminal or not.
+        asked = self.run_spendcap(["report", "--by", "team", "--by", "experiment"],
+                                  extra_env={"COLUMNS": "80"})
+        self.assertNotIn(name, asked.stdout)
+        self.assertIn("~", asked.stdout)
+
+        primary, secondary = pty.openpty()
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        try:
+            process = subprocess.Popen([SPENDCAP, "report", "--by", "team", "--by", "experiment"],
+                                       env=env, cwd=self.tmp, stdin=subprocess.DEVNULL,
+                                       stdout=secondary, stderr=subprocess.PIPE)
+            os.close(secondary)
+            secondary = -1
+            shown = b""
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([primary], [], [], 1)
+                if not ready:
+                    if process.poll() is not None:
+                        break
+                    continue
+                try:
+                    chunk = os.read(primary, 65536)
+                except OSError:  # EIO: every writer of the pty is gone
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            self.assertEqual(process.wait(timeout=60), 0, process.stderr.read())
+            process.stderr.close()
+        finally:
+            os.close(primary)
+            if secondary >= 0:
+                os.close(secondary)
+        lines = shown.decode().replace("\r\n", "\n").splitlines()
+        self.assertTrue(lines and lines[0].startswith("team"), shown)
+        self.assertNotIn(name, shown.decode())
+        self.assertTrue(any("~" in line for line in lines), shown)
+        # Names are cut (to 8 at the least) before the numbers, which are never cut.
+        self.assertLess(len(lines[0]), len(piped.stdout.splitlines()[0]))
 
     def test_measured_progress_priced(self):
         """Runs that report a metric, units and egress on their progress channel: the report's

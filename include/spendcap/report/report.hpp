@@ -72,7 +72,6 @@ struct GroupBy {
 std::optional<GroupBy> parse_group_by(std::string_view text);
 std::string to_string(const GroupBy& by);
 std::string group_value(const ReportRow& row, const GroupBy& by);  // "" shown as "-"
-std::string utc_day_text(double unix_seconds);                     // "2026-12-01"
 
 // Cost per metric point: spend / improvement over the baseline, in the metric's good direction.
 enum class MetricGoal { max, min };
@@ -277,7 +276,9 @@ std::string csv_field(std::string_view text, CsvCells cells = CsvCells::safe);
 // an empty first one too (text.hpp's join drops leading empty items).
 std::string csv_line(const std::vector<std::string>& cells);
 
-// The outputs. `width` is the terminal's; table numbers are right-aligned with the currency.
+// The outputs (report_table.cpp; report.cpp builds the Report). `width` is the terminal's: names
+// too long for it are cut to "name~"; 0 (not a terminal) keeps every name whole. Table numbers are
+// right-aligned with the currency.
 std::string report_table(const Report& report, const std::string& currency, int width);
 // The same table handed to `write` a part at a time (parts of about 64 KiB), so that a table of
 // 100,000 groups is never held whole.

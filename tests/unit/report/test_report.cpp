@@ -205,4 +205,25 @@ TEST_CASE("report table: a group of negative spend (a ledger edited by hand) dra
   CHECK(nlp.find("\u2588") == std::string::npos);
 }
 
+TEST_CASE("report table: a width cuts long names to name~; no width (not a terminal) keeps them") {
+  const std::string name = "experiment-with-a-name-far-too-long-for-eighty-columns-lr3e-4";
+  std::vector<ReportRow> rows = {row("a", "vision", name, RunStatus::succeeded, 10)};
+  ReportOptions options;
+  options.by = {*parse_group_by("team"), *parse_group_by("experiment")};
+  Report report = build_report(rows, options);
+  std::string narrow = report_table(report, "USD", 80);
+  CHECK(narrow.find(name) == std::string::npos);
+  CHECK(narrow.find("experim~") != std::string::npos);
+  CHECK(narrow.find('~') != std::string::npos);
+  for (std::string_view rest = narrow; !rest.empty();) {
+    std::string_view line = rest.substr(0, rest.find('\n'));
+    CHECK(line.size() <= 80 + 3 * 40);  // bytes: a bar's block is 3 bytes of UTF-8
+    rest.remove_prefix(std::min(rest.size(), line.size() + 1));
+  }
+  std::string whole = report_table(report, "USD", 0);
+  CHECK(whole.find(name) != std::string::npos);
+  CHECK(whole.find('~') == std::string::npos);
+  CHECK(whole.find("\u2588") != std::string::npos);  // the bar at its full length
+}
+
 }  // namespace spendcap::testing
