@@ -4,7 +4,7 @@
 #
 #   scripts/install-shared-runner.sh [--binary BUILT] [--runner-binary BUILT_RUNNER] [--bin PATH]
 #       [--runner PATH]
-#       [--ledger-dir DIR | --ledger postgresql://[OWNER@]HOST/DB [--passfile FILE]]
+#       [--ledger-dir DIR | --ledger postgresql://[OWNER@]HOST/DB [--password-file FILE]]
 #       [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
 #       [--metrics-dir MDIR [--metrics-reader USER]] [--spool-dir SDIR] [POLICY]
 #
@@ -25,11 +25,16 @@
 # 2770: only the runner's processes write and replay it, no user reaches a file in it (runner.json
 # names it).
 # With --ledger postgresql://..., the ledger is that PostgreSQL database instead: the supervisor
-# connects as the service user, with the password in FILE (default /etc/spendcap/ledger.pgpass,
-# libpq's passfile, owned by the service user, 0600; kept across installs). The locked policy
-# names the URL without OWNER, with passfile=FILE. With OWNER in the URL, the budgets are applied
-# as OWNER (which creates the schema and the spendcap_runner role); the script then prints the
-# SQL that creates the service user's login role, for the database's administrator to run.
+# connects as the service user, with the password in FILE (default /etc/spendcap/ledger.password,
+# root:GROUP 0640, one line; kept across installs, and taken over from the older
+# /etc/spendcap/ledger.pgpass). The locked policy names the URL without OWNER and FILE as its
+# "ledger_password_file": the supervisor reads it with the runner's group (its filesystem uid is
+# the caller's, so a passfile of the service user's own would be closed to it) and hands it to
+# libpq in memory; users' own commands (ps, stop, budgets, report) log in as their own roles with
+# their own ~/.pgpass or PGPASSWORD. --passfile is the older name of --password-file. With OWNER in
+# the URL, the budgets are applied as OWNER (which creates the schema and the spendcap_runner
+# role); the script then prints the SQL that creates the service user's login role, for the
+# database's administrator to run.
 # Webhook files (url_file, secret_file) the policy names are made root:GROUP 0640 when they exist;
 # a missing one is named, with the command that creates it (the group exists from here on).
 # With --metrics-dir, MDIR (node_exporter's textfile directory) is made root:GROUP 2770 and the
@@ -58,7 +63,8 @@ policy="$here/policies/shared-runner.json"
 metrics_dir=""
 metrics_reader=""
 pg_url=""
-passfile=/etc/spendcap/ledger.pgpass
+passfile=/etc/spendcap/ledger.password
+old_passfile=/etc/spendcap/ledger.pgpass
 spool_dir=""
 
 while [ $# -gt 0 ]; do
@@ -75,7 +81,7 @@ while [ $# -gt 0 ]; do
     --metrics-dir) metrics_dir=$2; shift 2 ;;
     --metrics-reader) metrics_reader=$2; shift 2 ;;
     --ledger) pg_url=$2; shift 2 ;;
-    --passfile) passfile=$2; shift 2 ;;
+    --password-file|--passfile) passfile=$2; shift 2 ;;
     --spool-dir) spool_dir=$2; shift 2 ;;
     # The header comment above, without its "# ".
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -101,7 +107,7 @@ if [ "$setgid_only" = 0 ] && [ ! -x "$runner_binary" ]; then
 fi
 if [ -n "$pg_url" ]; then
   case "$pg_url" in postgresql://*|postgres://*) ;; *) echo "install-shared-runner: --ledger takes a postgresql:// URL (the SQLite ledger is --ledger-dir)" >&2; exit 2 ;; esac
-  case "$passfile" in /*) ;; *) echo "install-shared-runner: --passfile must be an absolute path" >&2; exit 2 ;; esac
+  case "$passfile" in /*) ;; *) echo "install-shared-runner: --password-file must be an absolute path" >&2; exit 2 ;; esac
   [ "$setgid_only" = 0 ] || { echo "install-shared-runner: --ledger postgresql:// needs the privileged runner (not --setgid-only)" >&2; exit 2; }
 fi
 
@@ -149,34 +155,48 @@ PY
   mv -f "$runner_config.new" "$runner_config"
 fi
 
-# PostgreSQL: the service user's passfile (its password kept across installs), and the URL the
-# locked policy names: no OWNER (each process connects as its own user), passfile=FILE.
+# PostgreSQL: the service user's password file (its password kept across installs), and the URL
+# the locked policy names: no OWNER (each process connects as its own user), no passfile= (libpq's
+# passfile would override users' own ~/.pgpass, and the supervisor could not open it).
 if [ -n "$pg_url" ]; then
   install -d -o root -g root -m 0755 "$(dirname "$passfile")"
-  urls=$(python3 - "$pg_url" "$passfile" "$user" <<'PY'
+  urls=$(python3 - "$pg_url" "$passfile" "$user" "$old_passfile" <<'PY'
 import os, secrets, sys, urllib.parse
-url, passfile, user = sys.argv[1:]
+url, passfile, user, old_passfile = sys.argv[1:]
 parts = urllib.parse.urlsplit(url)
 password = ""
 try:
     with open(passfile) as f:
         for line in f:
-            fields = line.rstrip("\n").split(":")
-            if len(fields) == 5 and fields[3] == user:
+            line = line.rstrip("\n")
+            fields = line.split(":")
+            if len(fields) == 5 and fields[3] == user:  # an older install's passfile line
                 password = fields[4]
+            elif line and ":" not in line:
+                password = line
+            if password:
+                break
 except FileNotFoundError:
     pass
 if not password:
-    password = secrets.token_urlsafe(24)  # no ':' nor backslash: nothing to escape in the passfile
+    try:
+        with open(old_passfile) as f:
+            for line in f:
+                fields = line.rstrip("\n").split(":")
+                if len(fields) == 5 and fields[3] == user:
+                    password = fields[4]
+    except FileNotFoundError:
+        pass
+if not password:
+    password = secrets.token_urlsafe(24)  # no ':' nor backslash: nothing to escape anywhere
 with open(passfile + ".new", "w") as f:
-    f.write("*:*:*:%s:%s\n" % (user, password))
+    f.write(password + "\n")
 host = parts.hostname or ""
 if ":" in host:
     host = "[" + host + "]"
 netloc = host + (":%d" % parts.port if parts.port else "")
 query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
 query = [(k, v) for k, v in query if k not in ("passfile", "user", "password")]
-query.append(("passfile", passfile))
 runner_url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path,
                                       urllib.parse.urlencode(query, safe="/"), ""))
 print(runner_url)
@@ -187,9 +207,11 @@ PY
   runner_url=$(printf '%s\n' "$urls" | sed -n 1p)
   ledger_owner=$(printf '%s\n' "$urls" | sed -n 2p)
   role_password=$(printf '%s\n' "$urls" | sed -n 3p)
-  chown "$user":root "$passfile.new"
-  chmod 0600 "$passfile.new"
+  chown root:"$group" "$passfile.new"
+  chmod 0640 "$passfile.new"
   mv -f "$passfile.new" "$passfile"
+  # The older install's passfile (the service user's, 0600): its password is taken over above.
+  [ "$old_passfile" = "$passfile" ] || rm -f "$old_passfile"
 fi
 
 # The ledger: a directory only root and the group can enter, a file root owns.
@@ -224,13 +246,17 @@ fi
 
 # The locked policy, naming that ledger; root-owned 0644 in a directory only root writes.
 [ -n "$pg_url" ] && ledger_location=$runner_url || ledger_location="sqlite:$ledger"
-webhook_files=$(python3 - "$policy" "$ledger_location" "$policy_file.new" "$metrics_dir" <<'PY'
+[ -n "$pg_url" ] && password_file=$passfile || password_file=""
+webhook_files=$(python3 - "$policy" "$ledger_location" "$policy_file.new" "$metrics_dir" "$password_file" <<'PY'
 import json, sys
-source, ledger, out, metrics_dir = sys.argv[1:]
+source, ledger, out, metrics_dir, password_file = sys.argv[1:]
 with open(source) as f:
     policy = json.load(f)
 policy["locked"] = True
 policy["ledger"] = ledger
+policy.pop("ledger_password_file", None)
+if password_file:
+    policy["ledger_password_file"] = password_file
 if metrics_dir:
     policy["metrics_dir"] = metrics_dir
 with open(out, "w") as f:
@@ -279,8 +305,9 @@ if [ -n "$pg_url" ]; then
   # (a user's SIGSTOPped command) after a minute, releasing what it held.
   ledger_db=${pg_url##*/}; ledger_db=${ledger_db%%\?*}
   echo "  ALTER ROLE \"$user\" SET lock_timeout = '10s';"
+  echo "  ALTER ROLE \"$user\" SET statement_timeout = '30s';"
   echo "  ALTER DATABASE \"$ledger_db\" SET idle_in_transaction_session_timeout = '1min';"
-  echo "installed $bin (front) and $runner (runner, setuid root; runs as $user), ledger $runner_url (passfile $passfile), locked policy $policy_file"
+  echo "installed $bin (front) and $runner (runner, setuid root; runs as $user), ledger $runner_url (the service user's password in $passfile), locked policy $policy_file"
 elif [ "$setgid_only" = 1 ]; then
   echo "installed $bin (setgid $group, no privileged runner), ledger $ledger, locked policy $policy_file"
 else

@@ -66,7 +66,7 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
     if (currency) *currency = loaded.policy.currency;
     lost_currency = loaded.policy.currency;
     if (loaded.locked_policy) options.budget_caps = budget_rules_of(*loaded.locked_policy);
-    options.postgres_password = ledger_password(loaded.policy, loaded.locked_policy);
+    options.postgres_password = ledger_password_as_installed(loaded.policy, loaded.locked_policy);
     keep_rules(loaded);
   }
   std::unique_ptr<Ledger> ledger = open_ledger_as_installed(url, options);

@@ -33,7 +33,7 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
     options.budget_caps = budget_rules_of(*settings.loaded.locked_policy);
   }
   options.postgres_password =
-      ledger_password(settings.loaded.policy, settings.loaded.locked_policy);
+      ledger_password_as_installed(settings.loaded.policy, settings.loaded.locked_policy);
   std::shared_ptr<Ledger> ledger = open_ledger_as_installed(settings.ledger_url, options);
   // The switches weaken what spendcap enforces: only on a ledger that is the caller's alone.
   if (switches.any() && !ledger->is_personal()) {

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/notify/runner_files.hpp"
 #include "spendcap/process/credentials.hpp"
 #include "spendcap/process/privileged_run.hpp"
 
@@ -52,7 +54,27 @@ std::string locked_ledger_url() {
   return document["ledger"].get<std::string>();
 }
 
+// Whether this process logs in to a PostgreSQL ledger as the runner's service user: the runner's
+// supervisor, or a runner call that stayed the service user's. Without a privileged runner
+// installed, whoever reads the locked policy connects as its URL says (the setgid install).
+bool connects_as_the_service_user() {
+  if (runner_run()) return true;
+  if (const RunnerCall* call = runner_call()) {
+    return call->settled && ::getuid() == call->service_uid;
+  }
+  std::error_code error;
+  return !std::filesystem::exists("/etc/spendcap/runner.json", error);
+}
+
 }  // namespace
+
+std::string ledger_password_as_installed(const Policy& policy,
+                                         const std::optional<Policy>& locked) {
+  bool service_users = policy.ledger_password_file && locked &&
+                       locked->ledger_password_file == policy.ledger_password_file;
+  if (service_users && !connects_as_the_service_user()) return "";
+  return ledger_password(policy, locked);
+}
 
 void settle_runner_process() {
   if (const RunnerCall* call = runner_call(); call && !call->settled) {

@@ -53,28 +53,32 @@ class SharedRunnerPostgresTest(SharedRunnerSetup):
         super().setUp()
 
     def install_args(self):
-        self.passfile = os.path.join(self.tmp, "etc-pgpass", "ledger.pgpass")
-        return ["--user", self.service, "--ledger", owner_url(self.schema), "--passfile",
+        self.passfile = os.path.join(self.tmp, "etc-pgpass", "ledger.password")
+        return ["--user", self.service, "--ledger", owner_url(self.schema), "--password-file",
                 self.passfile]
 
     def test_first_run_works_as_the_service_user(self):
         out = self.install_result.stdout
-        # The passfile: the service user's, 0600, one line for its role.
+        # The password file: root:GROUP 0640 (read by the supervisor with the runner's group; its
+        # filesystem uid is the caller's), one line, the password alone (issue 38, item 1).
         info = os.stat(self.passfile)
-        self.assertEqual(oct(stat.S_IMODE(info.st_mode)), oct(0o600))
-        uid = self.inside(["id", "-u", self.service]).stdout.strip()
-        self.assertEqual(str(info.st_uid), uid)
+        self.assertEqual(oct(stat.S_IMODE(info.st_mode)), oct(0o640))
+        self.assertEqual(info.st_uid, 0)
+        gid = self.inside(["getent", "group", "spendcap"]).stdout.split(":")[2]
+        self.assertEqual(str(info.st_gid), gid)
         with open(self.passfile) as f:
             line = f.read().strip()
-        self.assertRegex(line, r"^\*:\*:\*:%s:[A-Za-z0-9_-]{20,}$" % self.service)
-        # The locked policy names the ledger without its owner, with the passfile.
+        self.assertRegex(line, r"^[A-Za-z0-9_-]{20,}$")
+        # The locked policy names the ledger without its owner and without passfile= (it would
+        # override users' own ~/.pgpass), and the file as its ledger_password_file.
         policy = json.loads(self.inside(["cat", "/etc/spendcap/policy.json"]).stdout)
         self.assertNotIn("@", policy["ledger"])
-        self.assertIn("passfile=" + self.passfile, urllib.parse.unquote(policy["ledger"]))
+        self.assertNotIn("passfile", urllib.parse.unquote(policy["ledger"]))
+        self.assertEqual(policy["ledger_password_file"], self.passfile)
         # The role's SQL, printed for the administrator.
         create = re.search(r'CREATE ROLE "%s" LOGIN PASSWORD \'([^\']+)\';' % self.service, out)
         self.assertTrue(create, out)
-        self.assertEqual(create.group(1), line.split(":")[-1])
+        self.assertEqual(create.group(1), line)
         grant = 'GRANT spendcap_runner TO "%s";' % self.service
         self.assertIn(grant, out)
         # The bound on a stopped command: the runner's waits, and a user's idle transaction.

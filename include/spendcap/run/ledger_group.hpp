@@ -25,10 +25,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "spendcap/base/environment.hpp"
 #include "spendcap/ledger/ledger.hpp"
+#include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
 
@@ -54,6 +56,16 @@ void refuse_redirecting_environment(const Environment& env);
 
 // While setgid: throws Error unless a locked system policy is in force (`locked_source` empty).
 void require_locked_policy_when_setgid(bool locked, const std::string& ledger_url);
+
+// The PostgreSQL ledger's password for this process (notify/runner_files.hpp ledger_password), or
+// "" for libpq's own sources (PGPASSWORD, ~/.pgpass, the service file). The locked policy's
+// ledger_password_file is the password of the runner's service user's role, so on a privileged
+// runner install (/etc/spendcap/runner.json) only the processes that connect as that role read it:
+// the supervisor, and a runner call that stays the service user's. A user's own commands (ps,
+// stop, budgets, report: the caller's process, logging in as the caller's role) and root's get ""
+// (issue 38, item 1: they sent the service password for their own role). Elsewhere (a personal
+// ledger, the setgid install) as ledger_password. Call before the ledger is opened.
+std::string ledger_password_as_installed(const Policy& policy, const std::optional<Policy>& locked);
 
 // open_ledger(url, options); while setgid, with the group raised for the open and dropped for good
 // after it. The shared ledger must exist (the install creates it, owned by root) and must not be

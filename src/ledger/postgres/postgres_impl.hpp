@@ -412,6 +412,7 @@ struct PostgresStore::Impl final : StoreTxn {
       // A refused password or a missing database does not get better by waiting.
       bool permanent = message.find("password") != std::string::npos ||
                        message.find("does not exist") != std::string::npos ||
+                       message.find("no such user") != std::string::npos ||  // pgbouncer's
                        message.find("invalid") != std::string::npos;
       throw PgFailure{"", "cannot connect: " + message, !permanent};
     }

@@ -1,0 +1,343 @@
+"""The guide is the test (issue 38, items 1 and 2): the PostgreSQL shared runner installed exactly as
+docs/guide/shared-runner.md and docs/guide/postgresql.md say, from their `<!-- install-test: NAME
+-->` blocks, run as written on a server of the test's own that checks scram-sha-256 passwords
+(peer for its administrator's socket, no `trust` for any role), directly and through pgbouncer in
+transaction mode; then two real ordinary Unix users of two teams run jobs and use `ps`, `stop`,
+`budgets` and `report`, and nothing of the service user's password reaches them: not their jobs'
+environments, no /proc/*/cmdline or environ they can read, no output, no ledger row.
+
+The only changes to the guide's text are in SUBSTITUTIONS below (host and port, passwords, user
+names, the install's paths). A change to the guide that breaks the install fails here.
+
+Negative control: with the installer and binary before issue 38 (passfile= in the URL, libpq's
+passfile the service user's 0600 file, opened with the caller's filesystem uid), the first run
+ends 125 `fe_sendauth: no password supplied`, and the users' `ps` sends no password of theirs.
+
+Needs what test_shared_runner.py needs, PostgreSQL's server binaries and, for the pooler case,
+/usr/sbin/pgbouncer; skipped, saying so, without."""
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import unittest
+import urllib.parse
+import uuid
+
+from spendcap_testlib import REPO, SPENDCAP, free_port, wait_until
+from test_shared_runner import INSTALL, WHY_NOT
+
+PG_BIN = os.environ.get("SPENDCAP_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
+BOUNCER = "/usr/sbin/pgbouncer"
+GUIDES = [os.path.join(REPO, "docs", "guide", name) for name in
+          ("shared-runner.md", "postgresql.md")]
+MISSING = WHY_NOT
+if not MISSING and not os.path.exists(os.path.join(PG_BIN, "initdb")):
+    MISSING = "no PostgreSQL server binaries in " + PG_BIN
+if not MISSING and not shutil.which("runuser"):
+    MISSING = "no runuser (the server runs as postgres)"
+if not MISSING and not shutil.which("psql"):
+    MISSING = "no psql"
+
+
+def guide_blocks():
+    """{name: text} of the guides' `<!-- install-test: NAME -->` fenced blocks."""
+    blocks = {}
+    for path in GUIDES:
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            found = re.fullmatch(r"<!-- install-test: ([a-z-]+) -->", line.strip())
+            if not found:
+                continue
+            if i + 1 >= len(lines) or not lines[i + 1].startswith("```"):
+                raise AssertionError("%s:%d: an install-test block must be fenced" % (path, i + 1))
+            end = lines.index("```", i + 2)
+            blocks[found.group(1)] = "\n".join(lines[i + 2:end]) + "\n"
+    return blocks
+
+
+def substitute(text, values):
+    """The guide's text with the documented substitutions, longest first."""
+    for old in sorted(values, key=len, reverse=True):
+        text = text.replace(old, values[old])
+    return text
+
+
+class Cluster:
+    """A PostgreSQL server of the test's own: scram-sha-256 over TCP, peer on its socket."""
+
+    def __init__(self, top):
+        self.dir = os.path.join(top, "pg")
+        os.mkdir(self.dir)
+        shutil.chown(self.dir, "postgres")
+        self.port = free_port()
+        self.as_server = ["runuser", "-u", "postgres", "--"]
+        subprocess.run(self.as_server + [os.path.join(PG_BIN, "initdb"), "-D", self.dir + "/data",
+                                         "-U", "postgres", "--auth-local=peer",
+                                         "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"],
+                       check=True, capture_output=True, timeout=120)
+        subprocess.run(self.as_server + ["setsid", os.path.join(PG_BIN, "pg_ctl"), "-D",
+                                         self.dir + "/data", "-l", self.dir + "/server.log", "-w",
+                                         "-t", "60", "start", "-o",
+                                         "-k %s -p %d -c listen_addresses=127.0.0.1 -c fsync=off "
+                                         "-c password_encryption=scram-sha-256" %
+                                         (self.dir, self.port)],
+                       check=True, capture_output=True, timeout=120)
+
+    def psql(self, sql, database="postgres"):
+        """As the administrator (the superuser, over the socket): the guide's `psql`."""
+        result = subprocess.run(self.as_server + ["psql", "-X", "-At", "-v", "ON_ERROR_STOP=1",
+                                                  "-h", self.dir, "-p", str(self.port), "-d",
+                                                  database],
+                                input=sql, capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            raise AssertionError("psql failed: %s\n%s" % (result.stderr, sql))
+        return result.stdout
+
+    def stop(self):
+        subprocess.run(self.as_server + [os.path.join(PG_BIN, "pg_ctl"), "-D", self.dir + "/data",
+                                         "-m", "immediate", "-w", "stop"], capture_output=True)
+
+
+# What each user's job writes: its environment, and every argv and environment it can read.
+PROBE = r"""
+import json, os, sys
+seen = {"env": dict(os.environ), "cmdlines": [], "environs": []}
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for name, key in (("cmdline", "cmdlines"), ("environ", "environs")):
+            try:
+                with open("/proc/%s/%s" % (pid, name), "rb") as f:
+                    seen[key].append(f.read().decode("utf-8", "replace"))
+            except OSError:
+                pass
+with open(sys.argv[1], "w") as f:
+    json.dump(seen, f)
+"""
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class GuideInstallTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="spendcap-guide-")
+        os.chmod(self.tmp, 0o755)
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.cluster = Cluster(self.tmp)
+        self.addCleanup(self.cluster.stop)
+        self.users = []
+        for _ in range(2):
+            name = "sg" + uuid.uuid4().hex[:10]
+            home = os.path.join(self.tmp, name)
+            subprocess.run(["useradd", "--create-home", "--home-dir", home, "--user-group", name],
+                           check=True, capture_output=True)
+            self.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
+            self.addCleanup(subprocess.run, ["groupdel", name], capture_output=True)
+            self.users.append(name)
+        self.root_home = os.path.join(self.tmp, "root-home")
+        os.mkdir(self.root_home, 0o700)
+        # /etc overlaid in a private mount namespace, held by one process (test_shared_runner.py).
+        upper, work = os.path.join(self.tmp, "etc-upper"), os.path.join(self.tmp, "etc-work")
+        os.mkdir(upper)
+        os.mkdir(work)
+        ready = os.path.join(self.tmp, "ns-ready")
+        script = ('mount -t overlay overlay -o lowerdir=/etc,upperdir="$0",workdir="$1" /etc '
+                  '&& touch "$2" && exec sleep 3600')
+        self.holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh",
+                                        "-c", script, upper, work, ready])
+        self.addCleanup(self.holder.wait)
+        self.addCleanup(self.holder.kill)
+        wait_until(lambda: os.path.exists(ready) or self.holder.poll() is not None, 10,
+                   what="the mount namespace")
+        self.assertIsNone(self.holder.poll(), "the /etc overlay could not be mounted")
+        self.bin = os.path.join(self.tmp, "bin", "spendcap")
+        self.runner = os.path.join(self.tmp, "lib", "spendcap-runner")
+        self.passwords = {name: "pw-" + secrets.token_hex(12) for name in
+                          ("OWNER-PASSWORD", "ALICE-PASSWORD", "BOB-PASSWORD", "AUTH-PASSWORD")}
+
+    # ---- the documented substitutions, in one place ----
+
+    def substitutions(self, port):
+        """The guide's words -> this test's: the server the runners reach, the passwords, the two
+        users, and the install's paths (the test's directory, not /usr/local)."""
+        values = dict(self.passwords)
+        values.update({
+            "db.internal:5432": "127.0.0.1:%d" % port,
+            "db.internal/": "127.0.0.1:%d/" % port,
+            "alice": self.users[0],
+            "bob": self.users[1],
+            "scripts/install-shared-runner.sh": "sh %s --binary %s --bin %s --runner %s" %
+                                                (INSTALL, os.path.abspath(SPENDCAP), self.bin,
+                                                 self.runner),
+        })
+        return values
+
+    def inside(self, argv, user=None, env=None, input=None, timeout=90):
+        command = ["nsenter", "-t", str(self.holder.pid), "-m", "--"]
+        if user:
+            command += ["setpriv", "--reuid", user, "--regid", user, "--init-groups"]
+        return subprocess.run(command + list(argv), env=env, capture_output=True, text=True,
+                              timeout=timeout, input=input, cwd="/")
+
+    def user_env(self, user):
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.path.join(self.tmp, user),
+                "USER": user, "LOGNAME": user}
+
+    def root_env(self):
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.root_home,
+                "USER": "root"}
+
+    def spendcap(self, user, args, timeout=90):
+        return self.inside([self.bin] + list(args), user=user, env=self.user_env(user),
+                           timeout=timeout)
+
+    def shell(self, text, user=None):
+        env = self.user_env(user) if user else self.root_env()
+        result = self.inside(["sh", "-eu"], user=user, env=env, input=text, timeout=180)
+        self.assertEqual(result.returncode, 0, "%s\n%s%s" % (text, result.stdout, result.stderr))
+        return result
+
+    # ---- the install, as the guides say ----
+
+    def install_as_the_guide_says(self, bouncer):
+        blocks = guide_blocks()
+        for name in ("admin", "root", "users", "user", "pgbouncer-ini", "pgbouncer-sql"):
+            self.assertIn(name, blocks, "the guides lost their install-test block " + name)
+        port = self.cluster.port
+        if bouncer:
+            port = free_port()
+        values = self.substitutions(port)
+        self.cluster.psql(substitute(blocks["admin"], values))
+        if bouncer:
+            self.start_pgbouncer(blocks, values, port)
+        installed = self.shell(substitute(blocks["root"], values))
+        # The SQL the install printed, run as printed by the administrator.
+        printed = installed.stdout.split("administrator creates the service user's login role "
+                                         "(psql):\n", 1)
+        self.assertEqual(len(printed), 2, installed.stdout)
+        sql = "\n".join(line.strip() for line in printed[1].splitlines()
+                        if line.startswith("  "))
+        self.assertIn("CREATE ROLE", sql)
+        self.cluster.psql(sql)
+        self.cluster.psql(substitute(blocks["users"], values))
+        user_block = blocks["user"]
+        self.shell(substitute(user_block, values), user=self.users[0])
+        self.shell(substitute(user_block.replace("alice", "bob").replace("ALICE", "BOB"), values),
+                   user=self.users[1])
+        with open(os.path.join(self.tmp, "etc-upper", "spendcap", "policy.json")) as f:
+            self.locked = json.load(f)
+        # The service password, wherever the install keeps it (an older install: libpq's passfile
+        # named in the URL, its line's last field), so the checks below look for it.
+        where = self.locked.get("ledger_password_file")
+        if not where:
+            where = re.search(r"passfile=([^&]+)", urllib.parse.unquote(self.locked["ledger"]))
+            self.assertTrue(where, self.locked["ledger"])
+            where = where.group(1)
+        pw = self.inside(["cat", where])
+        self.assertEqual(pw.returncode, 0, pw.stderr)
+        self.service_password = pw.stdout.strip().split(":")[-1]
+        self.assertGreaterEqual(len(self.service_password), 20)
+        return installed
+
+    def start_pgbouncer(self, blocks, values, port):
+        ini = substitute(blocks["pgbouncer-ini"], values)
+        ini = ini.replace("port=5432", "port=%d" % self.cluster.port)
+        ini = ini.replace("listen_port = 6432", "listen_port = %d" % port)
+        bouncer_dir = os.path.join(self.tmp, "pgbouncer")
+        os.mkdir(bouncer_dir)
+        userlist = os.path.join(bouncer_dir, "userlist.txt")
+        ini = ini.replace("/etc/pgbouncer/userlist.txt", userlist)
+        ini += "logfile = %s/log\npidfile = %s/pid\nunix_socket_dir =\n" % (bouncer_dir,
+                                                                             bouncer_dir)
+        with open(os.path.join(bouncer_dir, "pgbouncer.ini"), "w") as f:
+            f.write(ini)
+        with open(userlist, "w") as f:
+            f.write('"pgbouncer_auth" "%s"\n' % self.passwords["AUTH-PASSWORD"])
+        os.chmod(userlist, 0o600)
+        subprocess.run(["chown", "-R", "postgres", bouncer_dir], check=True)
+        self.cluster.psql(substitute(blocks["pgbouncer-sql"], values), database="spendcap")
+        subprocess.run(self.cluster.as_server + [BOUNCER, "-d", "-q",
+                                                 os.path.join(bouncer_dir, "pgbouncer.ini")],
+                       check=True, capture_output=True, timeout=30)
+        pidfile = os.path.join(bouncer_dir, "pid")
+        wait_until(lambda: os.path.exists(pidfile), 10, what="pgbouncer's pid file")
+        self.addCleanup(lambda: subprocess.run(["kill", open(pidfile).read().strip()],
+                                               capture_output=True))
+
+    # ---- what the users do ----
+
+    def check_no_secret(self, text, where):
+        self.assertNotIn(self.service_password, text, "the service password reached " + where)
+
+    def drive_two_users(self):
+        alice, bob = self.users
+        # A first run of each, in its team; the job looks at everything it can read.
+        for user, team in ((alice, "nlp"), (bob, "robotics")):
+            seen = os.path.join(self.tmp, user, "seen.json")
+            result = self.spendcap(user, ["run", "--team", team, "--", "python3", "-c", PROBE,
+                                          seen])
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.check_no_secret(result.stdout + result.stderr, user + "'s run output")
+            with open(seen) as f:
+                self.check_no_secret(f.read(), user + "'s job (environment or /proc)")
+        # A run that lasts, for ps and stop.
+        front = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", alice,
+             "--regid", alice, "--init-groups", self.bin, "run", "--team", "nlp", "--", "sleep",
+             "120"], env=self.user_env(alice), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        self.addCleanup(front.kill)
+        running = []
+
+        def listed():
+            result = self.spendcap(alice, ["ps", "--json"])
+            self.assertEqual(result.returncode, 0, result.stderr)
+            running[:] = json.loads(result.stdout)
+            return bool(running) or front.poll() is not None
+        wait_until(listed, 60, what="alice's run in ps")
+        if front.poll() is not None:
+            self.fail("alice's run ended early: " + front.communicate()[1])
+        self.check_no_secret(json.dumps(running), "ps")
+        # While it runs: the processes users can read hold no secret either.
+        for user in (alice, bob):
+            look = self.inside(["sh", "-c", "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ "
+                                "2>/dev/null | tr '\\0' '\\n'"], user=user,
+                               env=self.user_env(user))
+            self.check_no_secret(look.stdout, user + "'s /proc")
+        for user in (alice, bob):
+            for args in (["ps"], ["budgets"], ["report"]):
+                result = self.spendcap(user, args)
+                self.assertEqual(result.returncode, 0, "%s %s: %s" % (user, args, result.stderr))
+                self.check_no_secret(result.stdout + result.stderr, "%s %s" % (user, args))
+        run_id = running[0]["id"]
+        result = self.spendcap(alice, ["stop", "--run", run_id[:8], "--reason", "guide test"])
+        self.assertEqual(result.returncode, 0, result.stderr + self.cluster.psql(
+            "SELECT id, user_name, status, reason FROM runs", database="spendcap") +
+            self.spendcap(alice, ["ps", "--json"]).stdout)
+        out, err = front.communicate(timeout=90)
+        self.assertEqual(front.returncode, 123, err)
+        # The ledger: every run recorded as the service role, with its Unix user.
+        rows = self.cluster.psql("SELECT user_name || ' ' || status FROM runs ORDER BY 1",
+                                 database="spendcap").split()
+        self.assertIn(alice, rows)
+        self.assertIn(bob, rows)
+        dump = subprocess.run(self.cluster.as_server + [
+            os.path.join(PG_BIN, "pg_dump"), "--data-only", "-h", self.cluster.dir, "-p",
+            str(self.cluster.port), "spendcap"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(dump.returncode, 0, dump.stderr)
+        self.check_no_secret(dump.stdout, "the ledger")
+
+    def test_as_the_guide_says_directly(self):
+        self.install_as_the_guide_says(bouncer=False)
+        self.drive_two_users()
+
+    @unittest.skipUnless(os.path.exists(BOUNCER), "no pgbouncer at " + BOUNCER)
+    def test_as_the_guide_says_through_pgbouncer_in_transaction_mode(self):
+        self.install_as_the_guide_says(bouncer=True)
+        self.drive_two_users()
+
+
+if __name__ == "__main__":
+    unittest.main()
