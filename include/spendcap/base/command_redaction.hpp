@@ -9,6 +9,10 @@
 //   "Authorization: Bearer VALUE"   -> "Authorization: ***"
 //   scheme://user:pass@host/...     -> scheme://user:***@host/...
 //   ...?token=VALUE&x=1 (a query)   -> ...?token=***&x=1
+//   ghp_..., github_pat_..., glpat-..., xoxb-..., sk-..., hf_..., AKIA... (a known token
+//   format starting a word, anywhere in an argument) -> ghp_***
+//   mysql/mysqldump/mariadb/sshpass ... -pVALUE (after such a tool, in the argv or in one
+//   argument's words, as sh -c takes them) -> -p***; sshpass -p VALUE -> -p ***
 // A name ending in a word that names where a secret is, not the secret (file, path, dir, env,
 // name, id, type), is kept: "--token-file /run/secrets/t". A secret passed any other way (a bare
 // positional argument) cannot be told from data; pass secrets in the environment. Pure.
