@@ -208,4 +208,28 @@ std::vector<std::string> redact_command(const std::vector<std::string>& argv) {
   return out;
 }
 
+std::vector<std::string> stored_command(const std::vector<std::string>& argv) {
+  std::vector<std::string> words = redact_command(argv);
+  std::size_t total = 0;
+  for (const std::string& word : words) total += word.size();
+  if (total <= kMaxStoredCommandBytes) return words;
+  std::vector<std::string> kept;
+  std::size_t room = kMaxStoredCommandBytes;
+  for (const std::string& word : words) {
+    if (word.size() <= room) {
+      kept.push_back(word);
+      room -= word.size();
+      continue;
+    }
+    std::size_t cut = room;
+    while (cut > 0 && (static_cast<unsigned char>(word[cut]) & 0xC0) == 0x80) --cut;
+    if (cut > 0) kept.push_back(word.substr(0, cut));
+    room -= cut;
+    break;
+  }
+  std::size_t left_out = total - (kMaxStoredCommandBytes - room);
+  kept.push_back("[spendcap: " + std::to_string(left_out) + " more bytes not kept]");
+  return kept;
+}
+
 }  // namespace spendcap

@@ -280,7 +280,7 @@ RunRecord new_record(const RunStart& start, double now) {
   run.project = start.project;
   run.user = start.user;
   run.tags = start.tags;
-  run.command = redact_command(start.command);  // secrets never reach the ledger
+  run.command = stored_command(start.command);  // no secrets, at most 4 KiB
   run.cwd = start.cwd;
   run.fingerprint = start.fingerprint;
   run.host = start.host;

@@ -18,6 +18,7 @@
 // positional argument) cannot be told from data; pass secrets in the environment. Pure.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,13 @@ namespace spendcap {
 inline constexpr std::string_view kRedacted = "***";
 
 std::vector<std::string> redact_command(const std::vector<std::string>& argv);
+
+// The command as the ledger and the webhooks keep it: redacted, then at most
+// kMaxStoredCommandBytes of its words' text (the word that crosses it cut at a UTF-8 boundary),
+// then one last word saying how much was left out: "[spendcap: 123456 more bytes not kept]".
+// A user's run must not fill the shared ledger with its argv (issue 38); the job gets it whole.
+inline constexpr std::size_t kMaxStoredCommandBytes = 4096;
+std::vector<std::string> stored_command(const std::vector<std::string>& argv);
 
 // Whether an option or variable name ("--api-key", "AWS_SECRET_ACCESS_KEY") names a secret.
 bool names_secret(std::string_view name);

@@ -92,3 +92,21 @@ TEST_CASE("-pVALUE is redacted for the tools known to take a password glued to -
         Argv{"torchrun", "-p29500", "train.py"});
   CHECK(redact_command({"tar", "-pxf", "a.tar"}) == Argv{"tar", "-pxf", "a.tar"});
 }
+
+TEST_CASE("the stored command is at most 4 KiB, then says how much was left out") {
+  Argv small = {"python3", "train.py", "--token=x"};
+  CHECK(stored_command(small) == Argv{"python3", "train.py", "--token=***"});
+  std::string big(10000, 'a');
+  Argv kept = stored_command({"python3", big, "--lr", "3"});
+  REQUIRE(kept.size() == 3);
+  CHECK(kept[0] == "python3");
+  CHECK(kept[1] == std::string(kMaxStoredCommandBytes - 7, 'a'));
+  // 10000 + 4 + 1 + 7 = 10012 bytes in all, 4096 kept.
+  CHECK(kept[2] == "[spendcap: 5916 more bytes not kept]");
+  // A cut never splits a UTF-8 sequence.
+  std::string accents;
+  while (accents.size() < 5000) accents += "\xc3\xa9";
+  Argv cut = stored_command({"x", accents});
+  CHECK(cut[1].size() == kMaxStoredCommandBytes - 2);  // 4094 bytes: whole characters
+  CHECK(cut[2] == "[spendcap: 906 more bytes not kept]");
+}
