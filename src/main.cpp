@@ -36,7 +36,8 @@ void add_run_options(CLI::App& run, spendcap::RunRequest& request) {
   run.add_option("--team", request.team, "the team the run is charged to");
   run.add_option("--experiment", request.experiment, "the experiment it belongs to");
   run.add_option("--project", request.project, "the project it belongs to");
-  run.add_option("--tag", request.tags, "a free tag KEY=VALUE (repeatable)");
+  run.add_option("--tag", request.tags,
+                 "a free tag KEY=VALUE (repeatable; at most 32, KEY 64 and VALUE 256 bytes)");
   run.add_option("--job-key", request.job_key,
                  "one job across restarts: --budget is shared by every run with this key");
   run.add_option("--run-id", request.run_id,

@@ -60,6 +60,77 @@ void redact_query(std::string& text) {
   }
 }
 
+bool is_token_char(char c, bool dashes) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (dashes && c == '-');
+}
+
+// A token format that says what it is, wherever it stands: its prefix, the characters that may
+// follow it, and how many at least (short prefixes need long tails, or "sk-learn" would go).
+struct TokenFormat {
+  std::string_view prefix;
+  bool dashes;  // whether '-' continues the token
+  std::size_t min_tail;
+};
+constexpr TokenFormat kTokenFormats[] = {
+    {"ghp_", false, 20},  {"gho_", false, 20}, {"ghu_", false, 20},
+    {"ghs_", false, 20},  {"ghr_", false, 20}, {"github_pat_", false, 20},  // GitHub
+    {"glpat-", true, 20}, {"gldt-", true, 20}, {"glrt-", true, 20},         // GitLab
+    {"xoxb-", true, 10},  {"xoxp-", true, 10}, {"xoxa-", true, 10},
+    {"xoxr-", true, 10},  {"xoxs-", true, 10}, {"xapp-", true, 10},  // Slack
+    {"sk-", true, 20},                          // OpenAI, Anthropic (sk-ant-...)
+    {"hf_", false, 20},                         // Hugging Face
+    {"AKIA", false, 16},  {"ASIA", false, 16},  // AWS access key ids
+};
+
+// "ghp_abc...xyz" -> "ghp_***" wherever a known token format starts a word in `text`.
+void redact_tokens(std::string& text) {
+  for (std::size_t at = 0; at < text.size(); ++at) {
+    if (at > 0 && is_token_char(text[at - 1], true)) continue;  // inside a word
+    for (const TokenFormat& format : kTokenFormats) {
+      if (text.compare(at, format.prefix.size(), format.prefix) != 0) continue;
+      std::size_t tail = at + format.prefix.size();
+      std::size_t end = tail;
+      while (end < text.size() && is_token_char(text[end], format.dashes)) ++end;
+      if (end - tail < format.min_tail) continue;
+      text.replace(tail, end - tail, kRedacted);
+      at = tail + kRedacted.size() - 1;
+      break;
+    }
+  }
+}
+
+std::string_view program_name(std::string_view word) {
+  std::size_t slash = word.rfind('/');
+  if (slash != std::string_view::npos) word.remove_prefix(slash + 1);
+  return word;
+}
+
+// The tools that take a password glued to -p ("mysql -pVALUE"; sshpass also "-p VALUE").
+bool takes_glued_password(std::string_view word) {
+  word = program_name(word);
+  static const std::set<std::string_view> kTools = {
+      "mysql",     "mysqldump", "mysqladmin", "mysqlimport",  "mysqlcheck",    "mysqlshow",
+      "mysqlpump", "mysqlsh",   "mariadb",    "mariadb-dump", "mariadb-admin", "sshpass"};
+  return kTools.count(word) > 0;
+}
+
+// Within one argument, words after such a tool ("bash -c 'mysql -uroot -ps3cret db'").
+void redact_glued_passwords(std::string& text, bool& after_tool) {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find_first_of(" \t\n;|&", at);
+    if (end == std::string::npos) end = text.size();
+    std::string_view word(text.data() + at, end - at);
+    if (takes_glued_password(word)) {
+      after_tool = true;
+    } else if (after_tool && word.size() > 2 && word.starts_with("-p") && word != "-p***") {
+      text.replace(at + 2, end - at - 2, kRedacted);
+      end = at + 2 + kRedacted.size();
+    }
+    at = end + 1;
+  }
+}
+
 }  // namespace
 
 bool names_secret(std::string_view name) {
@@ -83,7 +154,14 @@ std::vector<std::string> redact_command(const std::vector<std::string>& argv) {
   std::vector<std::string> out;
   out.reserve(argv.size());
   bool value_is_secret = false;  // the previous argument was "--token" without a value
+  bool after_tool = false;       // a tool of takes_glued_password came earlier
+  bool after_sshpass = false;    // "sshpass -p VALUE": the value is the next argument
   for (const std::string& arg : argv) {
+    if (after_sshpass && arg == "-p") {
+      out.push_back(arg);
+      value_is_secret = true;
+      continue;
+    }
     if (value_is_secret && !arg.starts_with("-")) {
       out.emplace_back(kRedacted);
       value_is_secret = false;
@@ -122,9 +200,36 @@ std::vector<std::string> redact_command(const std::vector<std::string>& argv) {
     }
     redact_userinfo(text);
     redact_query(text);
+    redact_tokens(text);
+    redact_glued_passwords(text, after_tool);
+    if (program_name(arg) == "sshpass") after_sshpass = true;
     out.push_back(std::move(text));
   }
   return out;
+}
+
+std::vector<std::string> stored_command(const std::vector<std::string>& argv) {
+  std::vector<std::string> words = redact_command(argv);
+  std::size_t total = 0;
+  for (const std::string& word : words) total += word.size();
+  if (total <= kMaxStoredCommandBytes) return words;
+  std::vector<std::string> kept;
+  std::size_t room = kMaxStoredCommandBytes;
+  for (const std::string& word : words) {
+    if (word.size() <= room) {
+      kept.push_back(word);
+      room -= word.size();
+      continue;
+    }
+    std::size_t cut = room;
+    while (cut > 0 && (static_cast<unsigned char>(word[cut]) & 0xC0) == 0x80) --cut;
+    if (cut > 0) kept.push_back(word.substr(0, cut));
+    room -= cut;
+    break;
+  }
+  std::size_t left_out = total - (kMaxStoredCommandBytes - room);
+  kept.push_back("[spendcap: " + std::to_string(left_out) + " more bytes not kept]");
+  return kept;
 }
 
 }  // namespace spendcap

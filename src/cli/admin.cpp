@@ -195,8 +195,8 @@ bool paused_here(const RunView& run) {
 // squeue's view of the budget a run is in: of its budgeted scopes, the one with the least left
 // (the one that binds), as what was used of its amount ("team:vision 45% of $10.00"): used as
 // `budgets` says it, finished runs' spend and running runs' spend so far (never the ceilings they
-// hold: HELD shows those). A run with only its own --budget: its spend of that. "-" when the run
-// has neither.
+// hold: HELD shows those). The run's own budget (--budget, a max_run) instead when it is the
+// lower: its spend of that. "-" when the run has neither.
 std::string budget_share(const RunView& run, const std::vector<BudgetView>& views,
                          const std::string& currency, double now) {
   const BudgetView* binding = nullptr;
@@ -213,11 +213,16 @@ std::string budget_share(const RunView& run, const std::vector<BudgetView>& view
                   100.0 * static_cast<double>(part.micros) / static_cast<double>(whole.micros));
     return std::string(text);
   };
-  if (binding && binding->rule.amount > Money{}) {
+  // The run's own --budget binds when it leaves the run less room than the scope's budget does
+  // (the scope's remaining, plus the ceiling this run holds in it): a $5 run in a team of $100
+  // shows its own $5 (issue 38: ps showed the team's, which never stops it first).
+  bool own_binds = run.budget && *run.budget > Money{} &&
+                   (!binding || *run.budget < binding->remaining() + held_by(run));
+  if (binding && binding->rule.amount > Money{} && !own_binds) {
     return to_string(binding->rule.scope) + " " + percent(used(*binding), binding->rule.amount) +
            " of " + format_money(binding->rule.amount, currency);
   }
-  if (run.budget && *run.budget > Money{}) {
+  if (own_binds) {
     return "run " + percent(live_spend(run, now), *run.budget) + " of " +
            format_money(*run.budget, currency);
   }

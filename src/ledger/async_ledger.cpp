@@ -93,8 +93,13 @@ std::string AsyncLedger::call_and_wait(std::function<void(Ledger&)> work, Nanos 
     std::lock_guard lock(shared_->mutex);
     shared_->stopping = true;
   }
-  worker_.detach();         // stuck in the ledger: let the process exit without it
-  note_abandoned_thread();  // and without the libraries' finalisers (base/process_end.hpp)
+  // Stuck in the ledger: let the process exit without it, and without the libraries' finalisers
+  // (base/process_end.hpp). A second call that times out finds it abandoned already: the team
+  // budgets' read for the metrics, then the final row (a second detach threw EINVAL, issue 38).
+  if (worker_.joinable()) {
+    worker_.detach();
+    note_abandoned_thread();
+  }
   return "the ledger did not answer within " + format_duration(timeout);
 }
 

@@ -266,7 +266,7 @@ const char* const kNoBudgetHint =
 RunRecord new_record(const RunStart& start, double now) {
   RunRecord run;
   static_cast<RunIdentity&>(run) = start;       // the identity whole (run_identity.hpp)
-  run.command = redact_command(start.command);  // secrets never reach the ledger
+  run.command = stored_command(start.command);  // no secrets, at most 4 KiB
   run.cwd = start.cwd;
   run.fingerprint = start.fingerprint;
   run.pid = start.pid;

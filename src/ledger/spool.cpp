@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -216,6 +217,15 @@ std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
         write_file_atomically(path, text, 0640, "spool " + path);
         return true;
       })) {
+    // The child that wrote it cannot hand its errno back: a full filesystem (the ledger's own,
+    // on a shared runner) is the usual cause, and must not read as a permission problem.
+    struct statvfs room {};
+    if (::statvfs(directory.c_str(), &room) == 0 && room.f_bavail == 0) {
+      throw Error(
+          "spool " + path,
+          "the runner's spool could not be written: no space left on its filesystem",
+          "free space on the filesystem of " + directory + " (it usually holds the ledger too)");
+    }
     throw Error("spool " + path, "the runner's spool could not be written",
                 "the runner's owner checks the spool directory (scripts/install-shared-runner.sh)");
   }

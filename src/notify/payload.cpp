@@ -36,7 +36,7 @@ nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
   p["user"] = facts.user;
   p["tags"] = facts.tags;
   p["host"] = facts.host;
-  p["command"] = redact_command(facts.command);  // the outbox keeps bodies in the ledger
+  p["command"] = stored_command(facts.command);  // the outbox keeps bodies in the ledger
   p["reason"] = event.reason;
   if (!event.scope.empty()) p["scope"] = event.scope;
   if (!event.message.empty()) p["message"] = event.message;

@@ -26,6 +26,9 @@ namespace spendcap {
 Inherited Inherited::capture() {
   Inherited inherited;
   inherited.state = ProcessState::capture();
+  for (int fd = 0; fd <= 2; ++fd) {
+    inherited.closed_standard[fd] = ::fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+  }
   if (DIR* dir = ::opendir("/proc/self/fd")) {
     int own = ::dirfd(dir);
     while (dirent* entry = ::readdir(dir)) {
@@ -85,6 +88,10 @@ struct ExecSetup {
     }
     restore_process_state(spec->inherited.state);
     restore_signals(spec->inherited);
+    // Last: nothing here opens an fd after it (Boost's error pipe was made before the fork).
+    for (int fd = 0; fd <= 2; ++fd) {
+      if (spec->inherited.closed_standard[fd]) ::close(fd);
+    }
     return {};
   }
 };

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -42,6 +43,16 @@ void say(const Error& error) {
 // ---- the front ----
 
 int run_front(const RunnerConfig& config, int argc, char** argv) {
+  // A closed fd 0-2 (`spendcap run ... <&-`) would hand its number to the memfd or the pipe
+  // below: fill it with /dev/null, and tell the runner, whose job gets it closed again.
+  std::array<bool, 3> closed{};
+  for (int fd = 0; fd <= 2; ++fd) {
+    closed[fd] = ::fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+    if (closed[fd] && ::open("/dev/null", O_RDWR) != fd) {
+      say(Error("front", "fd " + std::to_string(fd) + " was closed and /dev/null cannot fill it"));
+      return to_int(ExitCode::internal);
+    }
+  }
   struct stat st {};
   if (::stat(config.runner.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
       !(st.st_mode & S_ISUID)) {
@@ -79,6 +90,9 @@ int run_front(const RunnerConfig& config, int argc, char** argv) {
   int signal_fd = ::signalfd(-1, &watched, SFD_CLOEXEC);
 
   std::string fds = std::to_string(env_fd) + "," + std::to_string(control[0]);
+  if (std::string closed_text = closed_standard_text(closed); !closed_text.empty()) {
+    fds += "," + closed_text;
+  }
   std::vector<char*> runner_argv{argv[0], const_cast<char*>("--front-fds"), fds.data()};
   for (int i = 1; i < argc; ++i) runner_argv.push_back(argv[i]);
   runner_argv.push_back(nullptr);

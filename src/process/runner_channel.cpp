@@ -222,14 +222,37 @@ std::map<std::string, std::string> parse_environment_block(const std::string& bl
   return env;
 }
 
+std::string closed_standard_text(const std::array<bool, 3>& closed) {
+  std::string text;
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (closed[fd]) text += static_cast<char>('0' + fd);
+  }
+  return text;
+}
+
 FrontFds parse_front_fds(const std::string& text) {
   size_t comma = text.find(',');
   if (comma == std::string::npos) {
     throw Error("--front-fds", "not a descriptor pair", "run spendcap, not the runner");
   }
   FrontFds fds;
+  size_t second = text.find(',', comma + 1);
+  if (second != std::string::npos) {
+    std::string closed = text.substr(second + 1);
+    if (closed.empty() || closed.size() > 3) {
+      throw Error("--front-fds", "not a list of closed fds 0-2", "run spendcap, not the runner");
+    }
+    for (char c : closed) {
+      if (c < '0' || c > '2' || fds.closed_standard[c - '0']) {
+        throw Error("--front-fds", "not a list of closed fds 0-2", "run spendcap, not the runner");
+      }
+      fds.closed_standard[c - '0'] = true;
+    }
+  }
   fds.environment = parse_fd(text.substr(0, comma), "--front-fds");
-  fds.control = parse_fd(text.substr(comma + 1), "--front-fds");
+  fds.control = parse_fd(
+      text.substr(comma + 1, second == std::string::npos ? std::string::npos : second - comma - 1),
+      "--front-fds");
   if (fds.environment == fds.control) {
     throw Error("--front-fds", "not a descriptor pair", "run spendcap, not the runner");
   }

@@ -130,7 +130,13 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   }
   final.storage_peak_gb = outcome.storage_peak_gb;
   final.storage_spend = outcome.storage_spend;
-  std::string error = supervisor.record_final(final, kFinalRowTimeout, outbox_delivered);
+  // Whatever fails here, the row is spooled and the run ends with its own status (issue 38).
+  std::string error;
+  try {
+    error = supervisor.record_final(final, kFinalRowTimeout, outbox_delivered);
+  } catch (const std::exception& record_error) {
+    error = record_error.what();
+  }
   if (error.empty()) return true;
   try {
     // A spooled row is checked against the run's last heartbeat when it is replayed, and
@@ -149,6 +155,9 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   } catch (const Error& spool_error) {
     reporter.error("ledger: " + error +
                    "; spooling the final row failed too: " + format_error(spool_error));
+  } catch (const std::exception& spool_error) {
+    reporter.error("ledger: " + error +
+                   "; spooling the final row failed too: " + spool_error.what());
   }
   return false;
 }

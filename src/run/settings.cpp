@@ -19,6 +19,7 @@
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/stop_rule.hpp"
 #include "spendcap/policy/keys.hpp"
+#include "spendcap/run/input_limits.hpp"
 #include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/multi_node.hpp"
 #include "spendcap/spend/meter.hpp"
@@ -367,6 +368,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
                 "give the command after --, e.g. spendcap run --rate 36 --budget 10 -- python3 "
                 "train.py");
   }
+  require_within_input_limits(request);
   require_printable_name(request.team, "--team");
   require_printable_name(request.experiment, "--experiment");
   require_printable_name(request.project, "--project");
@@ -383,7 +385,7 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
     require_printable_name(tag.substr(0, eq), "--tag");
     settings.identity.tags[tag.substr(0, eq)] = tag.substr(eq + 1);
   }
-  for (const auto& [key, value] : scheduler_tags(env))
+  for (const auto& [key, value] : bounded_tags(scheduler_tags(env)))
     settings.identity.tags.try_emplace(key, value);
   resolve_rate(request, env, settings);
 

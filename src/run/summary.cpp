@@ -75,6 +75,8 @@ void write_status(const RunRequest& request, const RunOutcome& outcome, const Re
     write_status_file(*request.status_file, outcome);
   } catch (const Error& error) {
     reporter.error(format_error(error));
+  } catch (const std::exception& error) {
+    reporter.error("--status-file " + *request.status_file + ": " + error.what());
   }
 }
 

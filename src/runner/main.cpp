@@ -334,6 +334,7 @@ int run_for_the_front(Start& start, int argc, char** argv) {
   // What the job inherits: the front's fds (make's jobserver, Slurm's PMI), none of the runner's.
   Inherited now = Inherited::capture();
   start.caller_state.fds = now.fds;
+  start.caller_state.closed_standard = front.closed_standard;
   RunCgroups cgroups = make_cgroups();
 
   pid_t supervisor = ::fork();

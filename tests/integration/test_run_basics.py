@@ -43,6 +43,25 @@ class ExitStatusTest(SpendcapTest):
         with open(stdout_file) as f:
             self.assertEqual(f.read().strip(), stdout_file)
 
+    def test_a_closed_fd_0_to_2_is_closed_for_the_job(self):
+        # As without spendcap (issue 38): spendcap fills the gap with /dev/null for itself only.
+        probe = ('exec 9>"$0"; for fd in 0 1 2; do'
+                 ' if [ -e /proc/self/fd/$fd ]; then echo $fd=open >&9;'
+                 ' else echo $fd=closed >&9; fi; done')
+        for closed in ("0", "1", "2"):
+            with self.subTest(closed=closed):
+                out = self.path("fds%s.txt" % closed)
+                script = 'exec "$0" run --rate 1 --budget 10 -- sh -c \'%s\' "$1" %s>&-' % (
+                    probe, closed)
+                result = subprocess.run(["sh", "-c", script, SPENDCAP, out],
+                                        env=self.spendcap_env(), cwd=self.tmp,
+                                        capture_output=True, text=True, timeout=60)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                with open(out) as f:
+                    self.assertEqual(f.read().split(),
+                                     ["%d=%s" % (fd, "closed" if str(fd) == closed else "open")
+                                      for fd in range(3)])
+
     def test_job_environment(self):
         result = self.run_spendcap(
             ["run", "--team", "vision", "--experiment", "resnet", "--project", "p1", "--rate", "1",

@@ -98,6 +98,27 @@ class RunnerCleanProcessTest(SharedRunnerSetup):
                                  ["finished"], result.stderr)
         self.assertEqual(self.root_sql("SELECT count(*) FROM outbox"), "0")
 
+    def test_a_closed_fd_0_to_2_reaches_the_job_closed(self):
+        # Issue 38: `spendcap run ... <&-` ended 125 (`--front-fds: not a descriptor: "0"`): the
+        # front's memfd took the closed fd's number. Now the job sees what it would without
+        # spendcap: that fd closed, the others as they were.
+        user = self.users[0]
+        probe = ('exec 9>"$0"; for fd in 0 1 2; do'
+                 ' if [ -e /proc/self/fd/$fd ]; then echo $fd=open >&9;'
+                 ' else echo $fd=closed >&9; fi; done')
+        for closed in ("0", "1", "2"):
+            with self.subTest(closed=closed):
+                out = os.path.join(self.tmp, user, "fds%s.txt" % closed)
+                script = 'exec "$0" run --team vision -- sh -c \'%s\' "$1" %s>&-' % (probe, closed)
+                result = self.inside(["bash", "-c", script, self.bin, out], user=user,
+                                     env=self.user_env(user))
+                self.assertEqual(result.returncode, 0, result.stderr)
+                with open(out) as f:
+                    seen = f.read().split()
+                self.assertEqual(seen, ["%d=%s" % (fd, "closed" if str(fd) == closed else "open")
+                                        for fd in range(3)], result.stderr)
+                self.assertEqual(self.last_run()["status"], "succeeded")
+
     def test_a_lowered_hard_limit_is_raised_or_the_run_refused(self):
         # bash's `ulimit -f 8` lowers the hard limit too: root raises it again where it holds
         # CAP_SYS_RESOURCE; where it does not, the run is refused before anything is written.

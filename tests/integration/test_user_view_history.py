@@ -175,8 +175,10 @@ class PsTest(LedgerTest):
     """Item 3: `ps` shows whose run it is and how much of the binding budget is used."""
 
     def test_ps_has_user_and_budget_share(self):
+        # A run budget above the team's: the team's binds (a lower one binds itself:
+        # test_ps_binding).
         self.write_policy({"budgets": {"team": {"demo": {"amount": 20}}}})
-        process = self.start_spendcap(["run", "--team", "demo", "--rate", "36", "--budget", "5",
+        process = self.start_spendcap(["run", "--team", "demo", "--rate", "36", "--budget", "50",
                                        "--sync", "1s"] + SLEEP)
         self.addCleanup(stop_process, process)
         wait_until(lambda: self.runs("status = 'running'") or process.poll() is not None, 60,

@@ -84,6 +84,28 @@ class ShowWholeRecordTest(UserLedgerTest):
             self.assertRegex(to_file.stdout, r"(?m)^  %s: " % re.escape(label), to_file.stdout)
         return to_file.stdout
 
+    def test_token_formats_and_glued_passwords_never_reach_the_ledger(self):
+        # Issue 38: bare tokens (GitHub, GitLab, Slack, sk-, hf_, AWS) and mysql/sshpass -pVALUE
+        # were stored and shown to every user. The job gets them unchanged.
+        tokens = {"ghp_": "ghp_" + "A1b2" * 9, "glpat-": "glpat-" + "x9Y8" * 5,
+                  "xoxb-": "xoxb-1234567890-" + "Zq" * 6, "sk-": "sk-ant-api03-" + "Kp" * 12,
+                  "hf_": "hf_" + "Mn" * 15, "AKIA": "AKIA" + "Q7" * 8}
+        argv = ["python3", self.job, "1"] + list(tokens.values()) + [
+            "mysql -uroot -pMysqlPw9 app", "sshpass", "-p", "SshPw7"]
+        done = self.run_in_workdir(["run", "--team", "t4", "--rate", "36", "--status-file",
+                                    self.path("done.json"), "--"] + argv)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(self.workdir, "argv-1.json")) as f:
+            self.assertEqual(json.load(f)[1:], argv[2:], "the job's argv is its own")
+        shown = self.spendcap_json(["show", self.read_json("done.json")["run_id"]])
+        self.assertEqual(shown["command"],
+                         ["python3", self.job, "1"] + [p + "***" for p in tokens] +
+                         ["mysql -uroot -p*** app", "sshpass", "-p", "***"])
+        with open(self.ledger_file(), "rb") as f:
+            stored = f.read()
+        for secret in list(tokens.values()) + ["MysqlPw9", "SshPw7"]:
+            self.assertNotIn(secret.encode(), stored, secret)
+
     def test_show_gives_the_whole_record(self):
         # A run to its end: its progress and metric; no checkpoint signal.
         secret_args = ["--api-key", SECRETS[0], "--hf-token=" + SECRETS[1],

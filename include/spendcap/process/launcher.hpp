@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ namespace spendcap {
 // fd or changes a signal: the job gets exactly this back.
 struct Inherited {
   std::vector<int> fds;  // open above 2 and not close-on-exec
+  // fds 0-2 the caller had closed (`spendcap run ... <&-`): spendcap fills them with /dev/null
+  // for itself, and the job gets them closed again, as without spendcap.
+  std::array<bool, 3> closed_standard{};
   sigset_t mask{};
   std::vector<int> ignored_signals;
   ProcessState state;  // limits, umask, nice... (process_state.hpp)

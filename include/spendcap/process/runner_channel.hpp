@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,11 +53,17 @@ bool steers_network_code(const std::string& name);
 std::map<std::string, std::string> parse_environment_block(const std::string& block);
 inline constexpr size_t kMaxEnvironmentBytes = size_t{16} << 20;
 
-// "ENV,CTL" of --front-fds: two fds above 2. Throws Error when it is anything else.
+// "ENV,CTL[,CLOSED]" of --front-fds: two fds above 2, then which of fds 0-2 the caller had
+// closed (digits, e.g. "0" or "12"; the front fills them with /dev/null so that its memfd and
+// pipe do not take their numbers, and the job gets them closed again). Throws Error when it is
+// anything else.
 struct FrontFds {
   int environment = -1;
   int control = -1;
+  std::array<bool, 3> closed_standard{};
 };
+// The CLOSED part for `closed` ("" when none was).
+std::string closed_standard_text(const std::array<bool, 3>& closed);
 FrontFds parse_front_fds(const std::string& text);
 
 // The seals the front puts on its environment memfd; is_front_environment: `fd` is a memfd

@@ -52,3 +52,61 @@ TEST_CASE("names that only look alike, and where a secret is kept, are not redac
   CHECK_FALSE(names_secret("--api-key-file"));
   CHECK_FALSE(names_secret("--monkey"));
 }
+
+TEST_CASE("tokens of the known formats are redacted wherever they stand, keeping their prefix") {
+  std::string gh = "ghp_" + std::string(36, 'a');
+  CHECK(redact_command({"tool", gh, "--x=" + gh, "url=https://h/" + gh}) ==
+        Argv{"tool", "ghp_***", "--x=ghp_***", "url=https://h/ghp_***"});
+  CHECK(redact_command({"github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+                        "glpat-abcdefghij-1234567890", "xoxb-123456789012-abcdefghijkl",
+                        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz", "sk-proj-ABCDEFGHIJKLMNOPQRSTUV",
+                        "hf_abcdefghijklmnopqrstuvwxyzABCD", "AKIAIOSFODNN7EXAMPLE"}) ==
+        Argv{"github_pat_***", "glpat-***", "xoxb-***", "sk-***", "sk-***", "hf_***", "AKIA***"});
+  // In a shell command string too.
+  CHECK(redact_command({"bash", "-c", "curl -H 'x: " + gh + "' https://api"}) ==
+        Argv{"bash", "-c", "curl -H 'x: ghp_***' https://api"});
+}
+
+TEST_CASE("words that only start like a token are kept") {
+  Argv plain = {"python",        "-m",
+                "sk-learn-demo", "--model",
+                "hf_tiny",       "use_hf_" + std::string(30, 'x'),
+                "AKIA-short",    "xoxb-1",
+                "ghp_short",     "mask-" + std::string(30, 'y')};
+  CHECK(redact_command(plain) == plain);
+}
+
+TEST_CASE("-pVALUE is redacted for the tools known to take a password glued to -p") {
+  CHECK(redact_command({"mysql", "-uroot", "-ps3cret", "-h", "db", "app"}) ==
+        Argv{"mysql", "-uroot", "-p***", "-h", "db", "app"});
+  CHECK(redact_command({"/usr/bin/mysqldump", "-pX", "db"}) ==
+        Argv{"/usr/bin/mysqldump", "-p***", "db"});
+  CHECK(redact_command({"sshpass", "-ppw", "ssh", "h"}) == Argv{"sshpass", "-p***", "ssh", "h"});
+  CHECK(redact_command({"sshpass", "-p", "pw", "ssh", "h"}) ==
+        Argv{"sshpass", "-p", "***", "ssh", "h"});
+  CHECK(redact_command({"bash", "-c", "mysql -uroot -ps3cret db && echo ok"}) ==
+        Argv{"bash", "-c", "mysql -uroot -p*** db && echo ok"});
+  // mysql -p alone prompts: the next word is the database. Other tools' -p is not a password.
+  CHECK(redact_command({"mysql", "-p", "app"}) == Argv{"mysql", "-p", "app"});
+  CHECK(redact_command({"torchrun", "-p29500", "train.py"}) ==
+        Argv{"torchrun", "-p29500", "train.py"});
+  CHECK(redact_command({"tar", "-pxf", "a.tar"}) == Argv{"tar", "-pxf", "a.tar"});
+}
+
+TEST_CASE("the stored command is at most 4 KiB, then says how much was left out") {
+  Argv small = {"python3", "train.py", "--token=x"};
+  CHECK(stored_command(small) == Argv{"python3", "train.py", "--token=***"});
+  std::string big(10000, 'a');
+  Argv kept = stored_command({"python3", big, "--lr", "3"});
+  REQUIRE(kept.size() == 3);
+  CHECK(kept[0] == "python3");
+  CHECK(kept[1] == std::string(kMaxStoredCommandBytes - 7, 'a'));
+  // 10000 + 4 + 1 + 7 = 10012 bytes in all, 4096 kept.
+  CHECK(kept[2] == "[spendcap: 5916 more bytes not kept]");
+  // A cut never splits a UTF-8 sequence.
+  std::string accents;
+  while (accents.size() < 5000) accents += "\xc3\xa9";
+  Argv cut = stored_command({"x", accents});
+  CHECK(cut[1].size() == kMaxStoredCommandBytes - 2);  // 4094 bytes: whole characters
+  CHECK(cut[2] == "[spendcap: 906 more bytes not kept]");
+}
