@@ -6,7 +6,7 @@
 # Builds first (scripts/setup.sh; SPENDCAP_BENCH_NO_SETUP=1 skips it and builds only the benchmarks).
 # The kill benchmark needs root and a writable cgroup v2 hierarchy; PostgreSQL parts need the
 # postgresql server package (a throwaway server on SPENDCAP_PG_PORT, stopped afterwards).
-# Usage: scripts/bench.sh [--quick | --pg | --table] [--markdown FILE]
+# Usage: scripts/bench.sh [--quick | --pg | --table | --idle] [--markdown FILE]
 #   --quick: 30 overhead rounds, 10 s supervision windows, 1 kill round of 10 and 100 processes,
 #            5 overshoot runs, 1 s ledger windows and 100,000 runs for the views (a few minutes).
 #   --pg:    the PostgreSQL parts only, on the durable server (issue 23): a run's time against
@@ -16,6 +16,10 @@
 #            durable PostgreSQL directly and through pgbouncer against SQLite, heartbeats at 32
 #            writers, and the reports over 1,000,000 runs ($SPENDCAP_BENCH_REPORT_DIR: a ledger
 #            seeded by an earlier report_bench --dir, reused).
+#   --idle:  what supervising an idle job costs (issue 41): `spendcap run -- sleep` at the
+#            defaults, wakeups/s and CPU % of one core of spendcap and its guard, as root (the
+#            process connector, which counts the machine's forks) and with an ordinary user's
+#            detector; $SPENDCAP_BENCH_BASELINE (another spendcap binary) runs side by side.
 #   --markdown FILE: the table of figures and goals also written to FILE, as markdown.
 # Every mode ends with that table, for the figures it measured, with the machine's load average
 # (/proc/loadavg) at the start and at the end.
@@ -24,9 +28,9 @@ cd "$(dirname "$0")/.."
 mode="" markdown=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick | --pg | --table) mode=$1 ;;
+    --quick | --pg | --table | --idle) mode=$1 ;;
     --markdown) markdown=$2; shift ;;
-    *) echo "usage: scripts/bench.sh [--quick | --pg | --table] [--markdown FILE]" >&2; exit 2 ;;
+    *) echo "usage: scripts/bench.sh [--quick | --pg | --table | --idle] [--markdown FILE]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -36,6 +40,7 @@ if [ "${SPENDCAP_BENCH_NO_SETUP:-0}" != 1 ]; then ./scripts/setup.sh >/dev/null;
 targets="spendcap exec_overhead ledger_bench report_bench"
 if [ "$mode" = "--pg" ]; then targets="spendcap ledger_bench"; fi
 if [ "$mode" = "--table" ]; then targets="spendcap ledger_bench report_bench"; fi
+if [ "$mode" = "--idle" ]; then targets="spendcap"; fi
 # shellcheck disable=SC2086 # the targets are words
 cmake --build build -j"${JOBS:-2}" --target $targets >/dev/null
 
@@ -69,6 +74,10 @@ if have("run_sqlite_cpu_ms", "timeout_cpu_ms", "run_sqlite_cpu_ratio"):
     row("the same, CPU", "%.1f vs %.1f ms (%.2fx)" % (
         f["run_sqlite_cpu_ms"], f["timeout_cpu_ms"], f["run_sqlite_cpu_ratio"]),
         "<= 2x", f["run_sqlite_cpu_ratio"] <= 2)
+if have("idle_wakeups_per_s", "idle_cpu_percent"):
+    row("an idle run (`run -- sleep`, defaults, an ordinary user's detector): wakeups/s, CPU",
+        "%.2f/s, %.3f%% of a core" % (f["idle_wakeups_per_s"], f["idle_cpu_percent"]),
+        "<= 2/s, <= 0.05%", f["idle_wakeups_per_s"] <= 2 and f["idle_cpu_percent"] <= 0.05)
 if have("version_ms", "ps_ms"):
     row("`spendcap --version` / `spendcap ps`", "%.1f / %.1f ms" % (f["version_ms"], f["ps_ms"]),
         "-", None)
@@ -106,6 +115,19 @@ echo "## Machine"
 echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg) at the start, $(date -u +%Y-%m-%dT%H:%MZ)"
 echo
+
+if [ "$mode" = "--idle" ]; then
+  trap 'rm -f "$figures"' EXIT
+  baseline=()
+  if [ -n "${SPENDCAP_BENCH_BASELINE:-}" ]; then baseline=(--baseline "$SPENDCAP_BENCH_BASELINE"); fi
+  echo "## Idle supervision, as root (the netlink process connector: the machine's forks wake it)"
+  python3 tests/bench/idle_bench.py ./build/spendcap "${baseline[@]}" --seconds 10 --rounds 3
+  echo "## Idle supervision, the detector of an ordinary user (no connector)"
+  python3 tests/bench/idle_bench.py ./build/spendcap "${baseline[@]}" --seconds 10 --rounds 3 \
+    --switches no-proc-connector --figures "$figures"
+  summary
+  exit 0
+fi
 
 pg_url=""
 pg_bin=/usr/lib/postgresql/15/bin

@@ -244,6 +244,8 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
   plan.forward_signals.assign(std::begin(kForwardedByDefault), std::end(kForwardedByDefault));
   plan.forward_signals.insert(plan.forward_signals.end(), settings.forward_signals.begin(),
                               settings.forward_signals.end());
+  GuardOptions guard_options = make_guard_options(job);
+  plan.guard_ticks_lead = guard_options.stale_after + guard_options.orphan_kill_after;
   plan.isolation = guard.isolated ? "pid namespace" : "none: the job can signal spendcap";
   if (job.runner) {
     plan.isolation += "; supervisor and guard run as " + job.runner->service_user +

@@ -234,14 +234,18 @@ class GpuSampler final : public RunPart {
     timer_.expires_after(interval_);
     timer_.async_wait([this](auto error) {
       if (error || finished_) return;
-      tick();
-      arm();
+      if (tick()) arm();
     });
   }
 
   // Every interval, on the loop: hand the helper the tree, take its latest figures. Never waits
-  // on NVML.
-  void tick() {
+  // on NVML. False once the helper could not open NVML (no library, no driver): there is nothing
+  // to sample, and the run is not woken every interval for it (the end says why not measured).
+  bool tick() {
+    {
+      std::lock_guard lock(shared_->mutex);
+      if (shared_->opened && !shared_->why_not.empty()) return false;
+    }
     std::vector<pid_t> pids = tree_pids();
     double t = to_seconds(now() - launched_);
     input_.sample(t, pids);
@@ -253,12 +257,13 @@ class GpuSampler final : public RunPart {
       summary = shared_->summary;
       is_stuck = stuck(now());
     }
-    if (!summary) return;
+    if (!summary) return true;
     report_->summary = *summary;  // current while the run goes on (--metrics-dir)
     std::optional<double> utilisation;
     if (last_summary_ && !is_stuck) utilisation = utilisation_between(*last_summary_, *summary);
     last_summary_ = std::move(summary);
     idle_guard(t, utilisation);
+    return true;
   }
 
   void idle_guard(double t, std::optional<double> utilisation) {

@@ -1,9 +1,11 @@
 #include "spendcap/supervise/guard_part.hpp"
 
 #include <fcntl.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <array>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <set>
@@ -62,6 +64,21 @@ class ProgressFile {
   off_t offset_ = 0;
 };
 
+// The progress file's directory watched with inotify: an event for the file's name says it was
+// created, written or replaced. -1 when inotify cannot watch it (no instance or watch left, a
+// directory the supervisor cannot read): the part then polls every kProgressPoll.
+int watch_progress_dir(const std::string& path) {
+  std::string dir = path.substr(0, path.rfind('/'));
+  int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return -1;
+  if (::inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO) <
+      0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 class GuardPart final : public RunPart {
  public:
   GuardPart(asio::io_context& io, const Reporter& reporter, const Meter& meter,
@@ -70,6 +87,7 @@ class GuardPart final : public RunPart {
             std::optional<HeartbeatProgress>& progress_live)
       : timer_(io),
         poll_timer_(io),
+        inotify_(io),
         reporter_(reporter),
         meter_(meter),
         plan_(terms),
@@ -85,11 +103,21 @@ class GuardPart final : public RunPart {
       guards_.push_back(make_burn_rate_guard(g.burn_rate->factor, g.burn_rate->expected_per_hour,
                                              g.burn_rate->experiment));
     }
+    if (!g.progress_path.empty()) {
+      progress_name_ = g.progress_path.substr(g.progress_path.rfind('/') + 1);
+      // Watch first, then read (on_launched): a line written in between is seen by one or the
+      // other.
+      if (int fd = watch_progress_dir(g.progress_path); fd >= 0) inotify_.assign(fd);
+    }
   }
 
   void on_launched(TimePoint) override {
-    poll();
-    tick();
+    if (inotify_.is_open()) {
+      wait_for_writes();
+    } else {
+      poll();
+    }
+    check();
   }
   void on_stopping() override { stop(); }
   void on_finish() override {
@@ -106,13 +134,53 @@ class GuardPart final : public RunPart {
     stopped_ = true;
     timer_.cancel();
     poll_timer_.cancel();
+    if (inotify_.is_open()) inotify_.close();
   }
 
-  // Reads the file between the intervals: each line gets the time it was read at, within
-  // kProgressPoll of its writing, whatever the sampling interval.
+  // Sleeps until the job writes the progress file (an idle run is not woken at all). A write is
+  // read at once; later writes are read together kProgressPoll after it, so that a job that
+  // writes every millisecond costs no more wakeups than polling did, and each line's time is
+  // within kProgressPoll of its writing.
+  void wait_for_writes() {
+    inotify_.async_read_some(asio::buffer(events_), [this](auto error, std::size_t bytes) {
+      if (error || stopped_) return;
+      if (!names_progress(bytes)) {
+        wait_for_writes();
+        return;
+      }
+      read_progress(now());
+      check();
+      if (stopped_) return;
+      poll_timer_.expires_after(kProgressPoll);
+      poll_timer_.async_wait([this](auto error) {
+        if (error || stopped_) return;
+        // What came during the pause; events queued meanwhile are read (and this read again)
+        // next, so nothing written is left unread.
+        read_progress(now());
+        check();
+        if (!stopped_) wait_for_writes();
+      });
+    });
+  }
+
+  // Whether one of the inotify events read names the progress file (the directory's other files,
+  // the checkpoint's among them, do not concern this part). A queue overflow counts as a write.
+  bool names_progress(std::size_t bytes) const {
+    for (std::size_t at = 0; at + sizeof(inotify_event) <= bytes;) {
+      const auto* event = reinterpret_cast<const inotify_event*>(events_.data() + at);
+      if ((event->mask & IN_Q_OVERFLOW) || (event->len && progress_name_ == event->name)) {
+        return true;
+      }
+      at += sizeof(inotify_event) + event->len;
+    }
+    return false;
+  }
+
+  // Without inotify: reads the file every kProgressPoll.
   void poll() {
     if (stopped_ || guards_plan_.progress_path.empty()) return;
     read_progress(now());
+    check();
     poll_timer_.expires_after(kProgressPoll);
     poll_timer_.async_wait([this](auto error) {
       if (!error) poll();
@@ -141,10 +209,12 @@ class GuardPart final : public RunPart {
     new_lines_ = true;
   }
 
-  void tick() {
+  // Asks each guard and acts, then sleeps until the next moment a verdict can change without a
+  // new line: the stall guard's deadline, or the progress line held back by kProgressLineEvery.
+  // The projection and burn-rate guards change only with a line (or once, at the first check).
+  void check() {
     if (stopped_) return;
     TimePoint at = now();
-    read_progress(at);
     if (new_lines_ && (!last_summary_ || at - *last_summary_ >= kProgressLineEvery)) {
       reporter_.line(progress_summary(state_, plan_.currency));
       last_summary_ = at;
@@ -173,14 +243,32 @@ class GuardPart final : public RunPart {
       trip_(Trip{TripKind::runaway, verdict.reason, 0});
       return;  // the trip called on_stopping
     }
-    timer_.expires_after(plan_.interval);
+    std::optional<TimePoint> next;
+    if (guards_plan_.stall_after && !said_.count("runaway:stall")) {
+      TimePoint since = state_.last_line_at ? *state_.last_line_at : *meter_.launched_at();
+      next = std::max(at, since + *guards_plan_.stall_after);
+    }
+    if (new_lines_ && last_summary_) {
+      TimePoint summary_at = *last_summary_ + kProgressLineEvery;
+      next = next ? std::min(*next, summary_at) : summary_at;
+    }
+    if (!next) {
+      timer_.cancel();
+      return;
+    }
+    timer_.expires_at(*next);
     timer_.async_wait([this](auto error) {
-      if (!error) tick();
+      if (error || stopped_) return;
+      read_progress(now());
+      check();
     });
   }
 
   asio::steady_timer timer_;
   asio::steady_timer poll_timer_;
+  asio::posix::stream_descriptor inotify_;
+  alignas(inotify_event) std::array<char, 4096> events_{};
+  std::string progress_name_;
   const Reporter& reporter_;
   const Meter& meter_;
   const RunTerms& plan_;

@@ -457,10 +457,31 @@ class Supervisor::Impl {
     return ceiling_reached_time(*meter_.launched_at(), plan_.rate_per_hour, heartbeat_->ceiling());
   }
 
-  // ---- the guard's watchdog: a tick every interval, and the deadline at each grant ----
+  // ---- the guard's watchdog: ticks while the guard reads them, and the deadline at each grant
+  // ----
 
+  // The guard counts the supervisor as stopped only near the deadline (watchdog.hpp: from
+  // deadline - orphan_kill_after, ticks older than stale_after): ticks before that window wake
+  // both processes every interval for nothing, so the first is sent one interval before it opens.
+  // No deadline (warn mode): the guard never needs one. Without plan_.guard_ticks_lead: every
+  // interval.
   void tell_guard() {
     if (finished()) return;
+    if (plan_.guard_ticks_lead && meter_.launched_at()) {
+      auto deadline = plan_.mode == Mode::enforce ? empty_by() : std::nullopt;
+      if (!deadline) {
+        watchdog_timer_.cancel();
+        return;
+      }
+      TimePoint from = *deadline - *plan_.guard_ticks_lead - plan_.interval;
+      if (now() < from) {
+        watchdog_timer_.expires_at(from);
+        watchdog_timer_.async_wait([this](auto error) {
+          if (!error) tell_guard();
+        });
+        return;
+      }
+    }
     guard_->order(GuardOrderKind::tick, 0);
     watchdog_timer_.expires_after(plan_.interval);
     watchdog_timer_.async_wait([this](auto error) {
@@ -473,6 +494,8 @@ class Supervisor::Impl {
     // In warn mode nothing is stopped, by the supervisor or by the guard.
     auto deadline = plan_.mode == Mode::enforce ? empty_by() : std::nullopt;
     guard_->order(GuardOrderKind::deadline, deadline ? to_ns(*deadline) : 0);
+    // The window of ticks moved with the deadline.
+    if (plan_.guard_ticks_lead && !trip_) tell_guard();
   }
 
   // The last resort, after 1 s of SIGKILL rounds with the tree still there: a guard that is the

@@ -1,10 +1,12 @@
-// The runaway guards as a part of the run (run_part.hpp): every kProgressPoll it reads the new
-// lines of the progress file ($SPENDCAP_PROGRESS, in the run directory; bounded reads, a huge line
-// cut), each line timed as it is read (the projection's pace); at every interval it asks each guard
-// (guards/run_guard.hpp) and acts: a warning is printed, a stop goes through the supervisor's trip.
-// It prints what the progress says (cost per step, per 1000 units, the projected total) when new
-// lines came, at most every kProgressLineEvery, and once at the end. Called from the event loop
-// only.
+// The runaway guards as a part of the run (run_part.hpp): it reads the new lines of the progress
+// file ($SPENDCAP_PROGRESS, in the run directory; bounded reads, a huge line cut) when the job
+// writes it (inotify on the run directory; a write within kProgressPoll of another is read with
+// it; without inotify, every kProgressPoll), each line timed as it is read (the projection's pace);
+// after each read it asks each guard (guards/run_guard.hpp) and acts: a warning is printed, a stop
+// goes through the supervisor's trip. Between writes it sleeps until a verdict can change by time
+// alone (the stall guard's deadline), so an idle run costs it no wakeup. It prints what the
+// progress says (cost per step, per 1000 units, the projected total) when new lines came, at most
+// every kProgressLineEvery, and once at the end. Called from the event loop only.
 #pragma once
 
 #include <functional>
@@ -30,8 +32,8 @@ class RunPart;
 
 // Progress lines on stderr at most this often: a job that reports every step must not flood it.
 inline constexpr Nanos kProgressLineEvery = std::chrono::seconds(10);
-// How often the progress file is read: a line's time is when it was read, within this of when it
-// was written (one pread of a small file; the file not yet there is one failed open).
+// A line's time is when it was read, within this of when it was written: writes that follow one
+// another closer than this are read together (and without inotify, the file is read this often).
 inline constexpr Nanos kProgressPoll = std::chrono::milliseconds(50);
 
 struct BurnRateCheck {

@@ -81,6 +81,9 @@ struct SupervisorPlan : RunTerms, HeartbeatPlan, JobControlPlan, KillPlan {
   std::string ledger;
   // Webhook events (notify/): none when null. Outlives the supervisor.
   Notifier* notifier = nullptr;
+  // How long before the kill deadline the guard's watchdog reads the ticks (its stale_after +
+  // orphan_kill_after): ticks are sent only from then on. None: a tick every interval.
+  std::optional<Nanos> guard_ticks_lead;
   GpuPlan gpu;          // GPU measurement and the idle guard
   GuardPlan guards;     // the runaway guards and the progress channel
   MetricsPlan metrics;  // --metrics-dir: the Prometheus textfiles

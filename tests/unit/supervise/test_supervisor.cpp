@@ -550,3 +550,46 @@ TEST_CASE("start line: what trips the run first, and when") {
   CHECK(warn_brief.find("; would trip in") != std::string::npos);
   CHECK(warn_brief.find("(warn mode)") != std::string::npos);
 }
+
+TEST_CASE("supervisor: the guard's ticks wait for the window before the kill deadline") {
+  // The deadline is hours away: with guard_ticks_lead the guard needs no tick yet (its watchdog
+  // reads them only near the deadline), so an idle run sends none; without it (the negative
+  // control, the old behaviour) a tick goes every interval (10 ms).
+  for (bool lead : {true, false}) {
+    CAPTURE(lead);
+    Rig rig;
+    rig.grant(Money{10'000'000'000});
+    if (lead) rig.plan.guard_ticks_lead = seconds(3);
+    rig.run([&](FakeGuardLink& guard) {
+      guard.launch();
+      TimePoint until = now() + milliseconds(300);
+      guard.when([until] { return now() >= until; }, [&] { guard.exit(0, true); });
+    });
+    int ticks = 0, deadlines = 0;
+    for (const GuardOrder& order : rig.orders) {
+      ticks += order.kind == GuardOrderKind::tick;
+      deadlines += order.kind == GuardOrderKind::deadline && order.value != 0;
+    }
+    CHECK(deadlines >= 1);
+    if (lead) {
+      CHECK(ticks == 0);
+    } else {
+      CHECK(ticks >= 10);
+    }
+  }
+}
+
+TEST_CASE("supervisor: the guard's ticks come every interval once the deadline is near") {
+  // The heartbeats keep the deadline within the claim horizon (10 s) of the launch: a lead of 60 s
+  // puts the whole run inside the window, so ticks go from the launch on, every interval.
+  Rig rig;
+  rig.plan.guard_ticks_lead = seconds(60);
+  rig.run([&](FakeGuardLink& guard) {
+    guard.launch();
+    TimePoint until = now() + milliseconds(150);
+    guard.when([until] { return now() >= until; }, [&] { guard.exit(0, true); });
+  });
+  int ticks = 0;
+  for (const GuardOrder& order : rig.orders) ticks += order.kind == GuardOrderKind::tick;
+  CHECK(ticks >= 5);
+}
