@@ -1,5 +1,6 @@
 #include "spendcap/supervise/job_control.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -17,6 +18,26 @@
 namespace spendcap {
 
 namespace {
+
+constexpr long kWakerPollNs = 5'000'000;
+constexpr int kWakerPolls = 400;  // 2 s: a spendcap that never stops (no job control) still wakes
+
+// Whether /proc/PID/stat says the process is stopped (state T): open, read and close only, so
+// that the waker, forked from a process with threads, may call it. The state follows the
+// command's name, in parentheses, which may itself hold ')': the last ')' ends it.
+bool process_stopped(const char* stat_path) {
+  int fd = ::open(stat_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buffer[512];
+  ssize_t got = ::read(fd, buffer, sizeof buffer - 1);
+  ::close(fd);
+  if (got <= 0) return false;
+  const char* close_paren = nullptr;
+  for (ssize_t i = 0; i < got; ++i) {
+    if (buffer[i] == ')') close_paren = buffer + i;
+  }
+  return close_paren != nullptr && close_paren + 2 < buffer + got && close_paren[2] == 'T';
+}
 
 class StdinTerminal final : public Terminal {
  public:
@@ -50,18 +71,29 @@ class StdinTerminal final : public Terminal {
 
   // Forked from a process with threads: the child makes only async-signal-safe calls.
   // PDEATHSIG: it never outlives spendcap.
+  //
+  // A SIGCONT that comes before spendcap has stopped is lost (the stop discards it), and the
+  // waker is due at once when the trip is less than a heartbeat away: so it continues spendcap
+  // once /proc says spendcap is stopped, looking again every kWakerPollNs until then (at most
+  // kWakerPolls times). It is collected (killed) when spendcap runs again by fg or bg first.
   void start_waker(TimePoint at) override {
     pid_t parent = ::getpid();
     timespec until{};
     std::int64_t ns = to_ns(at);
     until.tv_sec = ns / 1000000000;
     until.tv_nsec = ns % 1000000000;
+    std::string stat_path = "/proc/" + std::to_string(parent) + "/stat";  // formatted before fork
     pid_t pid = ::fork();
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(1);
       ::close_range(3, ~0U, 0);  // the guard's control pipe must see EOF when spendcap dies
       while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+      }
+      // Not stopped yet (or /proc unreadable): look again, for at most kWakerPolls.
+      for (int polls = 0; polls < kWakerPolls && !process_stopped(stat_path.c_str()); ++polls) {
+        timespec poll{0, kWakerPollNs};
+        ::nanosleep(&poll, nullptr);
       }
       ::kill(parent, SIGCONT);
       ::_exit(0);
