@@ -27,7 +27,7 @@ import urllib.parse
 import uuid
 
 from spendcap_testlib import REPO, SPENDCAP, free_port, wait_until
-from test_shared_runner import INSTALL, WHY_NOT
+from test_shared_runner import INSTALL, WHY_NOT, hold_etc_overlay
 
 PG_BIN = os.environ.get("SPENDCAP_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
 BOUNCER = "/usr/sbin/pgbouncer"
@@ -138,20 +138,8 @@ class GuideInstallTest(unittest.TestCase):
             self.users.append(name)
         self.root_home = os.path.join(self.tmp, "root-home")
         os.mkdir(self.root_home, 0o700)
-        # /etc overlaid in a private mount namespace, held by one process (test_shared_runner.py).
-        upper, work = os.path.join(self.tmp, "etc-upper"), os.path.join(self.tmp, "etc-work")
-        os.mkdir(upper)
-        os.mkdir(work)
-        ready = os.path.join(self.tmp, "ns-ready")
-        script = ('mount -t overlay overlay -o lowerdir=/etc,upperdir="$0",workdir="$1" /etc '
-                  '&& touch "$2" && exec sleep 3600')
-        self.holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh",
-                                        "-c", script, upper, work, ready])
-        self.addCleanup(self.holder.wait)
-        self.addCleanup(self.holder.kill)
-        wait_until(lambda: os.path.exists(ready) or self.holder.poll() is not None, 10,
-                   what="the mount namespace")
-        self.assertIsNone(self.holder.poll(), "the /etc overlay could not be mounted")
+        # /etc overlaid in a private mount namespace, held by one process.
+        self.holder = hold_etc_overlay(self, self.tmp)
         self.bin = os.path.join(self.tmp, "bin", "spendcap")
         self.runner = os.path.join(self.tmp, "lib", "spendcap-runner")
         self.passwords = {name: "pw-" + secrets.token_hex(12) for name in

@@ -78,6 +78,26 @@ with open(out, "w") as f:
 """
 
 
+
+def hold_etc_overlay(case, tmp):
+    """A process holding a private mount namespace with /etc overlaid (upper layer in TMP), so
+    an install's users, groups and /etc/spendcap stay in it; ended by CASE's cleanup. Tests
+    enter it with nsenter --mount --target holder.pid."""
+    upper, work = os.path.join(tmp, "etc-upper"), os.path.join(tmp, "etc-work")
+    os.mkdir(upper)
+    os.mkdir(work)
+    ready = os.path.join(tmp, "ns-ready")
+    script = ('mount -t overlay overlay -o lowerdir=/etc,upperdir="$0",workdir="$1" /etc '
+              '&& touch "$2" && exec sleep 3600')
+    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                               script, upper, work, ready])
+    case.addCleanup(holder.wait)
+    case.addCleanup(holder.kill)
+    wait_until(lambda: os.path.exists(ready) or holder.poll() is not None, 10,
+               what="the mount namespace")
+    case.assertIsNone(holder.poll(), "the /etc overlay could not be mounted")
+    return holder
+
 class SharedRunnerSetup(unittest.TestCase):
     """The runner without tests (test_user_view_admin reuses it with its own locked policy)."""
     locked_policy = LOCKED
@@ -100,19 +120,7 @@ class SharedRunnerSetup(unittest.TestCase):
             subprocess.run(["chown", "-R", name + ":" + name, home], check=True)
             self.users.append(name)
         # The private mount namespace, held by one process: /etc overlaid.
-        upper, work = os.path.join(self.tmp, "etc-upper"), os.path.join(self.tmp, "etc-work")
-        os.mkdir(upper)
-        os.mkdir(work)
-        ready = os.path.join(self.tmp, "ns-ready")
-        script = ('mount -t overlay overlay -o lowerdir=/etc,upperdir="$0",workdir="$1" /etc '
-                  '&& touch "$2" && exec sleep 3600')
-        self.holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh",
-                                        "-c", script, upper, work, ready])
-        self.addCleanup(self.holder.wait)
-        self.addCleanup(self.holder.kill)
-        wait_until(lambda: os.path.exists(ready) or self.holder.poll() is not None, 10,
-                   what="the mount namespace")
-        self.assertIsNone(self.holder.poll(), "the /etc overlay could not be mounted")
+        self.holder = hold_etc_overlay(self, self.tmp)
 
         self.bin = os.path.join(self.tmp, "bin", "spendcap")
         self.runner = os.path.join(self.tmp, "lib", "spendcap-runner")
