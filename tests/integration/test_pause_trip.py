@@ -72,6 +72,7 @@ class TripWhilePausedTest(SpendcapTest):
         self.assertEqual(signals[:1], ["SIGUSR1"], "the job got its checkpoint signal first")
         self.assertNotIn("lost", shell.text()[mark:])
         # The shell has its prompt back, and nothing of the run is left.
+        prompt_mark = len(shell.text())
         shell.send(b"\n")
-        shell.wait_for(r"PROMPT\$ ", 10, len(shell.text()))
+        shell.wait_for(r"PROMPT\$ ", 10, prompt_mark)
         wait_until(lambda: set(children_of(shell.pid)) == set(), 10, what="no job under the shell")
