@@ -241,6 +241,27 @@ class LedgerTest(SpendcapTest):
         return json.loads(result.stdout)
 
 
+def user_tool(argv, run=None, timeout=30):
+    """Runs a useradd/groupadd/usermod ARGV (through RUN, a subprocess.run-like callable; default
+    subprocess.run with its output captured) until it succeeds or fails for another reason than
+    a lock: another test's useradd may hold /etc/passwd's or /etc/group's lock a moment (seen
+    through an /etc overlay too, whose lower layer is the host's /etc). Bounded by TIMEOUT
+    seconds; returns the last CompletedProcess."""
+    run = run or (lambda a: subprocess.run(a, capture_output=True, text=True))
+    result = None
+
+    def done():
+        nonlocal result
+        result = run(argv)
+        return result.returncode == 0 or "lock" not in (result.stderr or "")
+
+    try:
+        wait_until(done, timeout, interval=0.2, what=" ".join(argv[:1]) + " without a lock")
+    except AssertionError:
+        pass  # the caller asserts on the result, which names the lock
+    return result
+
+
 def why_no_ordinary_user():
     """None where a test can create an ordinary user and run spendcap as it (root, useradd,
     setpriv); else why not."""
@@ -258,12 +279,7 @@ class UserLedgerTest(LedgerTest):
     def setUp(self):
         super().setUp()
         self.user = "sc" + uuid.uuid4().hex[:10]
-        for attempt in range(20):  # another test's useradd may hold /etc/passwd's lock
-            made = subprocess.run(["useradd", "--no-create-home", "--user-group", self.user],
-                                  capture_output=True, text=True)
-            if made.returncode == 0:
-                break
-            time.sleep(0.5)
+        made = user_tool(["useradd", "--no-create-home", "--user-group", self.user])
         self.assertEqual(made.returncode, 0, made.stderr)
         self.addCleanup(subprocess.run, ["groupdel", self.user], capture_output=True)
         self.addCleanup(subprocess.run, ["userdel", self.user], capture_output=True)

@@ -26,7 +26,7 @@ import unittest
 import urllib.parse
 import uuid
 
-from spendcap_testlib import REPO, SPENDCAP, free_port, wait_until
+from spendcap_testlib import REPO, SPENDCAP, free_port, user_tool, wait_until
 from test_shared_runner import INSTALL, WHY_NOT, hold_etc_overlay
 
 PG_BIN = os.environ.get("SPENDCAP_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
@@ -131,8 +131,9 @@ class GuideInstallTest(unittest.TestCase):
         for _ in range(2):
             name = "sg" + uuid.uuid4().hex[:10]
             home = os.path.join(self.tmp, name)
-            subprocess.run(["useradd", "--create-home", "--home-dir", home, "--user-group", name],
-                           check=True, capture_output=True)
+            made = user_tool(["useradd", "--create-home", "--home-dir", home, "--user-group",
+                              name])
+            self.assertEqual(made.returncode, 0, made.stderr)
             self.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
             self.addCleanup(subprocess.run, ["groupdel", name], capture_output=True)
             self.users.append(name)

@@ -17,7 +17,7 @@ import tempfile
 import unittest
 import uuid
 
-from spendcap_testlib import REPO, SPENDCAP, wait_until
+from spendcap_testlib import REPO, SPENDCAP, user_tool, wait_until
 
 INSTALL = os.path.join(REPO, "scripts", "install-shared-runner.sh")
 TOOLS = ("unshare", "nsenter", "setpriv", "useradd", "userdel", "sqlite3", "python3")
@@ -111,7 +111,8 @@ class SharedRunnerSetup(unittest.TestCase):
         self.users = []
         for _ in range(self.user_count):
             name = "sc" + uuid.uuid4().hex[:10]
-            subprocess.run(["useradd", "--no-create-home", "--user-group", name], check=True)
+            made = user_tool(["useradd", "--no-create-home", "--user-group", name])
+            self.assertEqual(made.returncode, 0, made.stderr)
             self.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
             self.addCleanup(subprocess.run, ["groupdel", name], capture_output=True)
             home = os.path.join(self.tmp, name)

@@ -14,7 +14,7 @@ import unittest
 import uuid
 
 import test_shared_runner as shared
-from spendcap_testlib import wait_until
+from spendcap_testlib import user_tool, wait_until
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -51,7 +51,7 @@ class SharedRunnerAccessTest(shared.SharedRunnerSetup):
         for argv in (["useradd", "--no-create-home", "--user-group", self.carol],
                      ["groupadd", "scvision"], ["usermod", "-aG", "scvision", self.alice],
                      ["usermod", "-aG", "scvision", self.carol]):
-            result = self.inside(argv)  # only in the overlaid /etc: gone with the namespace
+            result = user_tool(argv, self.inside)  # only in the overlaid /etc: gone with it
             self.assertEqual(result.returncode, 0, result.stderr)
         uid = self.inside(["id", "-u", self.carol]).stdout.strip()
         home = os.path.join(self.tmp, self.carol)
