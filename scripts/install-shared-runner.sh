@@ -114,6 +114,9 @@ if [ -f "$policy_file" ] && [ "$(stat -c %u "$policy_file")" = 0 ]; then
     esac
   fi
 fi
+if [ -e "$policy_file" ] && [ "$(stat -c %u "$policy_file")" != 0 ] && [ "$policy_given" = 0 ]; then
+  echo "install-shared-runner: the installed locked policy $policy_file is not root's, so it is not kept; check it and name the policy to install: install-shared-runner.sh [OPTIONS] POLICY" >&2; exit 1
+fi
 if [ -n "$kept_url" ] && [ "$setgid_only" = 1 ]; then
   echo "install-shared-runner: the installed ledger $kept_url is PostgreSQL, which needs the privileged runner (not --setgid-only)" >&2; exit 2
 fi

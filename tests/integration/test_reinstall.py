@@ -44,6 +44,13 @@ class ReinstallTest(SharedRunnerSetup):
         self.assertNotIn("the locked policy changes", result.stderr)
         self.assertEqual(self.team_budget(self.users[0])["spent"], spent)
 
+    def test_a_locked_policy_not_roots_is_not_kept_silently(self):
+        chown = self.inside(["chown", self.users[0], "/etc/spendcap/policy.json"])
+        self.assertEqual(chown.returncode, 0, chown.stderr)
+        result = self.reinstall()
+        self.assertEqual(result.returncode, 1, result.stderr + result.stdout)
+        self.assertIn("/etc/spendcap/policy.json is not root's", result.stderr)
+
     def test_a_new_policy_is_printed_as_a_diff_and_keeps_the_ledger(self):
         spent = self.spend_one_run()
         changed = dict(self.locked_policy)
