@@ -6,7 +6,8 @@
 #       [--runner PATH]
 #       [--ledger-dir DIR | --ledger postgresql://[OWNER@]HOST/DB [--password-file FILE]]
 #       [--policy-file LOCKED] [--group NAME] [--user NAME] [--setgid-only]
-#       [--metrics-dir MDIR [--metrics-reader USER]] [--spool-dir SDIR] [POLICY]
+#       [--metrics-dir MDIR [--metrics-reader USER]] [--spool-dir SDIR]
+#       [--man-dir MANDIR | --no-man-pages] [POLICY]
 #
 # It creates the group (default spendcap; users are NOT added to it) and the service user (default
 # spendcap, in that group, no login), installs BUILT (default build/spendcap) as the front PATH
@@ -43,6 +44,15 @@
 # an ACL (u:USER:rx on MDIR, default u:USER:r on its files), not through the group (the group
 # writes the ledger). Needs setfacl (Debian's acl).
 #
+# The man pages go into MANDIR/man1 and MANDIR/man5 (default /usr/local/share/man), gzip'd, written
+# by BUILT itself; --no-man-pages leaves them out (the Debian package ships its own).
+#
+# Reinstalling (an upgrade, the package's postinst) keeps what the install in place holds: without
+# POLICY, the locked policy LOCKED as it is (not policies/shared-runner.json); without --ledger and
+# --ledger-dir, the ledger LOCKED names (its SQLite file, or its PostgreSQL URL and passfile), so an
+# upgrade never swaps a ledger for a fresh empty one. Whatever it does change in LOCKED is printed
+# as a diff.
+#
 # --setgid-only installs the older layout instead: PATH setgid GROUP (2755), no runner. It keeps
 # users from rewriting the ledger, but not from stopping their own run's enforcement (README,
 # "Threat model"); the tests use it as the negative control.
@@ -66,6 +76,9 @@ pg_url=""
 passfile=/etc/spendcap/ledger.password
 old_passfile=/etc/spendcap/ledger.pgpass
 spool_dir=""
+man_dir=/usr/local/share/man
+policy_given=0
+ledger_given=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -73,22 +86,48 @@ while [ $# -gt 0 ]; do
     --runner-binary) runner_binary=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --runner) runner=$2; shift 2 ;;
-    --ledger-dir) ledger_dir=$2; shift 2 ;;
+    --ledger-dir) ledger_dir=$2; ledger_given=1; shift 2 ;;
     --policy-file) policy_file=$2; shift 2 ;;
     --group) group=$2; shift 2 ;;
     --user) user=$2; shift 2 ;;
     --setgid-only) setgid_only=1; shift ;;
     --metrics-dir) metrics_dir=$2; shift 2 ;;
     --metrics-reader) metrics_reader=$2; shift 2 ;;
-    --ledger) pg_url=$2; shift 2 ;;
+    --ledger) pg_url=$2; ledger_given=1; shift 2 ;;
     --password-file|--passfile) passfile=$2; shift 2 ;;
     --spool-dir) spool_dir=$2; shift 2 ;;
+    --man-dir) man_dir=$2; shift 2 ;;
+    --no-man-pages) man_dir=""; shift ;;
     # The header comment above, without its "# ".
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "install-shared-runner: unknown option $1" >&2; exit 2 ;;
-    *) policy=$1; shift ;;
+    *) policy=$1; policy_given=1; shift ;;
   esac
 done
+
+# Day 2: what the install in place keeps (an upgrade runs this again with fewer arguments).
+kept_url=""
+kept_password_file=""
+if [ -f "$policy_file" ] && [ "$(stat -c %u "$policy_file")" = 0 ]; then
+  [ "$policy_given" = 1 ] || policy=$policy_file
+  if [ "$ledger_given" = 0 ]; then
+    installed_ledger=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("ledger", ""))' "$policy_file") || {
+      echo "install-shared-runner: cannot read the installed locked policy $policy_file (fix it, or name the ledger: --ledger-dir DIR or --ledger URL)" >&2; exit 1; }
+    case "$installed_ledger" in
+      sqlite:*/ledger.db) ledger_dir=$(dirname "${installed_ledger#sqlite:}") ;;
+      postgresql://*|postgres://*) kept_url=$installed_ledger
+        kept_password_file=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("ledger_password_file", ""))' "$policy_file") ;;
+      "") ;;
+      *) echo "install-shared-runner: the installed locked policy $policy_file names the ledger $installed_ledger, which this script did not make; name the ledger to keep: --ledger-dir DIR or --ledger URL" >&2; exit 1 ;;
+    esac
+  fi
+fi
+if [ -e "$policy_file" ] && [ "$(stat -c %u "$policy_file")" != 0 ] && [ "$policy_given" = 0 ]; then
+  echo "install-shared-runner: the installed locked policy $policy_file is not root's, so it is not kept; check it and name the policy to install: install-shared-runner.sh [OPTIONS] POLICY" >&2; exit 1
+fi
+if [ -n "$kept_url" ] && [ "$setgid_only" = 1 ]; then
+  echo "install-shared-runner: the installed ledger $kept_url is PostgreSQL, which needs the privileged runner (not --setgid-only)" >&2; exit 2
+fi
 
 [ -n "$spool_dir" ] || spool_dir="$ledger_dir/spool"
 case "$spool_dir" in /*) ;; *) echo "install-shared-runner: --spool-dir must be an absolute path" >&2; exit 2 ;; esac
@@ -215,7 +254,7 @@ PY
 fi
 
 # The ledger: a directory only root and the group can enter, a file root owns.
-if [ -z "$pg_url" ]; then
+if [ -z "$pg_url" ] && [ -z "$kept_url" ]; then
 install -d -o root -g "$group" -m 2770 "$ledger_dir"
 chown root:"$group" "$ledger_dir"
 chmod 2770 "$ledger_dir"
@@ -245,11 +284,17 @@ if [ -n "$metrics_dir" ]; then
 fi
 
 # The locked policy, naming that ledger; root-owned 0644 in a directory only root writes.
-[ -n "$pg_url" ] && ledger_location=$runner_url || ledger_location="sqlite:$ledger"
-[ -n "$pg_url" ] && password_file=$passfile || password_file=""
-webhook_files=$(python3 - "$policy" "$ledger_location" "$policy_file.new" "$metrics_dir" "$password_file" <<'PY'
-import json, sys
-source, ledger, out, metrics_dir, password_file = sys.argv[1:]
+# What it changes in an installed one is printed as a diff (on stderr: stdout is the webhook files).
+if [ -n "$kept_url" ]; then ledger_location=$kept_url
+elif [ -n "$pg_url" ]; then ledger_location=$runner_url
+else ledger_location="sqlite:$ledger"; fi
+# A kept PostgreSQL ledger keeps the password file the installed policy names.
+if [ -n "$pg_url" ]; then password_file=$passfile
+elif [ -n "$kept_url" ]; then password_file=$kept_password_file
+else password_file=""; fi
+webhook_files=$(python3 - "$policy" "$ledger_location" "$policy_file.new" "$metrics_dir" "$password_file" "$policy_file" <<'PY'
+import difflib, json, os, sys
+source, ledger, out, metrics_dir, password_file, installed = sys.argv[1:]
 with open(source) as f:
     policy = json.load(f)
 policy["locked"] = True
@@ -259,9 +304,16 @@ if password_file:
     policy["ledger_password_file"] = password_file
 if metrics_dir:
     policy["metrics_dir"] = metrics_dir
+text = json.dumps(policy, indent=2) + "\n"
+if os.path.exists(installed):
+    with open(installed) as f:
+        before = f.read()
+    diff = list(difflib.unified_diff(before.splitlines(True), text.splitlines(True),
+                                     installed + " (installed)", installed + " (new)"))
+    if diff:
+        sys.stderr.write("install-shared-runner: the locked policy changes:\n" + "".join(diff))
 with open(out, "w") as f:
-    json.dump(policy, f, indent=2)
-    f.write("\n")
+    f.write(text)
 for hook in policy.get("webhooks", []):
     for key in ("url_file", "secret_file"):
         if isinstance(hook.get(key), str):
@@ -283,7 +335,24 @@ for file in $webhook_files; do
   fi
 done
 
-if [ -z "$pg_url" ]; then
+# The man pages, written by the binary being installed (so they describe it), gzip'd as man(1) reads.
+if [ -n "$man_dir" ]; then
+  case "$man_dir" in /*) ;; *) echo "install-shared-runner: --man-dir must be an absolute path" >&2; exit 2 ;; esac
+  pages=$(mktemp -d)
+  (cd / && "$binary" help --man-dir "$pages") || { rm -rf "$pages"; echo "install-shared-runner: $binary could not write its man pages (above)" >&2; exit 1; }
+  for section in 1 5; do
+    install -d -m 0755 "$man_dir/man$section"
+    for page in "$pages"/*."$section"; do
+      gzip -9nc "$page" > "$page.gz"
+      install -o root -g root -m 0644 "$page.gz" "$man_dir/man$section/$(basename "$page").gz"
+    done
+  done
+  rm -rf "$pages"
+fi
+
+if [ -n "$kept_url" ]; then
+  : # The PostgreSQL ledger in place: its schema, roles and budgets are the owner's (budgets apply).
+elif [ -z "$pg_url" ]; then
   # Creates the schema as root (the -wal and -shm files too) and sets the budgets the policy locks.
   (cd / && "$bin" budgets apply "$policy_file")
   for file in "$ledger" "$ledger-wal" "$ledger-shm"; do
@@ -294,7 +363,10 @@ elif [ -n "$ledger_owner" ]; then
   (cd / && "$bin" budgets apply --ledger "$pg_url" "$policy_file") || {
     echo "install-shared-runner: applying the budgets as $ledger_owner failed (above)" >&2; exit 1; }
 fi
-if [ -n "$pg_url" ]; then
+if [ -n "$kept_url" ]; then
+  echo "installed $bin (front) and $runner (runner, setuid root; runs as $user), ledger $kept_url (kept), locked policy $policy_file"
+  echo "the budgets of a changed policy, as the ledger's owner: $bin budgets apply --ledger postgresql://OWNER@... $policy_file"
+elif [ -n "$pg_url" ]; then
   [ -n "$ledger_owner" ] || echo "then, as the ledger's owner: $bin budgets apply --ledger postgresql://OWNER@... $policy_file"
   # The supervisor connects as the service user: its login role, for the administrator to create.
   echo "the PostgreSQL ledger's administrator creates the service user's login role (psql):"

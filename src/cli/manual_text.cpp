@@ -222,7 +222,8 @@ const std::vector<VerbText>& verb_texts() {
        "",
        {"Webhook events that could not be delivered are kept in the ledger's outbox, named by "
         "their destination's variable (env:TEAM_HOOK) or file, never by the URL. outbox list "
-        "shows your entries; outbox flush sends those whose webhook variables are set in this "
+        "shows your entries (root's shows every user's, each with its user); outbox flush sends "
+        "those whose webhook variables are set in this "
         "environment and removes each one delivered. The start of every run tries the same, on "
         "its notifier's thread."},
        {{"spendcap outbox list", "Your undelivered events."},

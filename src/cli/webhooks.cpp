@@ -1,5 +1,6 @@
 #include "spendcap/cli/webhooks.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <ctime>
 #include <iostream>
@@ -35,7 +36,10 @@ std::string destination_display(const std::string& destination) {
 
 int outbox_list_command(const LedgerChoice& choice, bool json) {
   std::unique_ptr<Ledger> ledger = open_ledger_for(choice);
-  std::vector<OutboxEntry> entries = ledger->outbox(user_name());
+  // Root (the runner's administrator) lists every user's entries, each with its user; a user
+  // lists their own. Flushing stays per user: the URL and secret are in the user's environment.
+  const bool everyone = ::geteuid() == 0;
+  std::vector<OutboxEntry> entries = ledger->outbox(everyone ? "" : user_name());
   if (json) {
     nlohmann::json list = nlohmann::json::array();
     for (const OutboxEntry& e : entries) {
@@ -64,6 +68,7 @@ int outbox_list_command(const LedgerChoice& choice, bool json) {
                                      "  run " + e.run_id.substr(0, 8) + "  to " +
                                      destination_display(e.destination) + "  attempts " +
                                      std::to_string(e.attempts) +
+                                     (everyone ? "  user " + e.user : "") +
                                      (e.last_error.empty() ? "" : "  last error: " + e.last_error))
               << "\n";
   }

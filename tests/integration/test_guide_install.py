@@ -157,9 +157,10 @@ class GuideInstallTest(unittest.TestCase):
             "db.internal/": "127.0.0.1:%d/" % port,
             "alice": self.users[0],
             "bob": self.users[1],
-            "scripts/install-shared-runner.sh": "sh %s --binary %s --bin %s --runner %s" %
+            "scripts/install-shared-runner.sh": "sh %s --binary %s --bin %s --runner %s "
+                                                "--man-dir %s" %
                                                 (INSTALL, os.path.abspath(SPENDCAP), self.bin,
-                                                 self.runner),
+                                                 self.runner, os.path.join(self.tmp, "man")),
         })
         return values
 

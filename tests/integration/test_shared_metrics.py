@@ -44,7 +44,8 @@ class SharedMetricsTest(SharedRunnerSetup):
         policy = os.path.join(self.tmp, "runner.json")
         result = self.inside(["sh", INSTALL, "--binary", SPENDCAP, "--bin", self.bin,
                               "--ledger-dir", self.ledger_dir, "--metrics-dir", self.mdir,
-                              "--metrics-reader", self.reader, policy])
+                              "--metrics-reader", self.reader,
+                              "--man-dir", os.path.join(self.tmp, "man"), policy])
         self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
 
     def run_as(self, user, seconds="0.3"):

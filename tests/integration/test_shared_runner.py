@@ -135,7 +135,8 @@ class SharedRunnerSetup(unittest.TestCase):
                 wait_until(lambda: not os.path.exists("/etc/passwd.lock"), 30,
                            what="another useradd's lock on /etc/passwd")
             result = self.inside(["sh", INSTALL, "--binary", SPENDCAP, "--bin", self.bin,
-                                  "--runner", self.runner, "--ledger-dir", self.ledger_dir] +
+                                  "--runner", self.runner, "--ledger-dir", self.ledger_dir,
+                                  "--man-dir", os.path.join(self.tmp, "man")] +
                                  (["--setgid-only"] if self.setgid_only else []) +
                                  self.install_args() + [policy])
             self.install_result = result

@@ -99,7 +99,8 @@ class SharedRunnerPostgresTest(SharedRunnerSetup):
         self.assertIn("%s succeeded" % user, rows)
         # Installed again (idempotent): the same password, so the role keeps working.
         again = self.inside(["sh", INSTALL, "--binary", SPENDCAP, "--bin", self.bin, "--runner",
-                             self.runner, "--ledger-dir", self.ledger_dir] + self.install_args() +
+                             self.runner, "--ledger-dir", self.ledger_dir,
+                             "--man-dir", os.path.join(self.tmp, "man")] + self.install_args() +
                             [os.path.join(self.tmp, "runner.json")])
         self.assertEqual(again.returncode, 0, again.stderr)
         with open(self.passfile) as f:
