@@ -71,12 +71,14 @@ class ReinstallTest(SharedRunnerSetup):
     def test_a_postgresql_ledger_is_kept_by_an_upgrade(self):
         # The URL only: an install without OWNER does not connect (the administrator's SQL is
         # printed), so no server is needed to see what the locked policy keeps.
-        passfile = os.path.join(self.tmp, "ledger.pgpass")
-        result = self.reinstall("--ledger", "postgresql://127.0.0.1:1/spendcap", "--passfile",
+        passfile = os.path.join(self.tmp, "ledger.password")
+        result = self.reinstall("--ledger", "postgresql://127.0.0.1:1/spendcap", "--password-file",
                                 passfile, os.path.join(self.tmp, "runner.json"))
         self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
         url = self.locked()["ledger"]
-        self.assertTrue(url.startswith("postgresql://127.0.0.1:1/spendcap?passfile="), url)
+        self.assertTrue(url.startswith("postgresql://127.0.0.1:1/spendcap"), url)
+        self.assertNotIn("passfile=", url)  # the runner reads ledger_password_file instead
+        self.assertEqual(self.locked()["ledger_password_file"], passfile)
         with open(passfile) as f:
             password = f.read()
         # What the package's postinst does on an upgrade: the policy, no --ledger.
@@ -84,6 +86,7 @@ class ReinstallTest(SharedRunnerSetup):
         self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
         self.assertEqual(self.locked()["ledger"], url)
         self.assertIn("(kept)", result.stdout)
+        self.assertEqual(self.locked()["ledger_password_file"], passfile)
         with open(passfile) as f:
             self.assertEqual(f.read(), password)
 
