@@ -63,13 +63,12 @@ int outbox_list_command(const LedgerChoice& choice, bool json) {
     return 0;
   }
   for (const OutboxEntry& e : entries) {
-    std::cout << escape_for_terminal(std::to_string(e.id) + "  " +
-                                     format_utc(e.created_at, UtcForm::clock_z) + "  " + e.event +
-                                     "  run " + e.run_id.substr(0, 8) + "  to " +
-                                     destination_display(e.destination) + "  attempts " +
-                                     std::to_string(e.attempts) +
-                                     (everyone ? "  user " + e.user : "") +
-                                     (e.last_error.empty() ? "" : "  last error: " + e.last_error))
+    std::cout << escape_for_terminal(
+                     std::to_string(e.id) + "  " + format_utc(e.created_at, UtcForm::clock_z) +
+                     "  " + e.event + "  run " + e.run_id.substr(0, 8) + "  to " +
+                     destination_display(e.destination) + "  attempts " +
+                     std::to_string(e.attempts) + (everyone ? "  user " + e.user : "") +
+                     (e.last_error.empty() ? "" : "  last error: " + e.last_error))
               << "\n";
   }
   return 0;
