@@ -230,10 +230,9 @@ if not password:
     password = secrets.token_urlsafe(24)  # no ':' nor backslash: nothing to escape anywhere
 with open(passfile + ".new", "w") as f:
     f.write(password + "\n")
-host = parts.hostname or ""
-if ":" in host:
-    host = "[" + host + "]"
-netloc = host + (":%d" % parts.port if parts.port else "")
+# The hosts as written, the owner cut off: a libpq multi-host list (h1:p1,h2:p2, for a
+# standby) has no single hostname or port to rebuild it from.
+netloc = parts.netloc.rpartition("@")[2]
 query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
 query = [(k, v) for k, v in query if k not in ("passfile", "user", "password")]
 runner_url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path,
