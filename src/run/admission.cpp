@@ -4,8 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <ctime>
 #include <filesystem>
 
 #include "spendcap/base/signals.hpp"
@@ -159,10 +157,11 @@ RunFacts run_facts(const RunSettings& settings, const Admission& admission) {
 }
 
 // The `refused` event: delivered before spendcap exits, else left in the outbox.
-void tell_refused(std::vector<WebhookTarget> webhooks, const RunFacts& facts, Ledger& ledger,
-                  const Environment& env, const Reporter& reporter, const std::string& reason,
-                  const std::string& scope, const std::string& refusal) {
-  auto notifier = make_run_notifier(std::move(webhooks), facts, ledger, env, reporter);
+void tell_refused(RunHost& host, std::vector<WebhookTarget> webhooks, const RunFacts& facts,
+                  Ledger& ledger, const Environment& env, const Reporter& reporter,
+                  const std::string& reason, const std::string& scope, const std::string& refusal) {
+  auto notifier = host.make_notifier(std::move(webhooks), facts, ledger, env, reporter);
+  if (!notifier) return;
   notifier->start();
   notifier->notify(RunEvent{"refused", reason, scope, "refused: " + refusal, std::nullopt,
                             to_int(ExitCode::refused), true});
@@ -171,9 +170,9 @@ void tell_refused(std::vector<WebhookTarget> webhooks, const RunFacts& facts, Le
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
-int check_crash_loop(const RunRequest& request, const RunSettings& settings, RunStart& start,
-                     Ledger& ledger, std::vector<WebhookTarget>& webhooks, const Environment& env,
-                     const Reporter& reporter) {
+int check_crash_loop(RunHost& host, const RunRequest& request, const RunSettings& settings,
+                     RunStart& start, Ledger& ledger, std::vector<WebhookTarget>& webhooks,
+                     const Environment& env, const Reporter& reporter) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
   if (!guard.enabled) return 0;
   CommandHistory history = ledger.command_history(start.fingerprint, to_seconds(guard.window));
@@ -252,7 +251,7 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, Run
         verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");
     refused.run_budget = settings.budget;
     if (verdict.send_refused_event && !webhooks.empty()) {
-      tell_refused(std::move(webhooks), run_facts(settings, refused), ledger, env, reporter,
+      tell_refused(host, std::move(webhooks), run_facts(settings, refused), ledger, env, reporter,
                    kCrashLoopReason, "", verdict.message);
     }
     return refuse(request, settings, refused, reporter);
@@ -260,16 +259,7 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, Run
   if (verdict.backoff > Nanos{}) {
     reporter.line(verdict.message);
     // The stop signals are blocked: the wait ends early on one, and spendcap dies by it.
-    sigset_t stops;
-    sigemptyset(&stops);
-    for (int signal : kStopSignals) sigaddset(&stops, signal);
-    auto seconds = std::chrono::duration_cast<std::chrono::seconds>(verdict.backoff);
-    timespec wait{static_cast<time_t>(seconds.count()),
-                  static_cast<long>((verdict.backoff - seconds).count())};
-    int signal = 0;
-    while ((signal = ::sigtimedwait(&stops, nullptr, &wait)) < 0 && errno == EINTR) {
-    }
-    if (signal > 0) reraise(signal);
+    if (int signal = host.wait_unless_stopped(verdict.backoff)) reraise(signal);
   }
   return 0;
 }

@@ -1,0 +1,212 @@
+// A whole `spendcap run` over the FakeRunHost (run/run_host.hpp) and a real SQLite ledger: the
+// flags resolved, the ledger's admission (refusals, the crash-loop guard and its back-off, the
+// --estimate-steps check), the supervisor driven by a fake guard, the final row, the status file
+// and the summary line. Nothing is forked: each case takes milliseconds. The real process tree is
+// the integration tests' (test_run_basics, test_kill_path, test_guards keep one case of each).
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "fakes/fake_run_host.hpp"
+#include "spendcap/ledger/backends.hpp"
+#include "spendcap/run/run.hpp"
+#include "test_support.hpp"
+
+namespace spendcap {
+
+namespace {
+
+using testing::FakeGuardLink;
+using testing::FakeRunHost;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A run's flags over the test's own policy and ledger; its lines go to the log file.
+struct RunFixture {
+  testing::TempDir dir{"spendcap-run-steps"};
+  // The policy search reads the process's own variables: not the caller's files.
+  testing::ScopedEnv home{"HOME", dir.path().c_str()};
+  testing::ScopedEnv xdg{"XDG_CONFIG_HOME", dir.file("xdg").c_str()};
+  RunRequest request;
+
+  explicit RunFixture(const std::string& policy = R"({"guards": {"crash_loop":
+                                                       {"max_failures": 2, "window": "10m"}}})") {
+    std::ofstream(dir.file("policy.json")) << policy;
+    request.policy = dir.file("policy.json");
+    request.ledger = dir.file("ledger.db");
+    request.log = dir.file("spendcap.log");
+    request.status_file = dir.file("status.json");
+    request.team = "vision";
+    request.experiment = "steps";
+    request.rate = "3.6";
+    request.budget = "5";
+    request.grace = "0s";
+    request.kill_after = "0s";
+    request.isolation = "none";
+    request.command = {"true"};
+  }
+
+  // Each run in a fresh host unless one is given (a host is one process's machine).
+  int run(FakeRunHost& host) { return run_steps(request, Inherited{}, host); }
+  int run() {
+    FakeRunHost host(environment());
+    return run(host);
+  }
+  Environment environment() const {
+    return {{"HOME", dir.path()}, {"XDG_CONFIG_HOME", dir.file("xdg")}};
+  }
+
+  std::string log() const { return slurp(dir.file("spendcap.log")); }
+  std::string status() const { return slurp(dir.file("status.json")); }
+  std::vector<ListedRun> runs() {
+    std::unique_ptr<Ledger> ledger = open_ledger(*request.ledger);
+    return ledger->list_runs(RunQuery{});
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a run over the fake host ends with the command's status, its final row, status file "
+    "and summary") {
+  RunFixture fixture;
+  FakeRunHost host(fixture.environment());
+  host.script = [](FakeGuardLink& guard) {
+    guard.launch();
+    guard.exit(3, true);
+  };
+  CHECK(fixture.run(host) == 3);
+  // What the run asked of the machine: its cgroup, a subreaper, the guard with the command.
+  REQUIRE(host.launched);
+  CHECK(host.launched->argv == std::vector<std::string>{"true"});
+  CHECK(host.launched->executable == "/usr/bin/true");
+  CHECK(host.cgroup_asked.rfind("spendcap-", 0) == 0);
+  CHECK(host.cgroup_wanted);
+  CHECK(host.subreaper);
+  CHECK(host.tree_roots == std::vector<pid_t>{FakeGuardLink::kPid});
+  CHECK(host.cgroups_removed == 0);  // none was made: "" is none
+  // The final row.
+  std::vector<ListedRun> runs = fixture.runs();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].run.status == RunStatus::failed);
+  CHECK(runs[0].run.exit_code == 3);
+  // The status file and the summary line say the same.
+  std::string status = fixture.status();
+  CHECK(status.find("\"exit_code\": 3") != std::string::npos);
+  CHECK(status.find("\"status\": \"failed\"") != std::string::npos);
+  CHECK(fixture.log().find("failed after") != std::string::npos);
+  CHECK(fixture.log().find("; exit 3") != std::string::npos);
+}
+
+TEST_CASE("a budget that cannot hold the shutdown reserve is refused (120) before any launch") {
+  RunFixture fixture;
+  fixture.request.budget = "0.0001";
+  fixture.request.grace = "10s";
+  FakeRunHost host(fixture.environment());
+  CHECK(fixture.run(host) == 120);
+  CHECK_FALSE(host.launched);
+  CHECK_FALSE(host.subreaper);
+  CHECK(fixture.status().find("\"reason\": \"reserve-exceeds-budget\"") != std::string::npos);
+  CHECK(fixture.log().find("does not fit in the budget") != std::string::npos);
+  std::vector<ListedRun> runs = fixture.runs();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].run.status == RunStatus::refused);
+}
+
+TEST_CASE(
+    "the crash-loop guard refuses the command after its failures; --clear-crash-loop starts "
+    "it") {
+  RunFixture fixture;
+  for (int i = 0; i < 2; ++i) {
+    FakeRunHost host(fixture.environment());
+    host.script = [](FakeGuardLink& guard) {
+      guard.launch();
+      guard.exit(1, true);
+    };
+    CHECK(fixture.run(host) == 1);
+  }
+  FakeRunHost refused(fixture.environment());
+  CHECK(fixture.run(refused) == 120);
+  CHECK_FALSE(refused.launched);
+  CHECK(fixture.log().find("crash") != std::string::npos);
+  CHECK(fixture.status().find("\"status\": \"refused\"") != std::string::npos);
+
+  fixture.request.clear_crash_loop = true;
+  FakeRunHost cleared(fixture.environment());
+  CHECK(fixture.run(cleared) == 0);
+  CHECK(cleared.launched);
+  CHECK(fixture.log().find("crash-loop guard cleared by") != std::string::npos);
+}
+
+TEST_CASE("--retry-backoff waits out a failure on the host's clock, then starts") {
+  RunFixture fixture;
+  FakeRunHost failing(fixture.environment());
+  failing.script = [](FakeGuardLink& guard) {
+    guard.launch();
+    guard.exit(1, true);
+  };
+  CHECK(fixture.run(failing) == 1);
+  fixture.request.retry_backoff = true;
+  FakeRunHost host(fixture.environment());
+  CHECK(fixture.run(host) == 0);
+  // The first back-off is 10 s from the failure: waited on the fake clock, not slept.
+  REQUIRE(host.clock.waits.size() == 1);
+  CHECK(host.clock.waits[0] > std::chrono::seconds(8));
+  CHECK(host.clock.waits[0] <= std::chrono::seconds(10));
+  CHECK(host.launched);
+  CHECK(fixture.log().find("retry back-off: 1 failures") != std::string::npos);
+}
+
+TEST_CASE("an estimate over --budget is refused (120) before admission; one flag alone is 125") {
+  RunFixture fixture;
+  fixture.request.estimate_steps = "1000";
+  fixture.request.step_time = "10s";  // 2.78 h at $3.60/h: $10 over $5
+  FakeRunHost host(fixture.environment());
+  try {
+    fixture.run(host);
+    FAIL("the estimate was accepted");
+  } catch (const Error& error) {
+    CHECK(error.code() == ExitCode::refused);
+    CHECK(error.subject() == "--estimate-steps 1000");
+    CHECK(std::string(error.what()).find("does not fit --budget $5.00") != std::string::npos);
+  }
+  CHECK_FALSE(host.launched);
+  CHECK(fixture.runs().empty());
+
+  fixture.request.step_time = "1s";  // $1: fits
+  FakeRunHost fits(fixture.environment());
+  CHECK(fixture.run(fits) == 0);
+
+  fixture.request.step_time.reset();
+  FakeRunHost alone(fixture.environment());
+  try {
+    fixture.run(alone);
+    FAIL("--estimate-steps alone was accepted");
+  } catch (const Error& error) {
+    CHECK(error.code() == ExitCode::internal);
+    CHECK(error.subject() == "--estimate-steps");
+  }
+}
+
+TEST_CASE("a run tripped by its budget ends 124 with the kill path on the fake tree") {
+  RunFixture fixture;
+  fixture.request.budget = "0.0012";  // 1.2 s at $3.60/h, 1 s of it the reserve
+  fixture.request.interval = "50ms";
+  FakeRunHost host(fixture.environment());
+  host.script = [&host](FakeGuardLink& guard) {
+    guard.launch();  // and never exits by itself: the trip's SIGTERM empties the tree
+    guard.when([&host] { return host.tree.empty(); }, [&guard] { guard.empty(); });
+  };
+  CHECK(fixture.run(host) == 124);
+  CHECK(host.tree.count(SIGTERM) + host.tree.count(SIGKILL) >= 1);
+  CHECK(fixture.status().find("\"status\": \"killed\"") != std::string::npos);
+  CHECK(fixture.log().find("tripped") != std::string::npos);
+}
+
+}  // namespace spendcap
