@@ -86,8 +86,7 @@ RunStart make_run_start(const RunSettings& settings) {
 }
 
 // Refused at admission (120): says why, and writes the status file.
-int refuse(const RunRequest& request, const RunSettings& settings, const Admission& admission,
-           const Reporter& reporter) {
+int refuse(const RunSettings& settings, const Admission& admission, const Reporter& reporter) {
   // The run's own budget cannot even hold the shutdown reserve: no other run is to blame, and
   // the fix is in the caller's flags.
   Money reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
@@ -113,7 +112,7 @@ int refuse(const RunRequest& request, const RunSettings& settings, const Admissi
   refused.rate_per_hour = settings.rate_per_hour;
   refused.budget = admission.run_budget;
   refused.message = refusal;
-  write_status(request, refused, reporter);
+  write_status(settings.status_file, refused, reporter);
   if (int signal = take_pending_stop_signal()) reraise(signal);
   return refused.exit_code;
 }
@@ -170,9 +169,9 @@ void tell_refused(RunHost& host, std::vector<WebhookTarget> webhooks, const RunF
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
-int check_crash_loop(RunHost& host, const RunRequest& request, const RunSettings& settings,
-                     RunStart& start, Ledger& ledger, std::vector<WebhookTarget>& webhooks,
-                     const Environment& env, const Reporter& reporter) {
+int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start, Ledger& ledger,
+                     std::vector<WebhookTarget>& webhooks, const Environment& env,
+                     const Reporter& reporter) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
   if (!guard.enabled) return 0;
   CommandHistory history = ledger.command_history(start.fingerprint, to_seconds(guard.window));
@@ -212,9 +211,9 @@ int check_crash_loop(RunHost& host, const RunRequest& request, const RunSettings
     p.cleared = run.tags.count(kCrashLoopClearedTag) > 0;
     past.push_back(p);
   }
-  CrashLoopVerdict verdict =
-      decide_crash_loop(past, history.now, guard.max_failures, guard.window, request.retry_backoff);
-  if (request.clear_crash_loop) {
+  CrashLoopVerdict verdict = decide_crash_loop(past, history.now, guard.max_failures, guard.window,
+                                               settings.retry_backoff);
+  if (settings.clear_crash_loop) {
     if (verdict.failures == 0) {
       reporter.line("--clear-crash-loop: no failures of this command to clear; starting as usual");
       return 0;
@@ -254,7 +253,7 @@ int check_crash_loop(RunHost& host, const RunRequest& request, const RunSettings
       tell_refused(host, std::move(webhooks), run_facts(settings, refused), ledger, env, reporter,
                    kCrashLoopReason, "", verdict.message);
     }
-    return refuse(request, settings, refused, reporter);
+    return refuse(settings, refused, reporter);
   }
   if (verdict.backoff > Nanos{}) {
     reporter.line(verdict.message);

@@ -161,12 +161,11 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
 }
 
 // The guards that watch the run, from the flags and the policy.
-GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings,
-                          const RunDir& run_dir) {
+GuardPlan make_guard_plan(const RunSettings& settings, const RunDir& run_dir) {
   const Policy& policy = settings.loaded.policy;
   GuardPlan plan;
   plan.progress_path = run_dir.progress();
-  plan.require_fit = request.require_fit;
+  plan.require_fit = settings.require_fit;
   if (policy.guards.stall) plan.stall_after = policy.guards.stall->after;
   // The burn-rate guard: on where the experiment's budget says what it expects per hour.
   auto experiments = policy.budgets.find(ScopeKind::experiment);
@@ -217,7 +216,7 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
   plan.sync = settings.sync;
   plan.claim_horizon = settings.claim_horizon;
   plan.interval = settings.interval;
-  plan.verbose = job.request.verbose;
+  plan.verbose = settings.verbose;
   plan.checkpoint_done_path = job.run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
   if (!settings.node.empty()) {
@@ -240,7 +239,7 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
                       " (privileged runner: the user cannot signal, stop or ptrace them)";
   }
   plan.ledger = ledger_url;
-  plan.guards = make_guard_plan(job.request, settings, job.run_dir);
+  plan.guards = make_guard_plan(settings, job.run_dir);
   RespawnLoopGuard respawn =
       settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
   if (respawn.enabled) {
@@ -268,7 +267,6 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
 
 int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Ledger> ledger,
                 AdmittedRun& admitted, Reporter& reporter) {
-  const RunRequest& request = job.request;
   const RunSettings& settings = job.settings;
   const Environment& env = job.env;
   const TestSwitches& switches = job.switches;
@@ -316,7 +314,7 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
 
   bool recorded = record_final(supervisor, ledger->url(), outcome,
                                notifier ? notifier->acks() : std::vector<std::int64_t>{}, reporter);
-  write_status(request, outcome, reporter);
+  write_status(settings.status_file, outcome, reporter);
   run_dir.remove();
   if (!cgroup_dir.empty()) host.remove_cgroup();
   // The webhooks get at most their deadline; what is left waits in the outbox.

@@ -90,11 +90,11 @@ int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& ho
   }
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
-  require_estimate_fits(request, settings, *ledger);  // --estimate-steps (estimate_fit.hpp)
+  require_estimate_fits(settings, *ledger);  // --estimate-steps (estimate_fit.hpp)
   require_membership(*ledger, named_scopes(settings.identity), "charge runs to it");
   RunStart start = make_run_start(settings);
   start.webhooks = lost_event_webhooks(webhooks);  // lost_runs.hpp
-  if (int code = check_crash_loop(host, request, settings, start, *ledger, webhooks, env, reporter))
+  if (int code = check_crash_loop(host, settings, start, *ledger, webhooks, env, reporter))
     return code;
   Admission admission = ledger->begin_run(start);
   // Its admission reconciled what was due: their lost events are queued (lost_runs.hpp).
@@ -105,7 +105,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& ho
       tell_refused(host, std::move(webhooks), facts, *ledger, env, reporter, admission.refusal,
                    admission.refused_by ? to_string(*admission.refused_by) : "", admission.refusal);
     }
-    return refuse(request, settings, admission, reporter);
+    return refuse(settings, admission, reporter);
   }
   AdmittedRun admitted(*ledger, run_id);
   warn_about_reserve(settings, admission, reporter);
@@ -118,7 +118,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& ho
   }
 
   return execute_run(
-      AdmittedJob{request, settings, env, runner, host, switches, executable, run_dir, admission,
+      AdmittedJob{settings, env, runner, host, switches, executable, run_dir, admission,
                   std::move(facts), std::move(webhooks), storage, metrics_sink},
       inherited, ledger, admitted, reporter);
 }

@@ -14,7 +14,6 @@
 #include "spendcap/notify/webhook_notifier.hpp"
 #include "spendcap/process/launcher.hpp"
 #include "spendcap/run/admission.hpp"
-#include "spendcap/run/request.hpp"
 #include "spendcap/run/run_dir.hpp"
 #include "spendcap/run/run_host.hpp"
 #include "spendcap/run/settings.hpp"
@@ -27,7 +26,6 @@ namespace spendcap {
 // What the execution takes from the steps before it (run_steps, run/run.hpp): references to what
 // they own, and what they hand over.
 struct AdmittedJob {
-  const RunRequest& request;
   const RunSettings& settings;
   const Environment& env;   // the job's (under the privileged runner: the front's)
   const RunnerRun* runner;  // what the privileged runner set up, else null
