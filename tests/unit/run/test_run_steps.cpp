@@ -210,3 +210,61 @@ TEST_CASE("a run tripped by its budget ends 124 with the kill path on the fake t
 }
 
 }  // namespace spendcap
+
+namespace spendcap {
+
+namespace {
+
+// One run of `fixture`'s command that ends by itself with `code`.
+int run_ending(RunFixture& fixture, int code) {
+  testing::FakeRunHost host(fixture.environment());
+  host.script = [code](testing::FakeGuardLink& guard) {
+    guard.launch();
+    guard.exit(code, true);
+  };
+  return fixture.run(host);
+}
+
+}  // namespace
+
+// Moved from tests/integration/test_guards.py (11 real runs there); the real-process case of the
+// guard is its test_retry_loop_is_refused_after_five_failures.
+TEST_CASE("a success resets the crash-loop count; the failures after it count again") {
+  RunFixture fixture;
+  CHECK(run_ending(fixture, 3) == 3);
+  CHECK(run_ending(fixture, 0) == 0);
+  CHECK(run_ending(fixture, 3) == 3);  // one failure since the success: under the limit of 2
+  // Negative control: the second failure since the success does trip it.
+  CHECK(run_ending(fixture, 3) == 3);
+  CHECK(run_ending(fixture, 3) == 120);
+}
+
+// Moved from tests/integration/test_guards.py (6 runs of 3 s each there).
+TEST_CASE("runs stopped by a budget do not count as crash-loop failures") {
+  RunFixture fixture;
+  fixture.request.budget = "0.0012";
+  fixture.request.interval = "50ms";
+  for (int i = 0; i < 3; ++i) {
+    testing::FakeRunHost host(fixture.environment());
+    host.script = [&host](testing::FakeGuardLink& guard) {
+      guard.launch();
+      guard.when([&host] { return host.tree.empty(); }, [&guard] { guard.empty(); });
+    };
+    CHECK(fixture.run(host) == 124);
+    CHECK(host.launched);
+  }
+  CHECK(fixture.log().find("crash-loop") == std::string::npos);
+}
+
+// Moved from tests/integration/test_guards.py.
+TEST_CASE("guards.crash_loop.enabled false turns the crash-loop guard off") {
+  RunFixture fixture(R"({"guards": {"crash_loop": {"max_failures": 2, "enabled": false}}})");
+  for (int i = 0; i < 3; ++i) CHECK(run_ending(fixture, 3) == 3);
+  // Negative control: the same failures under the guard refuse the third.
+  RunFixture guarded;
+  CHECK(run_ending(guarded, 3) == 3);
+  CHECK(run_ending(guarded, 3) == 3);
+  CHECK(run_ending(guarded, 3) == 120);
+}
+
+}  // namespace spendcap
