@@ -33,6 +33,8 @@ struct RunFixture {
   // The policy search reads the process's own variables: not the caller's files.
   testing::ScopedEnv home{"HOME", dir.path().c_str()};
   testing::ScopedEnv xdg{"XDG_CONFIG_HOME", dir.file("xdg").c_str()};
+  // A final row spooled (and the spool replayed at the next open) stays in the test's directory.
+  testing::ScopedEnv spool{"SPENDCAP_SPOOL_DIR", dir.file("spool").c_str()};
   RunRequest request;
 
   explicit RunFixture(const std::string& policy = R"({"guards": {"crash_loop":
