@@ -77,6 +77,18 @@ class FakeRunHost final : public RunHost {
 
   // ---- the test's side ----
 
+  // A variable of the launched job's environment (SPENDCAP_PROGRESS...), "" when not set.
+  std::string job_env(const std::string& name) const {
+    if (!launched) return "";
+    for (const std::string& entry : launched->env) {
+      if (entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&
+          entry[name.size()] == '=') {
+        return entry.substr(name.size() + 1);
+      }
+    }
+    return "";
+  }
+
   FakeClock clock;
   FakeProcessTree tree;  // the job's tree as the supervisor sees it: one member at first
   // The guard's part: by default the command launches and exits 0, leaving nothing behind.

@@ -270,3 +270,102 @@ TEST_CASE("guards.crash_loop.enabled false turns the crash-loop guard off") {
 }
 
 }  // namespace spendcap
+
+namespace spendcap {
+
+// Moved from tests/integration/test_budgets.py (three real runs, 5 s there); the real-process
+// cases of the ledger's budgets across runs are its experiment budget and concurrent team tests.
+TEST_CASE("a job key shares one --budget across its runs; another job key has its own") {
+  RunFixture fixture;
+  fixture.request.rate = "3600";  // $1 a second: the reserve (1 s) is $1
+  fixture.request.budget = "1.6";
+  fixture.request.interval = "50ms";
+  fixture.request.job_key = "train-42";
+  testing::FakeRunHost first(fixture.environment());
+  first.script = [](testing::FakeGuardLink& guard) {
+    guard.launch();
+    TimePoint end = now() + std::chrono::milliseconds(200);
+    guard.when([end] { return now() > end; }, [&guard] { guard.exit(0, true); });
+  };
+  CHECK(fixture.run(first) == 0);
+  // The restart gets what the first run left (about $1.40), so it trips near $0.40.
+  testing::FakeRunHost restart(fixture.environment());
+  restart.script = [&restart](testing::FakeGuardLink& guard) {
+    guard.launch();
+    guard.when([&restart] { return restart.tree.empty(); }, [&guard] { guard.empty(); });
+  };
+  CHECK(fixture.run(restart) == 124);
+  CHECK(fixture.status().find("\"reason\": \"budget:job:train-42\"") != std::string::npos);
+  CHECK(fixture.log().find("job train-42 total") != std::string::npos);
+  Money spent;
+  for (const ListedRun& listed : fixture.runs()) spent = spent + listed.run.reported_spend;
+  CHECK(spent <= Money::from_micros(1'600'000));
+  // Another job key has its own budget: it starts, where a third run of train-42 is refused.
+  CHECK(fixture.run() == 120);
+  fixture.request.job_key = "other";
+  CHECK(fixture.run() == 0);
+}
+
+}  // namespace spendcap
+
+namespace spendcap {
+
+namespace {
+
+// The job's part: `steps` lines of `total` on SPENDCAP_PROGRESS, one every 50 ms, then it exits 0;
+// a trip's SIGTERM ends it sooner.
+void progress_job(testing::FakeRunHost& host, int steps, int total) {
+  host.script = [&host, steps, total](testing::FakeGuardLink& guard) {
+    guard.launch();
+    auto out = std::make_shared<std::ofstream>(host.job_env("SPENDCAP_PROGRESS"), std::ios::app);
+    auto written = std::make_shared<int>(0);
+    TimePoint start = now();
+    guard.when(
+        [&host, out, written, start, steps, total] {
+          if (host.tree.empty()) return true;
+          while (*written < steps && now() >= start + *written * std::chrono::milliseconds(50)) {
+            ++*written;
+            *out << R"({"step": )" << *written << R"(, "total_steps": )" << total << "}\n"
+                 << std::flush;
+          }
+          return *written >= steps;
+        },
+        [&host, &guard] {
+          if (host.tree.empty()) {
+            guard.empty();
+          } else {
+            guard.exit(0, true);
+          }
+        });
+  };
+}
+
+}  // namespace
+
+// Moved from tests/integration/test_user_view_issue30.py (three runs of 7 s there, 4.5 s here); the
+// real-process case of --require-fit is test_guards.py's test_require_fit_stops_it.
+TEST_CASE("a run whose projection will not fit is warned about; --require-fit stops it") {
+  RunFixture fixture;
+  fixture.request.rate = "3600";  // $1 a second
+  fixture.request.interval = "50ms";
+  fixture.request.budget = "5";
+  // The pace is measured over at least a second (guards/progress.hpp kPaceMinSpan): 28 steps,
+  // 1.4 s. The negative control: 28 steps of 28 ($1.40) fit: no warning.
+  testing::FakeRunHost fits(fixture.environment());
+  progress_job(fits, 28, 28);
+  CHECK(fixture.run(fits) == 0);
+  CHECK(fixture.log().find("will not fit") == std::string::npos);
+  // 28 steps of 1000 at 20 a second: $50 to go under $5. Warned, and the run goes on.
+  testing::FakeRunHost warned(fixture.environment());
+  progress_job(warned, 28, 1000);
+  CHECK(fixture.run(warned) == 0);
+  CHECK(fixture.log().find("warning: the run will not fit its budget") != std::string::npos);
+  // With --require-fit the same run is stopped as a runaway.
+  fixture.request.require_fit = true;
+  testing::FakeRunHost stopped(fixture.environment());
+  progress_job(stopped, 28, 1000);
+  CHECK(fixture.run(stopped) == 123);
+  CHECK(fixture.status().find("\"reason\": \"runaway:will-not-fit\"") != std::string::npos);
+}
+
+}  // namespace spendcap
