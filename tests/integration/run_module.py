@@ -4,9 +4,10 @@ skipped, or the module skipped itself): CTest then reports the module "Skipped",
 cases' own skips are in unittest's output either way.
 
 `run_module.py MODULE --part K/N` runs the Kth of N parts of the module (tests/CMakeLists.txt
-splits the longest modules so that CTest at -j2 keeps both cores busy): whole test classes dealt
-to the parts by their number of cases, most first (a class's setUpClass runs once), or, for a
-module of fewer classes than parts, its cases dealt in turn. Every case is in exactly one part."""
+splits the longest modules so that CTest at -j2 keeps both cores busy): the module's cases, in
+unittest's order, dealt to the parts in turn, so that a class's long cases spread over the parts
+(no module here has a setUpClass or setUpModule that a part would repeat). Every case is in
+exactly one part."""
 
 import os
 import sys
@@ -22,18 +23,7 @@ def cases(suite):
 
 
 def part_of(suite, k, n):
-    tests = list(cases(suite))
-    by_class = {}
-    for test in tests:
-        by_class.setdefault(type(test), []).append(test)
-    parts = [[] for _ in range(n)]
-    if len(by_class) >= n:
-        for group in sorted(by_class.values(), key=len, reverse=True):
-            min(parts, key=len).extend(group)
-    else:
-        for i, test in enumerate(tests):
-            parts[i % n].append(test)
-    return unittest.TestSuite(parts[k - 1])
+    return unittest.TestSuite(test for i, test in enumerate(cases(suite)) if i % n == k - 1)
 
 
 def parse_part(text):
