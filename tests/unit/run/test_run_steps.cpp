@@ -369,3 +369,29 @@ TEST_CASE("a run whose projection will not fit is warned about; --require-fit st
 }
 
 }  // namespace spendcap
+
+namespace spendcap {
+
+TEST_CASE(
+    "a team budget the reserve does not fit in refuses the run (120), naming the team, and "
+    "tells the webhooks") {
+  RunFixture fixture(R"({"budgets": {"team": {"vision": {"amount": 0.5, "period": "total"}}}})");
+  fixture.request.rate = "3600";  // the reserve (1 s) is $1: over the team's $0.50
+  fixture.request.webhook_urls = {"http://127.0.0.1:9/hook"};
+  FakeRunHost host(fixture.environment());
+  CHECK(fixture.run(host) == 120);
+  CHECK_FALSE(host.launched);
+  CHECK(fixture.log().find("team:vision") != std::string::npos);
+  CHECK(fixture.status().find("\"status\": \"refused\"") != std::string::npos);
+  // The refused event asked for its notifier (the fake delivers nothing), with the one webhook.
+  CHECK(host.notifiers_asked == 1);
+  CHECK(host.notifier_targets == 1);
+  // Negative control: under a team budget that holds it, the same run starts.
+  RunFixture roomy(R"({"budgets": {"team": {"vision": {"amount": 50, "period": "total"}}}})");
+  roomy.request.rate = "3600";
+  FakeRunHost started(roomy.environment());
+  CHECK(roomy.run(started) == 0);
+  CHECK(started.launched);
+}
+
+}  // namespace spendcap
