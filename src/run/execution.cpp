@@ -106,6 +106,7 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   final.id = outcome.run_id;
   final.status = outcome.status;
   final.reason = outcome.reason;
+  final.spendcap_exit_code = outcome.exit_code;
   if (outcome.command_exit_code) {
     final.exit_code = *outcome.command_exit_code;
   } else if (outcome.command_signal) {
