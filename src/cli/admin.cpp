@@ -761,7 +761,8 @@ nlohmann::json show_json(const RunView& run, const std::vector<BudgetRule>& rule
           {"finished_at",
            run.finished_at ? nlohmann::json(iso_time(*run.finished_at)) : nlohmann::json()},
           {"duration_seconds", std::round(run_duration(run, now) * 1000) / 1000},
-          {"exit_code", optional_json(run.exit_code)},
+          {"exit_code", optional_json(spendcap_exit_of(run))},
+          {"command_exit_code", optional_json(run.exit_code)},
           {"currency", currency},
           {"spend", money_to_json(run.spend)},
           {"rate_per_hour", money_to_json(run.rate_per_hour)},
@@ -872,7 +873,8 @@ int show_command(const LedgerChoice& choice, const std::string& run_id, bool jso
   field("ended", run->finished_at ? iso_time(*run->finished_at) : "- (still running)");
   field("duration",
         format_duration(std::chrono::milliseconds(std::llround(run_duration(*run, now) * 1000))));
-  field("exit code", run->exit_code ? std::to_string(*run->exit_code) : "-");
+  field("exit code", spendcap_exit_of(*run) ? std::to_string(*spendcap_exit_of(*run)) : "-");
+  field("command's exit", run->exit_code ? std::to_string(*run->exit_code) : "-");
   field("stopped by", run->reason.empty() ? "-" : run->reason);
   field("checkpoint", checkpoint_text(run->checkpoint, running));
   // Money.

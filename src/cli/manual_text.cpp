@@ -80,7 +80,8 @@ const std::vector<VerbText>& verb_texts() {
        "[--since DATE] [--until DATE] [--team T] [--experiment E] [--user U] [--status S] "
        "[--limit N] [--format table|csv|json]",
        {"The run history, newest first, as sacct shows it: finished and running runs, one row "
-        "each, with the user, team, experiment, status, stop reason, exit code, start, duration, "
+        "each, with the user, team, experiment, status, stop reason, exit codes (EXIT: spendcap's, "
+        "124 for a budget trip; CMD EXIT: the command's own), start, duration, "
         "spend and budget (and where the budget came from when it is not the run's own). --since "
         "and --until take a date (2026-12-01; --until includes that day), a UTC "
         "time (2026-12-01T10:00:00Z) or a time ago (30d). The filters run in the ledger's own "
@@ -96,7 +97,8 @@ const std::vector<VerbText>& verb_texts() {
       {"show",
        "[--json] RUN_ID",
        {"Prints one run's whole record as labelled lines: user and uid, team, experiment, "
-        "project, tags, job, host and pid, start, end, duration, exit code, stop reason, spend at "
+        "project, tags, job, host and pid, start, end, duration, exit code (spendcap's) and the "
+        "command's exit, stop reason, spend at "
         "its rate, mode, budget and where it came from, pricing, ceiling, overrun, and the GPU "
         "figures (time allocated, measured and busy, idle spend, energy, a sparkline of "
         "utilisation and power per minute). --json gives the same as one object, times in ISO "

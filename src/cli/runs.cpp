@@ -159,7 +159,8 @@ int runs_command(const RunsRequest& request) {
            {"host", r.host},
            {"status", to_string(r.status)},
            {"reason", r.reason},
-           {"exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nullptr},
+           {"exit_code", spendcap_exit_of(r) ? nlohmann::json(*spendcap_exit_of(r)) : nullptr},
+           {"command_exit_code", r.exit_code ? nlohmann::json(*r.exit_code) : nullptr},
            {"started_at", rfc3339_utc(r.started_at)},
            {"finished_at", r.finished_at ? nlohmann::json(rfc3339_utc(*r.finished_at)) : nullptr},
            {"duration_seconds", rounded_ms(duration_seconds(r, now))},
@@ -176,8 +177,8 @@ int runs_command(const RunsRequest& request) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "TEAM", "EXPERIMENT", "STATUS",
-                                                 "REASON", "EXIT", "STARTED (UTC)", "DURATION",
-                                                 "SPEND", "BUDGET"}};
+                                                 "REASON", "EXIT", "CMD EXIT", "STARTED (UTC)",
+                                                 "DURATION", "SPEND", "BUDGET"}};
   for (const ListedRun& l : listed) {
     const RunView& r = l.run;
     std::optional<Money> budget = run_budget_of(r, rules).amount;
@@ -185,6 +186,7 @@ int runs_command(const RunsRequest& request) {
     rows.push_back({r.id.substr(0, l.unique_prefix), r.user.empty() ? "-" : r.user,
                     r.team.empty() ? "-" : r.team, r.experiment.empty() ? "-" : r.experiment,
                     to_string(r.status), r.reason.empty() ? "-" : r.reason,
+                    spendcap_exit_of(r) ? std::to_string(*spendcap_exit_of(r)) : "-",
                     r.exit_code ? std::to_string(*r.exit_code) : "-",
                     format_utc(r.started_at, UtcForm::clock),
                     duration_text(duration_seconds(r, now)), format_money(r.spend, currency),
@@ -197,28 +199,31 @@ int runs_command(const RunsRequest& request) {
   if (request.format == "csv") {
     // Plain numbers for a spreadsheet; every cell through report's csv_field, the one place that
     // quotes (and defuses) a csv cell.
-    std::cout << "id,short_id,user,team,experiment,status,reason,exit_code,started_at,finished_at,"
+    std::cout << "id,short_id,user,team,experiment,status,reason,exit_code,command_exit_code,"
+                 "started_at,finished_at,"
                  "duration_seconds,spend,budget,budget_source,currency\n";
     for (const ListedRun& l : listed) {
       const RunView& r = l.run;
       char duration[32];
       std::snprintf(duration, sizeof duration, "%.3f", rounded_ms(duration_seconds(r, now)));
       std::optional<Money> budget = run_budget_of(r, rules).amount;
-      std::vector<std::string> cells = {r.id,
-                                        r.id.substr(0, l.unique_prefix),
-                                        r.user,
-                                        r.team,
-                                        r.experiment,
-                                        to_string(r.status),
-                                        r.reason,
-                                        r.exit_code ? std::to_string(*r.exit_code) : "",
-                                        rfc3339_utc(r.started_at),
-                                        r.finished_at ? rfc3339_utc(*r.finished_at) : "",
-                                        duration,
-                                        to_decimal(r.spend),
-                                        budget ? to_decimal(*budget) : "",
-                                        run_budget_of(r, rules).source,
-                                        currency};
+      std::vector<std::string> cells = {
+          r.id,
+          r.id.substr(0, l.unique_prefix),
+          r.user,
+          r.team,
+          r.experiment,
+          to_string(r.status),
+          r.reason,
+          spendcap_exit_of(r) ? std::to_string(*spendcap_exit_of(r)) : "",
+          r.exit_code ? std::to_string(*r.exit_code) : "",
+          rfc3339_utc(r.started_at),
+          r.finished_at ? rfc3339_utc(*r.finished_at) : "",
+          duration,
+          to_decimal(r.spend),
+          budget ? to_decimal(*budget) : "",
+          run_budget_of(r, rules).source,
+          currency};
       std::string line;
       for (size_t i = 0; i < cells.size(); ++i) line += (i ? "," : "") + csv_field(cells[i]);
       std::cout << line << "\n";

@@ -74,6 +74,7 @@ RunView view_of(const RunRecord& r, double now) {
   view.reported_spend = r.reported_spend;
   view.reason = r.reason;
   view.exit_code = r.exit_code;
+  view.spendcap_exit_code = r.spendcap_exit_code;
   view.spend = r.spend;
   view.ceiling = r.ceiling;
   view.rate_per_hour = r.rate_per_hour;
@@ -653,6 +654,7 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     record.status = final.status;
     record.reason = final.reason;
     record.exit_code = final.exit_code;
+    record.spendcap_exit_code = final.spendcap_exit_code;
     record.spend = final.spend;
     record.elapsed_seconds = final.elapsed_seconds;
     record.gpu = final.gpu;
@@ -684,6 +686,7 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     run.status = final.status;
     run.reason = final.reason;
     run.exit_code = final.exit_code;
+    run.spendcap_exit_code = final.spendcap_exit_code;
     run.spend = final.spend;
     run.elapsed_seconds = final.elapsed_seconds;
     if (final.gpu) run.gpu = final.gpu;

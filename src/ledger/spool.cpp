@@ -89,6 +89,7 @@ nlohmann::json final_to_json(const RunFinal& final) {
       {"exit_code", final.exit_code ? nlohmann::json(*final.exit_code) : nlohmann::json()},
       {"spend_micros", final.spend.micros},
       {"elapsed_seconds", final.elapsed_seconds}};
+  if (final.spendcap_exit_code) json["spendcap_exit_code"] = *final.spendcap_exit_code;
   if (final.gpu) json["gpu"] = gpu_to_json(*final.gpu);
   // The rest of the row (absent in older files, and where the run had none).
   if (final.metric_name) json["metric_name"] = *final.metric_name;
@@ -139,6 +140,10 @@ SpooledRow parse_spooled(const std::string& text) {
   row.final.status = *status;
   row.final.reason = final.at("reason").get<std::string>();
   if (!final.at("exit_code").is_null()) row.final.exit_code = final.at("exit_code").get<int>();
+  if (auto spendcap_exit = final.find("spendcap_exit_code");
+      spendcap_exit != final.end() && !spendcap_exit->is_null()) {
+    row.final.spendcap_exit_code = spendcap_exit->get<int>();
+  }
   row.final.spend = Money{final.at("spend_micros").get<std::int64_t>()};
   row.final.elapsed_seconds = final.at("elapsed_seconds").get<double>();
   if (final.contains("gpu")) row.final.gpu = gpu_from_json(final.at("gpu"));

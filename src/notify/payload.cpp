@@ -48,6 +48,7 @@ nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
   if (facts.started_at) p["started_at"] = rfc3339_utc(*facts.started_at);
   if (event.ended) p["ended_at"] = rfc3339_utc(at);
   if (event.exit_code) p["exit_code"] = *event.exit_code;
+  if (event.command_exit_code) p["command_exit_code"] = *event.command_exit_code;
   return p;
 }
 
@@ -171,7 +172,9 @@ nlohmann::json slack_payload(const nlohmann::json& p) {
   add("Why", why);
   add("Where", where);
   add("Tags", tags);
-  add("Exit", field("exit_code"));
+  add("Exit", field("exit_code").empty() || field("command_exit_code").empty()
+                  ? field("exit_code")
+                  : field("exit_code") + " (the command's: " + field("command_exit_code") + ")");
   nlohmann::json blocks = nlohmann::json::array();
   blocks.push_back({{"type", "header"},
                     {"text", plain(title + (headline.empty() ? "" : ": " + headline), 140)}});

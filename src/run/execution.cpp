@@ -9,6 +9,7 @@
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/ledger/spool.hpp"
+#include "spendcap/process/output_relay.hpp"
 #include "spendcap/process/privileged_run.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
@@ -103,6 +104,7 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   final.id = outcome.run_id;
   final.status = outcome.status;
   final.reason = outcome.reason;
+  final.spendcap_exit_code = outcome.exit_code;
   if (outcome.command_exit_code) {
     final.exit_code = *outcome.command_exit_code;
   } else if (outcome.command_signal) {
@@ -288,7 +290,17 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   facts.started_at = host.unix_seconds();
   std::unique_ptr<WebhookNotifier> notifier =
       host.make_notifier(std::move(job.webhooks), facts, *ledger, env, reporter);
-  StartedGuard guard = host.start_guard(spec, guard_options);
+  // On a pipe the job's output goes through the relay, so spendcap's lines know where it ends
+  // (the privileged runner's guard is forked before this, with the user's fds).
+  std::unique_ptr<OutputRelay> relay = job.runner ? nullptr : host.start_output_relay();
+  StartedGuard guard;
+  auto fork_guard = [&] { guard = host.start_guard(spec, guard_options); };
+  if (relay) {
+    relay->hand_to_guard(fork_guard);
+    reporter.relay_lines_to(relay.get());
+  } else {
+    fork_guard();
+  }
   if (!guard.isolated && !guard.why_not_isolated.empty()) {
     reporter.error("isolation: no PID namespace here (" + guard.why_not_isolated +
                    "); the job runs without isolation");
@@ -321,6 +333,10 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
   if (notifier) finish_run_notifier(*notifier, *ledger, facts, recorded, reporter);
   say_summary(outcome, admission, settings.identity.job_key, reporter);
   int signal = outcome.reraise_signal ? outcome.reraise_signal : take_pending_stop_signal();
+  if (relay) {
+    reporter.flush();
+    relay->drain(std::chrono::seconds(1));
+  }
   if (signal) {
     reporter.flush();
     reraise(signal);

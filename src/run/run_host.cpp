@@ -11,6 +11,7 @@
 #include "spendcap/base/signals.hpp"
 #include "spendcap/notify/payload.hpp"
 #include "spendcap/process/cgroup.hpp"
+#include "spendcap/process/output_relay.hpp"
 #include "spendcap/process/privileged_run.hpp"
 #include "spendcap/run/run_notifier.hpp"
 
@@ -69,6 +70,7 @@ class SystemRunHost final : public RunHost {
     started.link = guard_link(guard);
     return started;
   }
+  std::unique_ptr<OutputRelay> start_output_relay() override { return OutputRelay::start(); }
   std::unique_ptr<ProcessTree> make_tree(pid_t root) override {
     return std::make_unique<LiveProcessTree>(root, cgroup_ ? &*cgroup_ : nullptr);
   }

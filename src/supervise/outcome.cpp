@@ -13,6 +13,7 @@
 #include "spendcap/base/files.hpp"
 #include "spendcap/base/json_numbers.hpp"
 #include "spendcap/base/json_text.hpp"
+#include "spendcap/base/signals.hpp"
 #include "spendcap/policy/policy.hpp"
 
 namespace spendcap {
@@ -176,6 +177,11 @@ std::vector<RunEvent> end_events(const RunOutcome& outcome, const RunEnd& run_en
   if (end.reason.rfind("budget:", 0) == 0) end.scope = end.reason.substr(7);
   end.spend = outcome.spend;
   end.exit_code = outcome.exit_code;
+  if (outcome.command_exit_code) {
+    end.command_exit_code = outcome.command_exit_code;
+  } else if (outcome.command_signal) {
+    end.command_exit_code = shell_status(*outcome.command_signal);
+  }
   if (outcome.gpu) end.gpu_utilisation = outcome.gpu->summary.mean_utilisation();
   end.ended = true;
   end.message =

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "spendcap/base/text.hpp"
+#include "spendcap/process/output_relay.hpp"
 #include "spendcap/process/tree_guard.hpp"
 
 namespace spendcap {
@@ -160,6 +161,7 @@ struct Reporter::Line {
   bool starts_line;  // a "spendcap: " line: it starts at the beginning of a line
   bool job_writes;   // the job may write to the same file meanwhile
   std::shared_ptr<CleanMark> clean;
+  const OutputRelay* relay = nullptr;  // set: the line goes through the job's relay
 };
 
 // Shared with the writer thread, which may outlive the Reporter when stderr is stuck at exit.
@@ -239,6 +241,10 @@ void Reporter::write_line_now(const Line& line) {
     write_all(line.fd, line.text);
     return;
   }
+  if (line.relay) {
+    line.relay->send_line(line.text);  // the relay starts it on a new line when it must
+    return;
+  }
   bool tty = ::isatty(line.fd) == 1;
   struct stat st {};
   bool pipe_like = !tty && (::fstat(line.fd, &st) != 0 || !S_ISREG(st.st_mode));
@@ -287,7 +293,7 @@ void Reporter::error(const std::string& text) const {
 void Reporter::write_line(const std::string& text, bool error) const {
   std::string line = "spendcap: " + escape_for_terminal(text) + "\n";
   if (log_fd_ >= 0) enqueue(Line{log_fd_, line, true, false});
-  if (log_fd_ < 0 || error) enqueue(Line{STDERR_FILENO, line, true, false});
+  if (log_fd_ < 0 || error) enqueue(Line{STDERR_FILENO, line, true, false, nullptr, relay_});
 }
 
 void Reporter::title(const std::string& text) {

@@ -187,7 +187,7 @@ struct RunFinal {
   std::string id;
   RunStatus status = RunStatus::succeeded;
   std::string reason;  // "exited", "budget:team:vision", "stop-order", "signal:SIGTERM", ...
-  std::optional<int> exit_code;
+  std::optional<int> exit_code;  // the command's own (128+N for a signal N); none: none
   Money spend;
   double elapsed_seconds = 0;  // launch until the tree was empty
   std::optional<RunGpu> gpu;   // what its GPUs did; none: GPU measurement did not run
@@ -199,6 +199,7 @@ struct RunFinal {
   std::optional<Money> storage_spend;
   std::optional<RunLastProgress> last_progress;  // none: the job wrote no good progress line
   std::optional<RunCheckpoint> checkpoint;       // none: spendcap did not stop the run
+  std::optional<int> spendcap_exit_code;         // spendcap's own exit status (124: a budget trip)
 };
 
 // Where a run's own budget came from, recorded at admission (schema v19), in the words `runs`
@@ -224,7 +225,8 @@ struct RunView : RunIdentity {
   std::optional<std::int64_t> uid;  // who admitted it; none for runs admitted before uids were kept
   Money reported_spend;  // the spend of its last heartbeat (a reconciled run's spend is c)
   std::string reason;
-  std::optional<int> exit_code;
+  std::optional<int> exit_code;           // the command's own
+  std::optional<int> spendcap_exit_code;  // spendcap's; none: not recorded (before schema v21)
   Money spend, ceiling, rate_per_hour;
   std::optional<Pricing> pricing;  // none: unknown (recorded before schema v11)
   std::optional<Money> budget;
@@ -244,6 +246,14 @@ struct RunView : RunIdentity {
   std::optional<RunLastProgress> last_progress;  // find_run only
   std::optional<RunCheckpoint> checkpoint;       // find_run only
 };
+
+// spendcap's exit status for a run (`runs`, `show`: the status the shell saw, 124 for a budget
+// trip), as recorded; a run before schema v21 that ended by itself exited as its command did.
+inline std::optional<int> spendcap_exit_of(const RunView& run) {
+  if (run.spendcap_exit_code) return run.spendcap_exit_code;
+  if (run.status == RunStatus::succeeded || run.status == RunStatus::failed) return run.exit_code;
+  return std::nullopt;
+}
 
 struct BudgetView {
   BudgetRule rule;

@@ -48,7 +48,8 @@ struct RunRecord : RunIdentity {
   Mode mode = Mode::enforce;
   RunStatus status = RunStatus::running;  // `running` = unfinished: it holds its ceiling
   std::string reason;
-  std::optional<int> exit_code;
+  std::optional<int> exit_code;           // the command's own (128+N for a signal N)
+  std::optional<int> spendcap_exit_code;  // spendcap's (124 for a budget trip); none before v21
   Money rate_per_hour, reserve;
   std::optional<Pricing> pricing;   // RunStart's; none: unknown (stored NULL, runs before v11)
   std::optional<Money> commitment;  // RunStart's; none: no commitment (or a run before v16)

@@ -21,6 +21,7 @@ struct RunEvent {
   std::string message;  // a line for people
   std::optional<Money> spend;             // the run's spend at the event
   std::optional<int> exit_code;           // spendcap's exit code, once the run ended
+  std::optional<int> command_exit_code;   // the command's own, when it exited (128+N: signal N)
   bool ended = false;                     // the run is over: its end time is now
   std::optional<double> gpu_utilisation;  // 0..1, only where measured
 };

@@ -28,7 +28,8 @@
 
 namespace spendcap {
 
-struct RunnerRun;  // process/privileged_run.hpp
+struct RunnerRun;   // process/privileged_run.hpp
+class OutputRelay;  // process/output_relay.hpp
 
 // The guard once forked: the link the supervisor drives it by, and what the run says about it.
 struct StartedGuard {
@@ -64,6 +65,9 @@ class RunHost {
   virtual void become_subreaper() = 0;
   // Forks the guard (before any thread of spendcap's: the notifier starts after). Throws Error.
   virtual StartedGuard start_guard(const LaunchSpec& spec, const GuardOptions& options) = 0;
+  // The output relay (process/output_relay.hpp) when stderr is a pipe, else null; started before
+  // the guard, which is handed it.
+  virtual std::unique_ptr<OutputRelay> start_output_relay() = 0;
   // The tree under `root` (the guard), in the run's cgroup when there is one.
   virtual std::unique_ptr<ProcessTree> make_tree(pid_t root) = 0;
   // The terminal the job may be given (job control).

@@ -15,6 +15,8 @@
 // runner) or anything was written (to any file: a progress line counts too), the newline comes
 // first, as before. The count is read just before and after the line's write(2): a job that
 // writes within those microseconds can still meet the line mid-way, as it could without spendcap.
+// Where the job's stderr is relayed (process/output_relay.hpp: stderr is a pipe), the lines go
+// through the relay instead, which knows where the job's last line ended.
 // --log FILE sends the lines to FILE instead (appended; errors go to stderr as well).
 //
 // Once the job runs, lines are written by a thread of their own (write_in_background): stderr may
@@ -33,6 +35,8 @@
 #include <string>
 
 namespace spendcap {
+
+class OutputRelay;
 
 class Reporter {
  public:
@@ -60,6 +64,8 @@ class Reporter {
   // Bytes written so far by the job's processes, or none when it cannot be known; used to decide
   // whether a line on a pipe must start with a newline. Set before write_in_background().
   void set_job_write_count(std::function<std::optional<std::uint64_t>()> count);
+  // From now on lines for stderr go through `relay` (which outlives the Reporter).
+  void relay_lines_to(const OutputRelay* relay) { relay_ = relay; }
   // The guard has exited and is not reaped yet: the count is read once more and kept from now on
   // (the tree is gone; reaped, the guard's counts would merge into spendcap's own).
   void freeze_job_write_count();
@@ -80,6 +86,7 @@ class Reporter {
   int log_fd_ = -1;
   std::shared_ptr<Queue> queue_;      // null until write_in_background()
   std::shared_ptr<CleanMark> clean_;  // null until set_job_write_count()
+  const OutputRelay* relay_ = nullptr;
 };
 
 // What the processes under `guard` (the tree guard: the job, its descendants, and every child it

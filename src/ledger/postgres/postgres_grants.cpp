@@ -451,6 +451,7 @@ BEGIN
     PERFORM spendcap_lock_scope(s.kind, s.name);
   END LOOP;
   m.status := n.status; m.reason := n.reason; m.exit_code := n.exit_code;
+  m.spendcap_exit_code := n.spendcap_exit_code;
   m.spend_micros := n.spend_micros; m.elapsed_seconds := n.elapsed_seconds;
   IF n.gpu_measured IS NOT NULL THEN
     m.gpu_measured := n.gpu_measured; m.gpu_not_measured := n.gpu_not_measured;

@@ -194,6 +194,7 @@ inline std::string run_json(const RunRecord& r) {
   row["run_budget_micros"] = money(r.run_budget);
   row["budget_source"] =
       r.budget_source.empty() ? nlohmann::json() : nlohmann::json(r.budget_source);
+  row["spendcap_exit_code"] = optional(r.spendcap_exit_code);
   if (r.last_progress) {
     row["progress_step"] = optional(r.last_progress->step);
     row["progress_total_steps"] = optional(r.last_progress->total_steps);
@@ -282,6 +283,7 @@ inline RunRecord read_run(const Result& q, int i) {
     checkpoint.signal_seconds = q.optional_f64(i, 62).value_or(0);
     checkpoint.written_seconds = q.optional_f64(i, 63);
   }
+  if (!q.is_null(i, 64)) r.spendcap_exit_code = static_cast<int>(q.i64(i, 64));
   return r;
 }
 

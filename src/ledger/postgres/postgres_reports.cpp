@@ -18,7 +18,7 @@ void PostgresStore::Impl::for_each_run_started(double since, double until,
         "elapsed_seconds, storage_peak_gb, storage_spend_micros, pricing, gpu_measured, "
         "gpu_not_measured, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
         "gpu_energy_kwh, gpu_co2_kg, metric_name, metric_value, units, egress_gb, "
-        "commitment_micros FROM runs "
+        "commitment_micros, spendcap_exit_code FROM runs "
         "WHERE started_at >= $1 AND started_at < $2",
         {param(since), param(until)});
     RunRecord r;
@@ -67,6 +67,8 @@ void PostgresStore::Impl::for_each_run_started(double since, double until,
         r.units = q.optional_f64(i, 32);
         r.egress_gb = q.optional_f64(i, 33);
         r.commitment = q.optional_money(i, 34);
+        r.spendcap_exit_code =
+            q.is_null(i, 35) ? std::nullopt : std::optional<int>(static_cast<int>(q.i64(i, 35)));
         delivered = true;
         each(r);
       }

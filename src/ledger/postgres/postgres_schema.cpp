@@ -232,6 +232,10 @@ ALTER TABLE runs ADD COLUMN checkpoint_written_seconds DOUBLE PRECISION;
     // spendcap_heartbeat by one that takes the run's progress so far (a ledger at v19 kept the
     // old one: routines() run only after a migration).
     "SELECT 1;\n",
+    // v21 (the 20th entry; issue 40 item 3): as SQLite's v21, spendcap's own exit status beside
+    // the command's (exit_code). spendcap_finish and spendcap_update_run write it with the other
+    // mutable columns (kMutableRunColumns).
+    "ALTER TABLE runs ADD COLUMN spendcap_exit_code INTEGER;\n",
 };
 
 const char* const kRunColumns =
@@ -245,7 +249,7 @@ const char* const kRunColumns =
     "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, pricing, "
     "commitment_micros, cwd, run_budget_micros, budget_source, progress_step, "
     "progress_total_steps, progress_line, checkpoint_signal, checkpoint_signalled, "
-    "checkpoint_signal_seconds, checkpoint_written_seconds";
+    "checkpoint_signal_seconds, checkpoint_written_seconds, spendcap_exit_code";
 
 namespace {
 
@@ -258,7 +262,7 @@ const char* const kMutableRunColumns[] = {
     "allowed_micros",  "reconciled",
     "would_stop_at",   "would_stop_reason",
     "elapsed_seconds", "reported_spend_micros",
-    "overrun",
+    "overrun",         "spendcap_exit_code",
 };
 // The final row's checkpoint storage (v10), last progress line and checkpoint (v19): written as
 // the row carries it, like the above (every read of a run reads them).

@@ -47,7 +47,7 @@ std::string lock_holders(const FileIds& files);
   "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "       \
   "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "                \
   "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, pricing, "     \
-  "commitment_micros, cwd, run_budget_micros, budget_source"
+  "commitment_micros, cwd, run_budget_micros, budget_source, spendcap_exit_code"
 
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};

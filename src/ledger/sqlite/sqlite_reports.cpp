@@ -105,7 +105,7 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
       "ceiling_micros, reconciled, overrun, elapsed_seconds, gpu_measured, gpu_not_measured, "
       "gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, gpu_energy_kwh, "
       "gpu_co2_kg, metric_name, metric_value, units, egress_gb, storage_peak_gb, "
-      "storage_spend_micros, pricing, commitment_micros FROM runs " +
+      "storage_spend_micros, pricing, commitment_micros, spendcap_exit_code FROM runs " +
       // A period of a few days (a report's partial days, beside the rollups) is found by the
       // index on started_at (v14); a longer one is a scan: a b-tree look-up per row made a report
       // of 1M runs ten times slower (the unary + keeps the index out).
@@ -166,6 +166,7 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
     r.storage_spend = q.optional_money(32);
     r.pricing = pricing_of_column(q.optional_text(33));
     r.commitment = q.optional_money(34);
+    r.spendcap_exit_code = q.is_null(35) ? std::nullopt : std::optional<int>(q.i32(35));
     each(r);
   }
 }

@@ -64,6 +64,7 @@ RunRecord SqliteStore::Impl::read_run(Query& q) {
   if (!q.is_null(48)) r.cwd = q.text(48);
   r.run_budget = q.optional_money(49);
   if (!q.is_null(50)) r.budget_source = q.text(50);
+  if (!q.is_null(51)) r.spendcap_exit_code = q.i32(51);
   return r;
 }
 
@@ -111,7 +112,7 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
       "INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
       "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-      "NULL, NULL, ?, ?, ?, ?, ?)");
+      "NULL, NULL, ?, ?, ?, ?, ?, ?)");
   q.bind_all(r.id, r.job_key.empty() ? std::nullopt : std::optional<std::string>(r.job_key), r.team,
              r.experiment, r.project, r.user, json_of(r.tags), json_of(r.command), r.fingerprint,
              r.host, r.pid, to_string(r.mode), to_string(r.status), r.reason, r.exit_code,
@@ -121,7 +122,8 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
              r.would_stop_reason, r.elapsed_seconds, r.uid, r.reported_spend, r.overrun ? 1 : 0,
              pricing_column(r.pricing), r.commitment,
              r.cwd.empty() ? std::nullopt : std::optional<std::string>(r.cwd), r.run_budget,
-             r.budget_source.empty() ? std::nullopt : std::optional<std::string>(r.budget_source));
+             r.budget_source.empty() ? std::nullopt : std::optional<std::string>(r.budget_source),
+             r.spendcap_exit_code);
   q.run();
 }
 
@@ -135,7 +137,7 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
       "UPDATE runs SET status = ?, reason = ?, exit_code = ?, heartbeat_at = ?, reconcile_at = ?, "
       "finished_at = ?, spend_micros = ?, ceiling_micros = ?, allowed_micros = ?, reconciled = ?, "
       "would_stop_at = ?, would_stop_reason = ?, elapsed_seconds = ?, reported_spend_micros = ?, "
-      "overrun = ?";
+      "overrun = ?, spendcap_exit_code = ?";
   if (metric) sql += ", metric_name = ?, metric_value = ?, units = ?, egress_gb = ?";
   if (storage) sql += ", storage_peak_gb = ?, storage_spend_micros = ?";
   if (r.last_progress) sql += ", progress_step = ?, progress_total_steps = ?, progress_line = ?";
@@ -148,7 +150,8 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
   auto q = query(sql);
   q.bind_all(to_string(r.status), r.reason, r.exit_code, r.heartbeat_at, r.reconcile_at,
              r.finished_at, r.spend, r.ceiling, r.allowed, r.reconciled ? 1 : 0, r.would_stop_at,
-             r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0);
+             r.would_stop_reason, r.elapsed_seconds, r.reported_spend, r.overrun ? 1 : 0,
+             r.spendcap_exit_code);
   if (metric) q.bind_all(r.metric_name, r.metric_value, r.units, r.egress_gb);
   if (storage) q.bind_all(r.storage_peak_gb, r.storage_spend);
   if (const auto& p = r.last_progress) q.bind_all(p->step, p->total_steps, p->line);

@@ -47,6 +47,8 @@ class FakeRunHost final : public RunHost {
   void remove_cgroup() override { ++cgroups_removed; }
   void become_subreaper() override { subreaper = true; }
 
+  // No relay: the fake tree writes nothing to spendcap's stderr.
+  std::unique_ptr<OutputRelay> start_output_relay() override { return nullptr; }
   StartedGuard start_guard(const LaunchSpec& spec, const GuardOptions& options) override {
     launched = spec;
     guard_options = options;
