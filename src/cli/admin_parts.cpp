@@ -62,6 +62,15 @@ std::string percent_used(const BudgetView& view) {
   return text;
 }
 
+LoadedPolicy load_chosen_policy(const LedgerChoice& choice) {
+  return load_policy(PolicySearch::from_environment(choice.policy),
+                     PolicyLayer{"command line", nlohmann::json::object()});
+}
+
+double utc_now() {
+  return static_cast<double>(std::time(nullptr));
+}
+
 }  // namespace admin_parts
 
 }  // namespace spendcap

@@ -1,0 +1,45 @@
+// `accept`: mark a run's result as the one kept (report_commands.hpp).
+#include "spendcap/cli/report_commands.hpp"
+#include "spendcap/cli/runs.hpp"
+
+#include "admin_parts.hpp"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "spendcap/base/json_text.hpp"
+#include "spendcap/base/text.hpp"
+#include "spendcap/ledger/ledger_store.hpp"
+#include "spendcap/policy/layers.hpp"
+#include "spendcap/report/estimate.hpp"
+#include "spendcap/report/report.hpp"
+#include "spendcap/report/report_rollup.hpp"
+#include "spendcap/run/estimate_fit.hpp"
+#include "spendcap/supervise/run_env.hpp"
+
+namespace spendcap {
+
+using admin_parts::load_chosen_policy;
+using admin_parts::utc_now;
+
+int accept_command(const LedgerChoice& choice, const std::string& run_id, const std::string& note) {
+  require_printable_name(run_id, "accept");
+  std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
+  // Any unique prefix, as `runs` prints it (cli/runs.hpp).
+  std::string full_id = resolve_run_id(*ledger, run_id, "accept " + run_id);
+  AcceptedResult accepted = ledger->accept_run(full_id, note, user_name() + "@" + host_name());
+  std::cout << "accepted " << escape_for_terminal(full_id)
+            << (note.empty() ? std::string() : ": " + escape_for_terminal(note)) << "\n";
+  return 0;
+}
+
+}  // namespace spendcap
