@@ -33,7 +33,10 @@ using admin_parts::utc_now;
 
 int accept_command(const LedgerChoice& choice, const std::string& run_id, const std::string& note) {
   require_printable_name(run_id, "accept");
-  std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
+  LedgerSession session = open_ledger_session(choice);
+  // The write a writing verb owes the host first (ledger_session.hpp).
+  settle_host_debts(session);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
   // Any unique prefix, as `runs` prints it (cli/runs.hpp).
   std::string full_id = resolve_run_id(*ledger, run_id, "accept " + run_id);
   AcceptedResult accepted = ledger->accept_run(full_id, note, user_name() + "@" + host_name());

@@ -50,9 +50,10 @@ static std::string used_text(const BudgetView& view, const std::string& currency
 }
 
 int budgets_command(const LedgerChoice& choice, bool json) {
-  std::string currency = "USD";
-  std::vector<BudgetRule> policy_rules;
-  auto ledger = open_chosen_ledger(choice, &currency, &policy_rules);
+  LedgerSession session = open_ledger_session(choice, OwnerRules::read);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
+  const std::string& currency = session.currency;
+  const std::vector<BudgetRule>& policy_rules = session.owner_rules;
   // As `run` does: loading the owner's policy applies its budgets to a personal ledger, so that
   // `budgets --policy FILE` shows what that file applies. A shared ledger's budgets change only
   // by `budgets apply`; those of the policy it lacks are named below the table.
@@ -131,7 +132,10 @@ int budgets_apply_command(const LedgerChoice& choice, const std::string& policy_
   Policy policy = parse_policy(read_policy_file(policy_file), policy_file);
   LedgerChoice target = choice;
   if (!target.ledger && policy.ledger) target.ledger = policy.ledger;
-  auto ledger = open_chosen_ledger(target, nullptr);
+  LedgerSession session = open_ledger_session(target);
+  // The write a writing verb owes the host first (ledger_session.hpp).
+  settle_host_debts(session);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
   std::vector<BudgetRule> rules = budget_rules_of(policy);
   ledger->apply_budgets(rules, true);
   std::cout << "applied " << rules.size() << " budgets from " << policy_file << " to "

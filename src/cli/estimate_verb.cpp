@@ -83,7 +83,7 @@ double price_at(const PriceSheet& sheet, Pricing pricing, const std::string& wha
 // The ledger, with the policy's budgets applied where the ledger is the caller's own (as `run`
 // does: loading the owner's policy applies it), so an estimate fits the budgets a run would meet.
 std::unique_ptr<Ledger> open_with_budgets(const LedgerChoice& choice, const LoadedPolicy& loaded) {
-  std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
+  std::unique_ptr<Ledger> ledger = open_ledger_session(choice).ledger;
   const Policy& owner = loaded.locked_policy ? *loaded.locked_policy : loaded.policy;
   std::vector<BudgetRule> rules = budget_rules_of(owner);
   if (!rules.empty() && ledger->is_personal()) ledger->apply_budgets(rules, false);
@@ -164,7 +164,7 @@ int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& 
   std::optional<double> observed;
   std::int64_t measured_runs = 0;
   if (r.team) {
-    std::unique_ptr<Ledger> ledger = open_chosen_ledger(r.choice, nullptr);
+    std::unique_ptr<Ledger> ledger = open_ledger_session(r.choice).ledger;
     ReportOptions options;
     options.team = r.team;
     if (r.gpu) options.by = {};

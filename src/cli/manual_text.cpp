@@ -68,7 +68,8 @@ const std::vector<VerbText>& verb_texts() {
         "have spent (its rate since admission, at least its last heartbeat's, at most its "
         "ceiling), so its spend never goes down. A run whose heartbeat "
         "stopped is lost: it keeps its ceiling and, once it can no longer be spending, is charged "
-        "exactly that, until its spooled final row replaces the charge.",
+        "exactly that, until its spooled final row replaces the charge: ps replays this host's "
+        "spool and queues lost runs' events (report, runs, show and budgets only read).",
         "A multi-node run (--run-id) is one row with its nodes under it; --json keeps a row per "
         "node, with job_key and node. Run ids are shown as the shortest unique prefix (at least "
         "8 characters), which show, stop --run and accept take."},

@@ -158,8 +158,12 @@ std::string budget_share(const RunView& run, const std::vector<BudgetView>& view
 }  // namespace
 
 int ps_command(const LedgerChoice& choice, bool json) {
-  std::string currency = "USD";
-  auto ledger = open_chosen_ledger(choice, &currency);
+  LedgerSession session = open_ledger_session(choice);
+  // The one reading verb that settles: `ps` is where an operator looks for lost runs and a run
+  // spooled on this host, and the guide names it as the command that replays them.
+  settle_host_debts(session);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
+  const std::string& currency = session.currency;
   std::vector<RunView> runs = ledger->active_runs();
   // Overruns are never hidden: finished, but listed here for a week after they started.
   std::vector<RunView> overruns = ledger->overrun_runs(kOverrunsShownDays);

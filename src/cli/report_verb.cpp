@@ -145,7 +145,7 @@ int report_command(const ReportRequest& request) {
                       "add --format csv or --format focus, or leave it out");
   }
   const CsvCells cells = request.csv_raw ? CsvCells::raw : CsvCells::safe;
-  std::unique_ptr<Ledger> ledger = open_chosen_ledger(request.choice, nullptr);
+  std::unique_ptr<Ledger> ledger = open_ledger_session(request.choice).ledger;
   if (request.format == "focus") {
     // One row per run and charge period, streamed: nothing is grouped.
     if (!request.by.empty() || request.baseline) {

@@ -137,8 +137,9 @@ int runs_command(const RunsRequest& request) {
   // One more than asked: whether there were more is said below the table.
   query.limit =
       request.limit == std::numeric_limits<int>::max() ? request.limit : request.limit + 1;
-  std::string currency = "USD";
-  auto ledger = open_chosen_ledger(request.choice, &currency);
+  LedgerSession session = open_ledger_session(request.choice);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
+  const std::string& currency = session.currency;
   std::vector<ListedRun> listed = ledger->list_runs(query);
   std::vector<BudgetRule> rules = ledger->budget_rules();
   bool more = listed.size() > static_cast<size_t>(request.limit);

@@ -245,8 +245,9 @@ std::string checkpoint_text(const std::optional<RunCheckpoint>& checkpoint, bool
 }  // namespace
 
 int show_command(const LedgerChoice& choice, const std::string& run_id, bool json) {
-  std::string currency = "USD";
-  auto ledger = open_chosen_ledger(choice, &currency);
+  LedgerSession session = open_ledger_session(choice);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
+  const std::string& currency = session.currency;
   // Any unique prefix: the 8 characters `ps`, `runs` and the end line print.
   auto run = ledger->find_run(resolve_run_id(*ledger, run_id, "show " + run_id));
   if (!run) throw Error("show " + run_id, "is not in the ledger " + ledger->url());

@@ -120,8 +120,7 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
     if (requested_scope(request) || request.clear) {
       throw Error("stop --list", "lists the active stop orders: give no scope and no --clear");
     }
-    auto ledger = open_chosen_ledger(choice, nullptr);
-    return list_stop_orders(*ledger);
+    return list_stop_orders(*open_ledger_session(choice).ledger);
   }
   auto scope = requested_scope(request);
   if (!scope) {
@@ -129,7 +128,10 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
                 "e.g. spendcap stop --team vision --reason 'budget review'");
   }
   require_printable_name(scope->name, "--" + to_string(scope->kind));
-  auto ledger = open_chosen_ledger(choice, nullptr);
+  LedgerSession session = open_ledger_session(choice);
+  // The write a writing verb owes the host first (ledger_session.hpp).
+  settle_host_debts(session);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
   if (scope->kind == ScopeKind::run) {
     scope->name = resolve_run_prefix(*ledger, scope->name, request.clear);
   }

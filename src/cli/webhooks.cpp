@@ -35,7 +35,7 @@ std::string destination_display(const std::string& destination) {
 }  // namespace
 
 int outbox_list_command(const LedgerChoice& choice, bool json) {
-  std::unique_ptr<Ledger> ledger = open_ledger_for(choice);
+  std::unique_ptr<Ledger> ledger = open_ledger_session(choice).ledger;
   // Root (the runner's administrator) lists every user's entries, each with its user; a user
   // lists their own. Flushing stays per user: the URL and secret are in the user's environment.
   const bool everyone = ::geteuid() == 0;
@@ -75,7 +75,10 @@ int outbox_list_command(const LedgerChoice& choice, bool json) {
 }
 
 int outbox_flush_command(const LedgerChoice& choice) {
-  std::unique_ptr<Ledger> ledger = open_ledger_for(choice);
+  LedgerSession session = open_ledger_session(choice);
+  // The write a writing verb owes the host first (ledger_session.hpp).
+  settle_host_debts(session);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
   Environment env = current_environment();
   std::vector<OutboxEntry> entries = ledger->outbox(user_name());
   auto sendable = resolvable_outbox(entries, env);
