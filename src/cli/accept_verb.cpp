@@ -1,6 +1,12 @@
 // `accept`: mark a run's result as the one kept (report_commands.hpp).
 #include "spendcap/cli/report_commands.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
 #include "spendcap/cli/runs.hpp"
+#include "spendcap/cli/verbs.hpp"
 
 #include "admin_parts.hpp"
 
@@ -44,5 +50,25 @@ int accept_command(const LedgerChoice& choice, const std::string& run_id, const 
             << (note.empty() ? std::string() : ": " + escape_for_terminal(note)) << "\n";
   return 0;
 }
+
+namespace {
+
+struct AcceptArgs {
+  LedgerChoice choice;
+  std::string run_id, note;
+};
+
+VerbRun add_accept(CLI::App& command, CLI::App&, VerbContext&) {
+  auto args = std::make_shared<AcceptArgs>();
+  CLI::App* accept = &command;
+  add_ledger_options(*accept, args->choice);
+  accept->add_option("run_id", args->run_id, "the run (its id, or any unique prefix)")->required();
+  accept->add_option("--note", args->note, "why it is kept");
+  return [args] { return accept_command(args->choice, args->run_id, args->note); };
+}
+
+}  // namespace
+
+const Verb kAcceptVerb = {"accept", "mark a run's result as the one kept", add_accept};
 
 }  // namespace spendcap

@@ -1,6 +1,12 @@
 // `budgets` and `budgets apply` (admin.hpp).
 #include "admin_parts.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
 
 #include <sys/time.h>
 
@@ -142,5 +148,32 @@ int budgets_apply_command(const LedgerChoice& choice, const std::string& policy_
             << ledger->url() << "\n";
   return 0;
 }
+
+namespace {
+
+struct BudgetsArgs {
+  LedgerChoice choice;
+  bool json = false;
+  std::string apply_file;
+};
+
+VerbRun add_budgets(CLI::App& command, CLI::App&, VerbContext&) {
+  auto args = std::make_shared<BudgetsArgs>();
+  CLI::App* budgets = &command;
+  add_ledger_options(*budgets, args->choice);
+  budgets->add_flag("--json", args->json, "print JSON");
+  CLI::App* apply = budgets->add_subcommand("apply", "set the ledger's budgets from a policy");
+  apply->add_option("policy_file", args->apply_file, "the policy")->required();
+  apply->fallthrough();  // `budgets apply --ledger X FILE` as well as `budgets --ledger X apply
+                         // FILE`
+  return [args, apply] {
+    if (*apply) return budgets_apply_command(args->choice, args->apply_file);
+    return budgets_command(args->choice, args->json);
+  };
+}
+
+}  // namespace
+
+const Verb kBudgetsVerb = {"budgets", "each budget: spent, running, remaining", add_budgets};
 
 }  // namespace spendcap

@@ -1,6 +1,12 @@
 // `estimate`: what a run will cost, before it starts (report_commands.hpp).
 #include "spendcap/cli/report_commands.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
 #include "spendcap/cli/runs.hpp"
+#include "spendcap/cli/verbs.hpp"
 
 #include "admin_parts.hpp"
 
@@ -487,5 +493,55 @@ int estimate_command(const EstimateRequest& r) {
   }
   return status;
 }
+
+namespace {
+
+VerbRun add_estimate(CLI::App& command, CLI::App&, VerbContext&) {
+  auto request = std::make_shared<EstimateRequest>();
+  auto& r = *request;
+  CLI::App* estimate = &command;
+  add_ledger_options(*estimate, r.choice);
+  estimate->add_option("--step-time", r.step_time, "time per step (0.8s)");
+  estimate->add_option("--steps", r.steps, "number of steps");
+  estimate->add_option("--gpu-hours", r.gpu_hours, "GPU-hours of work (2000), priced per GPU");
+  estimate->add_option("--params", r.params, "model parameters (1e9)");
+  estimate->add_option("--tokens", r.tokens, "training tokens (20e9): about 6ND FLOPs");
+  estimate->add_option("--peak-tflops", r.peak_tflops, "peak TFLOP/s per GPU (else the policy's)");
+  estimate->add_option("--mfu", r.mfu, "model FLOPs utilisation (default 0.4)");
+  estimate->add_option("--rate", r.rate, "price per hour (per instance; per GPU for --params)");
+  estimate->add_option("--gpu", r.gpu, "GPU type, priced by the policy");
+  estimate->add_option("--gpus", r.gpus, "GPUs (per instance for --steps; in all for --params)");
+  estimate->add_option("--instance", r.instance, "instance type, priced by the policy");
+  estimate->add_option("--instances", r.instances, "number of instances (default 1)");
+  estimate->add_option("--pricing", r.pricing, "on-demand, spot or reserved");
+  estimate->add_option("--interruptions-per-100h", r.interruptions_per_100h,
+                       "spot interruptions per 100 hours");
+  estimate->add_option("--lost-per-interruption", r.lost_per_interruption,
+                       "work lost per interruption (30m)");
+  estimate->add_option("--team", r.team, "fit the team's remaining budget (exit 120 if not)");
+  estimate->add_option("--experiment", r.experiment, "fit the experiment's remaining budget");
+  estimate->add_flag("--compare", r.compare, "price the work on every GPU type of the policy");
+  estimate->add_option("--bytes-per-param", r.bytes_per_param,
+                       "training state per parameter (default 16: mixed-precision Adam)");
+  estimate->add_option("--activations-gb", r.activations_gb, "activation memory, GB");
+  estimate->add_flag("--serving", r.serving, "cost per prediction of a serving process");
+  estimate->add_option("--price-per-hour", r.price_per_hour, "serving: price of a replica");
+  estimate->add_option("--rps", r.rps, "serving: requests per second at full load");
+  estimate->add_option("--utilisation", r.utilisation, "serving: fraction of time busy");
+  estimate->add_option("--predictions-per-day", r.predictions_per_day,
+                       "serving: predictions a day (instead of --rps and --utilisation)");
+  estimate->add_option("--reserved", r.reserved, "reserved price per hour");
+  estimate->add_option("--on-demand", r.on_demand, "on-demand price per hour");
+  estimate->add_flag("--json", r.json, "print JSON");
+  accept_count_suffixes(*estimate, "--steps");
+  accept_count_suffixes(*estimate, "--params");
+  accept_count_suffixes(*estimate, "--tokens");
+  accept_count_suffixes(*estimate, "--predictions-per-day");
+  return [request] { return estimate_command(*request); };
+}
+
+}  // namespace
+
+const Verb kEstimateVerb = {"estimate", "what a run will cost, before it starts", add_estimate};
 
 }  // namespace spendcap

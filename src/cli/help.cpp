@@ -1,5 +1,7 @@
 #include "spendcap/cli/help.hpp"
 
+#include "spendcap/cli/verbs.hpp"
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <fstream>
@@ -157,17 +159,24 @@ void list_options(const CommandDoc& command, std::ostream& out) {
 
 }  // namespace
 
-CLI::App* add_help_command(CLI::App& app, HelpRequest& request) {
-  CLI::App* help = app.add_subcommand("help", "the manual: a page per verb, as text or for man(1)");
-  help->add_option("page", request.page,
+namespace {
+
+VerbRun add_help(CLI::App& command, CLI::App& root, VerbContext&) {
+  auto request = std::make_shared<HelpRequest>();
+  CLI::App* help = &command;
+  help->add_option("page", request->page,
                    "a verb, or policy-file for the policy's format (default: the overview)");
-  help->add_flag("--man", request.man, "print the page as roff for man(1)");
-  help->add_flag("--options", request.options,
+  help->add_flag("--man", request->man, "print the page as roff for man(1)");
+  help->add_flag("--options", request->options,
                  "list the options the parser accepts for the page's verb, one a line");
-  help->add_option("--man-dir", request.man_dir, "write every page into this directory")
+  help->add_option("--man-dir", request->man_dir, "write every page into this directory")
       ->type_name("DIR");
-  return help;
+  return [request, &root] { return help_command(root, *request); };
 }
+
+}  // namespace
+
+const Verb kHelpVerb = {"help", "the manual: a page per verb, as text or for man(1)", add_help};
 
 CommandDoc document(const CLI::App& app) {
   return document_at(app, "");

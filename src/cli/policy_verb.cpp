@@ -1,6 +1,12 @@
 // `policy check` and `policy keys` (admin.hpp).
 #include "spendcap/cli/admin.hpp"
 
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
+
 #include <sys/time.h>
 
 #include <algorithm>
@@ -75,5 +81,26 @@ int policy_keys_command() {
   }
   return 0;
 }
+
+namespace {
+
+VerbRun add_policy(CLI::App& command, CLI::App&, VerbContext&) {
+  auto policy_files = std::make_shared<std::vector<std::string>>();
+  CLI::App* policy = &command;
+  policy->require_subcommand(1);
+  CLI::App* check = policy->add_subcommand("check", "validate policy files");
+  check->add_option("file", *policy_files, "policy files")->required();
+  CLI::App* keys =
+      policy->add_subcommand("keys", "every policy key, its flag, and whether it acts yet");
+  return [policy_files, check, keys] {
+    if (*check) return policy_check_command(*policy_files);
+    if (*keys) return policy_keys_command();
+    return to_int(ExitCode::internal);
+  };
+}
+
+}  // namespace
+
+const Verb kPolicyVerb = {"policy", "policy files", add_policy};
 
 }  // namespace spendcap

@@ -1,6 +1,12 @@
 // `ps`: running and lost runs (admin.hpp).
 #include "admin_parts.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
 
 #include <sys/time.h>
 
@@ -272,5 +278,24 @@ int ps_command(const LedgerChoice& choice, bool json) {
   print_table(rows);
   return 0;
 }
+
+namespace {
+
+struct PsArgs {
+  LedgerChoice choice;
+  bool json = false;
+};
+
+VerbRun add_ps(CLI::App& command, CLI::App&, VerbContext&) {
+  auto args = std::make_shared<PsArgs>();
+  CLI::App* ps = &command;
+  add_ledger_options(*ps, args->choice);
+  ps->add_flag("--json", args->json, "print JSON");
+  return [args] { return ps_command(args->choice, args->json); };
+}
+
+}  // namespace
+
+const Verb kPsVerb = {"ps", "running and lost runs", add_ps};
 
 }  // namespace spendcap

@@ -1,6 +1,12 @@
 // `report`: showback (report_commands.hpp).
 #include "spendcap/cli/report_commands.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
 #include "spendcap/cli/runs.hpp"
+#include "spendcap/cli/verbs.hpp"
 
 #include "admin_parts.hpp"
 
@@ -226,5 +232,30 @@ int report_command(const ReportRequest& request) {
 double parse_report_time(const std::string& text, const std::string& flag, bool end_of_day) {
   return parse_when(text, flag, end_of_day);
 }
+
+namespace {
+
+VerbRun add_report(CLI::App& command, CLI::App&, VerbContext&) {
+  auto request = std::make_shared<ReportRequest>();
+  auto& r = *request;
+  CLI::App* report = &command;
+  add_ledger_options(*report, r.choice);
+  report->add_option("--by", r.by, "team|experiment|project|user|host|day|tag:KEY (repeatable)");
+  report->add_option("--since", r.since, "runs started from (2026-12-01, ...T10:00:00Z, 30d)");
+  report->add_option("--until", r.until, "runs started before (a date: through that day)");
+  report->add_option("--team", r.team, "only the team's runs");
+  report->add_option("--experiment", r.experiment, "only the experiment's runs");
+  report->add_option("--format", r.format, "table, csv, json, focus (FOCUS 1.2 CSV) or html");
+  report->add_option("--baseline", r.baseline, "metric baseline for cost per metric point");
+  report->add_option("--metric", r.metric, "the metric the baseline is of");
+  report->add_option("--metric-goal", r.metric_goal, "max (improves upward) or min (a loss)");
+  report->add_flag("--csv-raw", r.csv_raw,
+                   "csv/focus: cells as stored, no formula guard (for machine pipelines)");
+  return [request] { return report_command(*request); };
+}
+
+}  // namespace
+
+const Verb kReportVerb = {"report", "showback: spend by team, experiment, ...", add_report};
 
 }  // namespace spendcap

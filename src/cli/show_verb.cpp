@@ -1,6 +1,12 @@
 // `show`: one run (admin.hpp).
 #include "admin_parts.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
 
 #include <sys/time.h>
 
@@ -375,5 +381,34 @@ int show_command(const LedgerChoice& choice, const std::string& run_id, bool jso
   }
   return 0;
 }
+
+namespace {
+
+struct ShowArgs {
+  LedgerChoice choice;
+  std::string run;
+  bool json = false;
+};
+
+VerbRun add_show(CLI::App& command, CLI::App&, VerbContext&) {
+  auto args = std::make_shared<ShowArgs>();
+  CLI::App* show = &command;
+  add_ledger_options(*show, args->choice);
+  // Not required here: bare `show` says what it needs (CLI11 would say "run is required").
+  show->add_option("run", args->run, "the run's id, or any unique prefix (runs and ps show 8)");
+  show->add_flag("--json", args->json, "print JSON");
+  return [args] {
+    if (args->run.empty()) {
+      throw Error("show", "which run? give its id, or any unique prefix of it",
+                  "spendcap runs lists the recent runs (the ID column); then "
+                  "spendcap show ID");
+    }
+    return show_command(args->choice, args->run, args->json);
+  };
+}
+
+}  // namespace
+
+const Verb kShowVerb = {"show", "one run: spend, GPU time, energy, timeline", add_show};
 
 }  // namespace spendcap

@@ -1,6 +1,12 @@
 // `stop`: the kill switch (admin.hpp).
 #include "admin_parts.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
 #include "spendcap/cli/admin.hpp"
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
 
 #include <sys/time.h>
 
@@ -157,5 +163,35 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
   std::cout << "\n";
   return 0;
 }
+
+namespace {
+
+struct StopArgs {
+  LedgerChoice choice;
+  StopRequest request;
+};
+
+VerbRun add_stop(CLI::App& command, CLI::App&, VerbContext&) {
+  auto args = std::make_shared<StopArgs>();
+  StopRequest& stop_request = args->request;
+  CLI::App* stop = &command;
+  add_ledger_options(*stop, args->choice);
+  stop->add_option("--team", stop_request.team, "stop the team's runs");
+  stop->add_option("--experiment", stop_request.experiment, "stop the experiment's runs");
+  stop->add_option("--project", stop_request.project, "stop the project's runs");
+  stop->add_option("--user", stop_request.user, "stop the user's runs");
+  stop->add_option("--run", stop_request.run, "stop one run (its id)");
+  stop->add_option("--job", stop_request.job,
+                   "stop every run of a job key (every node of a multi-node --run-id)");
+  stop->add_option("--reason", stop_request.reason, "why (shown to the runs' owners)");
+  stop->add_flag("--clear", stop_request.clear, "clear the scope's stop orders instead");
+  stop->add_flag("--list", stop_request.list, "list the active stop orders");
+  stop->get_option("--run")->description("stop one run (its id, or any unique prefix: ps shows 8)");
+  return [args] { return stop_command(args->choice, args->request); };
+}
+
+}  // namespace
+
+const Verb kStopVerb = {"stop", "the kill switch: stop every run in a scope", add_stop};
 
 }  // namespace spendcap
