@@ -1,5 +1,6 @@
 #include "spendcap/cli/help.hpp"
 
+#include "spendcap/cli/completion.hpp"
 #include "spendcap/cli/verbs.hpp"
 
 #include <CLI/CLI.hpp>
@@ -171,6 +172,8 @@ VerbRun add_help(CLI::App& command, CLI::App& root, VerbContext&) {
                  "list the options the parser accepts for the page's verb, one a line");
   help->add_option("--man-dir", request->man_dir, "write every page into this directory")
       ->type_name("DIR");
+  help->add_flag("--completion", request->completion,
+                 "print the bash completion script (written from this parser's verbs and flags)");
   return [request, &root] { return help_command(root, *request); };
 }
 
@@ -210,6 +213,10 @@ void install_help_format(CLI::App& app) {
 
 int help_command(const CLI::App& app, const HelpRequest& request) {
   CommandDoc root = document(app);
+  if (request.completion) {
+    std::cout << bash_completion(root);
+    return 0;
+  }
   if (request.man_dir) {
     for (const ManPage& page : all_pages(root)) {
       std::string path = *request.man_dir + "/" + man_file_name(page);

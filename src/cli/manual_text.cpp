@@ -241,11 +241,13 @@ const std::vector<VerbText>& verb_texts() {
        {},
        {"spendcap-outbox(1)", "spendcap-policy(5)"}},
       {"help",
-       "[--man] [--options] [PAGE] | --man-dir DIR",
+       "[--man] [--options] [PAGE] | --man-dir DIR | --completion",
        {"Prints a page of this manual: the overview without PAGE, a verb's page (spendcap help "
         "run), or the policy file's (spendcap help policy-file). --man prints the page as roff "
         "for man(1); --options lists the options the parser accepts for the page's verb, one a "
-        "line; --man-dir writes every page into DIR as the build does."},
+        "line; --man-dir writes every page into DIR as the build does; --completion prints the "
+        "bash completion script, written from the parser's own verbs and flags (the one installed "
+        "as share/bash-completion/completions/spendcap)."},
        {{"spendcap help run", "The page of spendcap run."},
         {"spendcap help --man run | man -l -", "The same page through man(1)."}},
        {},

@@ -21,6 +21,7 @@ struct HelpRequest {
   bool man = false;                    // roff instead of text
   bool options = false;                // the parser's option names for the page's verb
   std::optional<std::string> man_dir;  // write every page here
+  bool completion = false;             // the bash completion script (cli/completion.hpp)
 };
 
 // The tree as the manual reads it (--help flags left out).
