@@ -1,7 +1,7 @@
 # bash completion for spendcap(1): subcommands, and the flags of each. Installed as
 # share/bash-completion/completions/spendcap. After `--`, `spendcap run` completes the command.
-# tests/integration/test_packaging.py checks that every subcommand and flag the --help texts list
-# is offered here.
+# Written by `spendcap help --completion` from the parser's own tree (cli/completion.hpp): do not
+# edit; tests/integration/test_packaging.py checks that this file is that text.
 _spendcap() {
   local cur prev words cword
   cur=${COMP_WORDS[COMP_CWORD]}
@@ -28,7 +28,7 @@ _spendcap() {
 
   case $prev in
     --policy|--status-file|--ledger|--log) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
-    --metrics-dir|--checkpoint-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
+    --metrics-dir|--checkpoint-dir|--man-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     --billing) mapfile -t COMPREPLY < <(compgen -W "allocated measured" -- "$cur"); return 0 ;;
     --mode) mapfile -t COMPREPLY < <(compgen -W "enforce warn" -- "$cur"); return 0 ;;
     --pricing) mapfile -t COMPREPLY < <(compgen -W "on-demand spot reserved" -- "$cur"); return 0 ;;
@@ -43,55 +43,40 @@ _spendcap() {
     --metric-goal) mapfile -t COMPREPLY < <(compgen -W "max min" -- "$cur"); return 0 ;;
   esac
 
-  local options ledger="--policy --ledger --help"
+  local options
   case $subcommand in
-    "") options="run policy budgets ps stop outbox notify ledger show runs estimate report accept
-                 help --help --version" ;;
-    run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus
-                  --instance --instances --pricing --mode --checkpoint-signal --grace --kill-after
-                  --interval --sync --claim-horizon --isolation --stall-after --require-fit
-                  --retry-backoff --clear-crash-loop --status-file --policy --ledger --webhook-env --webhook
-                  --quiet --verbose --title --spot-notice --spot-notice-url --log --exit-window --forward
-                  --estimate-steps --step-time --metrics-dir --billing --checkpoint-dir
-                  --checkpoint-max-gb --help --" ;;
+    "") options="run policy budgets ps stop outbox notify ledger show runs estimate report accept help --help --version" ;;
+    run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus --instance --instances --pricing --billing --mode --checkpoint-signal --grace --kill-after --interval --sync --claim-horizon --isolation --stall-after --require-fit --retry-backoff --clear-crash-loop --status-file --metrics-dir --checkpoint-dir --checkpoint-max-gb --policy --ledger --webhook-env --webhook --quiet --verbose --title --spot-notice --spot-notice-url --log --exit-window --forward --estimate-steps --step-time --help --" ;;
     policy) case $sub2 in
-              check) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
-              keys) options="--help" ;;
-              *) options="check keys --help" ;;
-            esac ;;
+        check) options="--help"; [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
+        keys) options="--help" ;;
+        *) options="check keys --help" ;;
+      esac ;;
     budgets) case $sub2 in
-               apply) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
-               *) options="apply --json $ledger" ;;
-             esac ;;
-    ps) options="--json $ledger" ;;
-    stop) options="--team --experiment --project --user --run --job --reason --clear --list $ledger" ;;
+        apply) options="--help"; [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
+        *) options="apply --policy --ledger --json --help" ;;
+      esac ;;
+    ps) options="--policy --ledger --json --help" ;;
+    stop) options="--policy --ledger --team --experiment --project --user --run --job --reason --clear --list --help" ;;
     outbox) case $sub2 in
-              list) options="--json $ledger" ;;
-              flush) options="$ledger" ;;
-              *) options="list flush --help" ;;
-            esac ;;
+        list) options="--policy --ledger --json --help" ;;
+        flush) options="--policy --ledger --help" ;;
+        *) options="list flush --help" ;;
+      esac ;;
     notify) case $sub2 in
-              test) options="--policy --webhook-env --webhook --help" ;;
-              *) options="test --help" ;;
-            esac ;;
+        test) options="--policy --webhook-env --webhook --help" ;;
+        *) options="test --help" ;;
+      esac ;;
     ledger) case $sub2 in
-              copy) options="--help"
-                    [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
-              *) options="copy --help" ;;
-            esac ;;
-    show) options="--json $ledger" ;;
-    runs) options="--since --until --team --experiment --user --status --limit --json --format
-                   $ledger" ;;
-    accept) options="--note $ledger" ;;
-    help) options="--man --options --man-dir --help run policy budgets ps stop outbox notify ledger
-                   show runs estimate report accept help policy-file" ;;
-    report) options="--by --since --until --team --experiment --format --csv-raw --baseline --metric
-                     --metric-goal $ledger" ;;
-    estimate) options="--step-time --steps --gpu-hours --params --tokens --peak-tflops --mfu --rate --gpu --gpus
-                       --instance --instances --pricing --interruptions-per-100h
-                       --lost-per-interruption --team --experiment --compare --bytes-per-param
-                       --activations-gb --serving --price-per-hour --rps --utilisation
-                       --predictions-per-day --reserved --on-demand --json $ledger" ;;
+        copy) options="--help"; [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
+        *) options="copy --help" ;;
+      esac ;;
+    show) options="--policy --ledger --json --help" ;;
+    runs) options="--policy --ledger --since --until --team --experiment --user --status --limit --json --format --help" ;;
+    estimate) options="--policy --ledger --step-time --steps --gpu-hours --params --tokens --peak-tflops --mfu --rate --gpu --gpus --instance --instances --pricing --interruptions-per-100h --lost-per-interruption --team --experiment --compare --bytes-per-param --activations-gb --serving --price-per-hour --rps --utilisation --predictions-per-day --reserved --on-demand --json --help" ;;
+    report) options="--policy --ledger --by --since --until --team --experiment --format --baseline --metric --metric-goal --csv-raw --help" ;;
+    accept) options="--policy --ledger --note --help" ;;
+    help) options="--man --options --man-dir --completion --help run policy budgets ps stop outbox notify ledger show runs estimate report accept help policy-file" ;;
     *) options="" ;;
   esac
   mapfile -t COMPREPLY < <(compgen -W "$options" -- "$cur")

@@ -1,5 +1,8 @@
 #include "spendcap/cli/help.hpp"
 
+#include "spendcap/cli/completion.hpp"
+#include "spendcap/cli/verbs.hpp"
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <fstream>
@@ -157,17 +160,26 @@ void list_options(const CommandDoc& command, std::ostream& out) {
 
 }  // namespace
 
-CLI::App* add_help_command(CLI::App& app, HelpRequest& request) {
-  CLI::App* help = app.add_subcommand("help", "the manual: a page per verb, as text or for man(1)");
-  help->add_option("page", request.page,
+namespace {
+
+VerbRun add_help(CLI::App& command, CLI::App& root, VerbContext&) {
+  auto request = std::make_shared<HelpRequest>();
+  CLI::App* help = &command;
+  help->add_option("page", request->page,
                    "a verb, or policy-file for the policy's format (default: the overview)");
-  help->add_flag("--man", request.man, "print the page as roff for man(1)");
-  help->add_flag("--options", request.options,
+  help->add_flag("--man", request->man, "print the page as roff for man(1)");
+  help->add_flag("--options", request->options,
                  "list the options the parser accepts for the page's verb, one a line");
-  help->add_option("--man-dir", request.man_dir, "write every page into this directory")
+  help->add_option("--man-dir", request->man_dir, "write every page into this directory")
       ->type_name("DIR");
-  return help;
+  help->add_flag("--completion", request->completion,
+                 "print the bash completion script (written from this parser's verbs and flags)");
+  return [request, &root] { return help_command(root, *request); };
 }
+
+}  // namespace
+
+const Verb kHelpVerb = {"help", "the manual: a page per verb, as text or for man(1)", add_help};
 
 CommandDoc document(const CLI::App& app) {
   return document_at(app, "");
@@ -201,6 +213,10 @@ void install_help_format(CLI::App& app) {
 
 int help_command(const CLI::App& app, const HelpRequest& request) {
   CommandDoc root = document(app);
+  if (request.completion) {
+    std::cout << bash_completion(root);
+    return 0;
+  }
   if (request.man_dir) {
     for (const ManPage& page : all_pages(root)) {
       std::string path = *request.man_dir + "/" + man_file_name(page);

@@ -1,6 +1,12 @@
 // `spendcap ledger copy`. Contract in ledger_cli.hpp.
 #include "spendcap/cli/ledger_cli.hpp"
 
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
+
 #include <iostream>
 
 #include "spendcap/base/error.hpp"
@@ -23,5 +29,31 @@ int ledger_copy_command(const std::string& from_url, const std::string& to_url) 
             << to->url() << "\n";
   return 0;
 }
+
+namespace {
+
+struct CopyArgs {
+  std::string from, to;
+};
+
+VerbRun add_ledger(CLI::App& command, CLI::App&, VerbContext&) {
+  auto args = std::make_shared<CopyArgs>();
+  CLI::App* ledger_command = &command;
+  ledger_command->require_subcommand(1);
+  CLI::App* copy = ledger_command->add_subcommand(
+      "copy", "copy budgets, runs and stop orders into a new ledger (e.g. SQLite to PostgreSQL)");
+  copy->add_option("from", args->from,
+                   "the ledger to copy: sqlite:PATH, a path or postgresql://...")
+      ->required();
+  copy->add_option("to", args->to, "the new, empty ledger")->required();
+  return [args, copy] {
+    if (*copy) return ledger_copy_command(args->from, args->to);
+    return to_int(ExitCode::internal);
+  };
+}
+
+}  // namespace
+
+const Verb kLedgerVerb = {"ledger", "the ledger itself", add_ledger};
 
 }  // namespace spendcap

@@ -68,7 +68,8 @@ const std::vector<VerbText>& verb_texts() {
         "have spent (its rate since admission, at least its last heartbeat's, at most its "
         "ceiling), so its spend never goes down. A run whose heartbeat "
         "stopped is lost: it keeps its ceiling and, once it can no longer be spending, is charged "
-        "exactly that, until its spooled final row replaces the charge.",
+        "exactly that, until its spooled final row replaces the charge: ps replays this host's "
+        "spool and queues lost runs' events (report, runs, show and budgets only read).",
         "A multi-node run (--run-id) is one row with its nodes under it; --json keeps a row per "
         "node, with job_key and node. Run ids are shown as the shortest unique prefix (at least "
         "8 characters), which show, stop --run and accept take."},
@@ -242,11 +243,13 @@ const std::vector<VerbText>& verb_texts() {
        {},
        {"spendcap-outbox(1)", "spendcap-policy(5)"}},
       {"help",
-       "[--man] [--options] [PAGE] | --man-dir DIR",
+       "[--man] [--options] [PAGE] | --man-dir DIR | --completion",
        {"Prints a page of this manual: the overview without PAGE, a verb's page (spendcap help "
         "run), or the policy file's (spendcap help policy-file). --man prints the page as roff "
         "for man(1); --options lists the options the parser accepts for the page's verb, one a "
-        "line; --man-dir writes every page into DIR as the build does."},
+        "line; --man-dir writes every page into DIR as the build does; --completion prints the "
+        "bash completion script, written from the parser's own verbs and flags (the one installed "
+        "as share/bash-completion/completions/spendcap)."},
        {{"spendcap help run", "The page of spendcap run."},
         {"spendcap help --man run | man -l -", "The same page through man(1)."}},
        {},

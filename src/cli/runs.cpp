@@ -1,5 +1,11 @@
 #include "spendcap/cli/runs.hpp"
 
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
+
 #include <sys/time.h>
 
 #include <algorithm>
@@ -137,8 +143,9 @@ int runs_command(const RunsRequest& request) {
   // One more than asked: whether there were more is said below the table.
   query.limit =
       request.limit == std::numeric_limits<int>::max() ? request.limit : request.limit + 1;
-  std::string currency = "USD";
-  auto ledger = open_chosen_ledger(request.choice, &currency);
+  LedgerSession session = open_ledger_session(request.choice);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
+  const std::string& currency = session.currency;
   std::vector<ListedRun> listed = ledger->list_runs(query);
   std::vector<BudgetRule> rules = ledger->budget_rules();
   bool more = listed.size() > static_cast<size_t>(request.limit);
@@ -241,5 +248,32 @@ int runs_command(const RunsRequest& request) {
   }
   return 0;
 }
+
+namespace {
+
+VerbRun add_runs(CLI::App& command, CLI::App&, VerbContext&) {
+  auto request = std::make_shared<RunsRequest>();
+  auto& r = *request;
+  CLI::App* runs = &command;
+  add_ledger_options(*runs, r.choice);
+  runs->add_option("--since", r.since, "runs started from (2026-12-01, ...T10:00:00Z, 30d)");
+  runs->add_option("--until", r.until, "runs started before (a date: through that day)");
+  runs->add_option("--team", r.team, "only the team's runs");
+  runs->add_option("--experiment", r.experiment, "only the experiment's runs");
+  runs->add_option("--user", r.user, "only the user's runs");
+  runs->add_option("--status", r.status,
+                   "only runs with this status (running, succeeded, failed, killed, refused, "
+                   "lost, preempted)");
+  runs->add_option("--limit", r.limit, "at most this many, the newest (default 50)");
+  runs->add_flag("--json", r.json, "print JSON");
+  runs->add_option("--format", r.format, "table (default), csv or json");
+  return [request] { return runs_command(*request); };
+}
+
+}  // namespace
+
+const Verb kRunsVerb = {
+    "runs", "run history, newest first, as sacct: finished and running runs, one row each",
+    add_runs};
 
 }  // namespace spendcap

@@ -1,5 +1,11 @@
 #include "spendcap/cli/webhooks.hpp"
 
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
+#include "spendcap/cli/verbs.hpp"
+
 #include <unistd.h>
 #include <algorithm>
 #include <ctime>
@@ -35,7 +41,7 @@ std::string destination_display(const std::string& destination) {
 }  // namespace
 
 int outbox_list_command(const LedgerChoice& choice, bool json) {
-  std::unique_ptr<Ledger> ledger = open_ledger_for(choice);
+  std::unique_ptr<Ledger> ledger = open_ledger_session(choice).ledger;
   // Root (the runner's administrator) lists every user's entries, each with its user; a user
   // lists their own. Flushing stays per user: the URL and secret are in the user's environment.
   const bool everyone = ::geteuid() == 0;
@@ -75,7 +81,10 @@ int outbox_list_command(const LedgerChoice& choice, bool json) {
 }
 
 int outbox_flush_command(const LedgerChoice& choice) {
-  std::unique_ptr<Ledger> ledger = open_ledger_for(choice);
+  LedgerSession session = open_ledger_session(choice);
+  // The write a writing verb owes the host first (ledger_session.hpp).
+  settle_host_debts(session);
+  std::unique_ptr<Ledger>& ledger = session.ledger;
   Environment env = current_environment();
   std::vector<OutboxEntry> entries = ledger->outbox(user_name());
   auto sendable = resolvable_outbox(entries, env);
@@ -177,5 +186,51 @@ int notify_test_command(const NotifyTestRequest& request) {
   }
   return failed == 0 ? 0 : 1;
 }
+
+namespace {
+
+struct OutboxArgs {
+  LedgerChoice choice;
+  bool json = false;
+};
+
+VerbRun add_outbox(CLI::App& command, CLI::App&, VerbContext&) {
+  auto args = std::make_shared<OutboxArgs>();
+  CLI::App* outbox = &command;
+  outbox->require_subcommand(1);
+  CLI::App* outbox_list = outbox->add_subcommand("list", "your undelivered webhook events");
+  add_ledger_options(*outbox_list, args->choice);
+  outbox_list->add_flag("--json", args->json, "print JSON");
+  CLI::App* outbox_flush =
+      outbox->add_subcommand("flush", "send your events whose webhook variables are set here");
+  add_ledger_options(*outbox_flush, args->choice);
+  return [args, outbox_list, outbox_flush] {
+    if (*outbox_list) return outbox_list_command(args->choice, args->json);
+    if (*outbox_flush) return outbox_flush_command(args->choice);
+    return to_int(ExitCode::internal);
+  };
+}
+
+VerbRun add_notify(CLI::App& command, CLI::App&, VerbContext&) {
+  auto notify_request = std::make_shared<NotifyTestRequest>();
+  CLI::App* notify = &command;
+  notify->require_subcommand(1);
+  CLI::App* notify_test =
+      notify->add_subcommand("test", "send a test event to every configured webhook");
+  notify_test->add_option("--policy", notify_request->policy,
+                          "policy file (default: the search order in spendcap-policy(5))");
+  notify_test->add_option("--webhook-env", notify_request->webhook_envs,
+                          "also a webhook whose URL is in this variable (repeatable)");
+  notify_test->add_option("--webhook", notify_request->webhook_urls, "also this URL (repeatable)");
+  return [notify_request, notify_test] {
+    if (*notify_test) return notify_test_command(*notify_request);
+    return to_int(ExitCode::internal);
+  };
+}
+
+}  // namespace
+
+const Verb kOutboxVerb = {"outbox", "webhook events not delivered yet", add_outbox};
+const Verb kNotifyVerb = {"notify", "webhooks", add_notify};
 
 }  // namespace spendcap

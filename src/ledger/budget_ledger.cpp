@@ -1,6 +1,8 @@
 // The ledger's rules over a LedgerStore. Contract in ledger.hpp and budget_ledger.hpp.
 #include "spendcap/ledger/budget_ledger.hpp"
 
+#include "budget_ledger_parts.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -17,6 +19,33 @@
 #include "spendcap/ledger/stop_rule.hpp"
 
 namespace spendcap {
+
+using budget_ledger_parts::add_usage;
+using budget_ledger_parts::reconcile;
+using budget_ledger_parts::view_of;
+
+namespace budget_ledger_parts {
+
+// The budget in force for `scope`: its ledger row, lowered by a locked policy's cap (ledger.hpp,
+// LedgerOptions::budget_caps).
+std::optional<BudgetRule> rule_in_force(std::optional<BudgetRule> row, const Scope& scope,
+                                        const std::vector<BudgetRule>& caps) {
+  auto cap = std::find_if(caps.begin(), caps.end(),
+                          [&](const BudgetRule& rule) { return rule.scope == scope; });
+  if (cap == caps.end()) return row;
+  if (!row) return *cap;
+  BudgetRule rule = *cap;
+  rule.amount = std::min(row->amount, cap->amount);
+  if (row->max_run)
+    rule.max_run = cap->max_run ? std::min(*row->max_run, *cap->max_run) : *row->max_run;
+  // The locked policy's members where it names them, else the row's.
+  if (rule.member_groups.empty()) rule.member_groups = row->member_groups;
+  return rule;
+}
+
+}  // namespace budget_ledger_parts
+
+using budget_ledger_parts::rule_in_force;
 
 namespace {
 
@@ -48,92 +77,9 @@ void refresh_reconcile_at(RunRecord& run) {
                                   run.shutdown, run.sync);
 }
 
-// Adds the deltas to the run's usage rows (nothing to do for a zero delta).
-void add_usage(StoreTxn& txn, const RunRecord& run, const Usage& delta) {
-  if (delta.spent == Money{} && delta.held == Money{} && delta.live == Money{}) return;
-  txn.add_usage(named_scopes(run), run.day, delta);
-}
-
 RunRecord load_run_or_throw(StoreTxn& txn, const std::string& id, const std::string& url) {
   if (auto run = txn.find_run(id)) return std::move(*run);
   throw Error("run " + id, "not in the ledger " + url);
-}
-
-RunView view_of(const RunRecord& r, double now) {
-  RunView view;
-  static_cast<RunIdentity&>(view) = r;  // the identity whole (run_identity.hpp)
-  view.pid = r.pid;
-  view.mode = r.mode;
-  view.status = r.status;
-  if (r.status == RunStatus::running && is_stale(r.heartbeat_at, r.sync, now)) {
-    view.status = RunStatus::lost;
-  }
-  view.reconciled = r.reconciled;
-  view.overrun = r.overrun;
-  view.uid = r.uid;
-  view.reported_spend = r.reported_spend;
-  view.reason = r.reason;
-  view.exit_code = r.exit_code;
-  view.spendcap_exit_code = r.spendcap_exit_code;
-  view.spend = r.spend;
-  view.ceiling = r.ceiling;
-  view.rate_per_hour = r.rate_per_hour;
-  view.pricing = r.pricing;
-  view.budget = r.budget;
-  view.started_at = r.started_at;
-  view.heartbeat_at = r.heartbeat_at;
-  view.finished_at = r.finished_at;
-  view.would_stop_at = r.would_stop_at;
-  view.would_stop_reason = r.would_stop_reason;
-  view.gpu = r.gpu;
-  view.fingerprint = r.fingerprint;
-  view.cwd = r.cwd;
-  view.run_budget = r.run_budget;
-  view.budget_source = r.budget_source;
-  view.metric_name = r.metric_name;
-  view.metric_value = r.metric_value;
-  view.last_progress = r.last_progress;
-  view.checkpoint = r.checkpoint;
-  return view;
-}
-
-// ---- lost runs ----
-
-// Charges every lost run that is due its ceiling; returns how many.
-int reconcile(StoreTxn& txn, double now) {
-  std::vector<RunRecord> due = txn.runs_due(now);
-  std::erase_if(due,
-                [&](const RunRecord& run) { return !is_stale(run.heartbeat_at, run.sync, now); });
-  if (due.empty()) return 0;
-  std::set<Scope> scopes;
-  for (const RunRecord& run : due) {
-    for (const Scope& scope : named_scopes(run)) scopes.insert(scope);
-  }
-  txn.lock_scopes(std::vector<Scope>(scopes.begin(), scopes.end()));
-  int reconciled = 0;
-  for (const RunRecord& listed : due) {
-    // Read again under the scopes' locks. The list was read before them: on PostgreSQL (read
-    // committed) a final row written meanwhile (a spooled row replayed, a late finish) would be
-    // overwritten by the stale copy, the run charged its ceiling again and its real spend lost
-    // (issue 33, found by the fleet test). Whoever writes a run's spend takes these locks first.
-    std::optional<RunRecord> fresh = txn.find_run(listed.id);
-    if (!fresh || fresh->status != RunStatus::running || fresh->reconcile_at > now ||
-        !is_stale(fresh->heartbeat_at, fresh->sync, now)) {
-      continue;
-    }
-    RunRecord& run = *fresh;
-    ++reconciled;
-    Money live = run.spend;
-    run.status = RunStatus::lost;
-    run.reconciled = true;
-    run.reason = "lost: no heartbeat";
-    run.spend = run.ceiling;
-    // finished_at: when it could last have been spending, not when someone noticed.
-    run.finished_at = run.reconcile_at;
-    txn.update_run(run);
-    add_usage(txn, run, {run.ceiling, Money{} - run.ceiling, Money{} - live});
-  }
-  return reconciled;
 }
 
 // ---- grants ----
@@ -162,23 +108,6 @@ void note_job_history(StoreTxn& txn, const RunRecord& run, Admission& admission)
     }
   }
   admission.job_spent_before = spent;
-}
-
-// The budget in force for `scope`: its ledger row, lowered by a locked policy's cap (ledger.hpp,
-// LedgerOptions::budget_caps).
-std::optional<BudgetRule> rule_in_force(std::optional<BudgetRule> row, const Scope& scope,
-                                        const std::vector<BudgetRule>& caps) {
-  auto cap = std::find_if(caps.begin(), caps.end(),
-                          [&](const BudgetRule& rule) { return rule.scope == scope; });
-  if (cap == caps.end()) return row;
-  if (!row) return *cap;
-  BudgetRule rule = *cap;
-  rule.amount = std::min(row->amount, cap->amount);
-  if (row->max_run)
-    rule.max_run = cap->max_run ? std::min(*row->max_run, *cap->max_run) : *row->max_run;
-  // The locked policy's members where it names them, else the row's.
-  if (rule.member_groups.empty()) rule.member_groups = row->member_groups;
-  return rule;
 }
 
 // Takes the run's scopes' locks, then reads what the grant depends on.
@@ -315,18 +244,6 @@ Asker BudgetLedger::asker() {
   return Asker{caller_, caller_is_owner()};
 }
 
-template <class Body>
-auto BudgetLedger::transact(Access access, Body&& body) {
-  using Result = std::invoke_result_t<Body&, StoreTxn&>;
-  if constexpr (std::is_void_v<Result>) {
-    store_->transact(access, [&](StoreTxn& txn) { body(txn); });
-  } else {
-    std::optional<Result> result;
-    store_->transact(access, [&](StoreTxn& txn) { result.emplace(body(txn)); });
-    return std::move(*result);
-  }
-}
-
 std::string BudgetLedger::url() const {
   return store_->url();
 }
@@ -342,87 +259,6 @@ bool BudgetLedger::is_personal() {
 void BudgetLedger::reconcile_if_due() {
   bool due = transact(Access::read, [](StoreTxn& txn) { return txn.any_run_due(txn.now()); });
   if (due) transact(Access::write, [](StoreTxn& txn) { return reconcile(txn, txn.now()); });
-}
-
-void BudgetLedger::apply_budgets(const std::vector<BudgetRule>& rules, bool remove_others) {
-  if (!caller_is_owner()) {
-    throw Error("budgets", "only " + store_->owner_name() + " may change budgets in " + url(),
-                "ask them to run `spendcap budgets apply POLICY`");
-  }
-  for (const BudgetRule& rule : rules) {
-    if (rule.scope.kind == ScopeKind::job || rule.scope.kind == ScopeKind::run ||
-        rule.scope.name.empty() || rule.amount < Money{}) {
-      throw Error("budget " + to_string(rule.scope),
-                  "a budget needs a team, experiment, project or user and an amount >= 0");
-    }
-  }
-  transact(Access::write, [&](StoreTxn& txn) {
-    reconcile(txn, txn.now());
-    std::set<Scope> keep;
-    for (const BudgetRule& rule : rules) {
-      txn.put_budget_rule(rule);
-      keep.insert(rule.scope);
-    }
-    if (!remove_others) return;
-    for (const BudgetRule& existing : txn.budget_rules()) {
-      if (!keep.count(existing.scope)) txn.remove_budget_rule(existing.scope);
-    }
-  });
-}
-
-namespace {
-// Every budget in force: the ledger's rows, capped, and the caps that have no row.
-std::vector<BudgetRule> sorted_rules(StoreTxn& txn, const std::vector<BudgetRule>& caps) {
-  std::vector<BudgetRule> rules;
-  for (const BudgetRule& row : txn.budget_rules())
-    rules.push_back(*rule_in_force(row, row.scope, caps));
-  for (const BudgetRule& cap : caps) {
-    bool has_row = std::any_of(rules.begin(), rules.end(),
-                               [&](const BudgetRule& rule) { return rule.scope == cap.scope; });
-    if (!has_row) rules.push_back(cap);
-  }
-  std::sort(rules.begin(), rules.end(),
-            [](const BudgetRule& a, const BudgetRule& b) { return a.scope < b.scope; });
-  return rules;
-}
-}  // namespace
-
-std::vector<BudgetRule> BudgetLedger::budget_rules() {
-  return transact(Access::read, [this](StoreTxn& txn) { return sorted_rules(txn, budget_caps_); });
-}
-
-std::vector<BudgetView> BudgetLedger::budgets() {
-  reconcile_if_due();
-  return transact(Access::read, [this](StoreTxn& txn) {
-    std::int64_t today = utc_day(txn.now());
-    std::vector<BudgetView> views;
-    std::vector<BudgetRule> rules = sorted_rules(txn, budget_caps_);
-    // Overrun runs are few: they are read once and summed per budget here, not with a scan of
-    // every run per budget (issue 14: 330 budgets took 3.3 s over 20,000 runs that way).
-    std::int64_t since = today;
-    for (const BudgetRule& rule : rules) {
-      since = std::min(since, period_days(rule.period, today).first_day);
-    }
-    std::vector<RunRecord> overruns;
-    if (!rules.empty()) overruns = txn.overrun_runs(since);
-    for (const BudgetRule& rule : rules) {
-      DayRange days = period_days(rule.period, today);
-      Usage sums = txn.usage(rule.scope, days);
-      double period_start = rule.period == Period::total ? 0.0 : days.first_day * 86400.0;
-      Money overrun;
-      for (const RunRecord& run : overruns) {
-        if (run.day < days.first_day || run.day > days.last_day) continue;
-        const std::string* name = rule.scope.kind == ScopeKind::team         ? &run.team
-                                  : rule.scope.kind == ScopeKind::experiment ? &run.experiment
-                                  : rule.scope.kind == ScopeKind::project    ? &run.project
-                                  : rule.scope.kind == ScopeKind::user       ? &run.user
-                                                                             : nullptr;
-        if (name && *name == rule.scope.name) overrun += run.spend - run.ceiling;
-      }
-      views.push_back({rule, period_start, sums.spent, sums.live, sums.held, overrun});
-    }
-    return views;
-  });
 }
 
 Admission BudgetLedger::begin_run(const RunStart& start) {
@@ -706,155 +542,6 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     txn.update_run(run);
     add_usage(txn, run, delta);
     return true;
-  });
-}
-
-std::vector<RunView> BudgetLedger::active_runs() {
-  reconcile_if_due();
-  return transact(Access::read, [](StoreTxn& txn) {
-    double now = txn.now();
-    std::vector<RunView> views;
-    for (const RunRecord& run : txn.unfinished_runs()) views.push_back(view_of(run, now));
-    return views;
-  });
-}
-
-std::vector<RunView> BudgetLedger::overrun_runs(int days) {
-  reconcile_if_due();
-  return transact(Access::read, [&](StoreTxn& txn) {
-    double now = txn.now();
-    std::vector<RunView> views;
-    for (const RunRecord& run : txn.overrun_runs(utc_day(now) - days + 1)) {
-      views.push_back(view_of(run, now));
-    }
-    return views;
-  });
-}
-
-std::optional<RunView> BudgetLedger::find_run(const std::string& run_id) {
-  reconcile_if_due();
-  return transact(Access::read, [&](StoreTxn& txn) -> std::optional<RunView> {
-    auto run = txn.find_run(run_id);
-    if (!run) return std::nullopt;
-    return view_of(*run, txn.now());
-  });
-}
-
-std::vector<RunView> BudgetLedger::lost_runs(int days) {
-  reconcile_if_due();
-  return transact(Access::read, [&](StoreTxn& txn) {
-    double now = txn.now();
-    std::vector<RunView> views;
-    for (const RunRecord& run : txn.reconciled_runs(utc_day(now) - days + 1)) {
-      views.push_back(view_of(run, now));
-    }
-    return views;
-  });
-}
-
-std::vector<LostRun> BudgetLedger::untold_lost_runs() {
-  reconcile_if_due();
-  return transact(Access::read, [](StoreTxn& txn) {
-    double now = txn.now();
-    std::vector<LostRun> lost;
-    for (auto& [run, hooks] : txn.untold_lost_runs()) lost.push_back({view_of(run, now), hooks});
-    return lost;
-  });
-}
-
-bool BudgetLedger::tell_lost_run(const std::string& run_id,
-                                 const std::vector<OutboxEntry>& entries) {
-  return transact(Access::write, [&](StoreTxn& txn) {
-    double now = txn.now();
-    std::vector<OutboxEntry> stored = entries;
-    for (OutboxEntry& entry : stored) entry.created_at = now;
-    return txn.claim_lost_run(run_id, now, stored);
-  });
-}
-
-std::vector<ListedRun> BudgetLedger::list_runs(const RunQuery& query) {
-  reconcile_if_due();
-  return transact(Access::read, [&](StoreTxn& txn) {
-    // `lost` is not stored: it is a running row whose heartbeat is stale (view_of).
-    RunQuery stored = query;
-    if (query.status == RunStatus::lost) stored.status = RunStatus::running;
-    std::vector<ListedRun> listed;
-    double now = txn.now();
-    for (const RunRecord& record : txn.list_runs(stored)) {
-      RunView view = view_of(record, now);
-      if (query.status && view.status != *query.status) continue;
-      auto [below, above] = txn.neighbour_run_ids(record.id);
-      std::size_t common = 0;
-      for (const std::string& other : {below, above}) {
-        std::size_t n = 0;
-        while (n < other.size() && n < record.id.size() && other[n] == record.id[n]) ++n;
-        common = std::max(common, n);
-      }
-      listed.push_back(
-          {std::move(view), std::min(record.id.size(), std::max(kShortRunIdChars, common + 1))});
-    }
-    return listed;
-  });
-}
-
-std::vector<std::string> BudgetLedger::run_ids_with_prefix(const std::string& prefix, int limit) {
-  return transact(Access::read,
-                  [&](StoreTxn& txn) { return txn.run_ids_with_prefix(prefix, limit); });
-}
-
-int BudgetLedger::reconcile_lost_runs() {
-  return transact(Access::write, [](StoreTxn& txn) { return reconcile(txn, txn.now()); });
-}
-
-std::vector<StopOrder> BudgetLedger::active_stop_orders() {
-  return transact(Access::read, [](StoreTxn& txn) { return txn.active_stop_orders(); });
-}
-
-// ---- the webhook outbox ----
-
-std::int64_t BudgetLedger::add_outbox(const OutboxEntry& entry) {
-  return transact(Access::write, [&entry](StoreTxn& txn) {
-    OutboxEntry stored = entry;
-    stored.created_at = txn.now();
-    return txn.insert_outbox(stored);
-  });
-}
-
-std::vector<OutboxEntry> BudgetLedger::outbox(const std::string& user) {
-  return transact(Access::read, [&user](StoreTxn& txn) { return txn.outbox_entries(user); });
-}
-
-void BudgetLedger::remove_outbox(std::int64_t id) {
-  transact(Access::write, [id](StoreTxn& txn) { txn.delete_outbox(id); });
-}
-
-void BudgetLedger::note_outbox_failure(std::int64_t id, const std::string& error) {
-  transact(Access::write, [id, &error](StoreTxn& txn) { txn.update_outbox_failure(id, error); });
-}
-
-std::vector<std::int64_t> BudgetLedger::claim_outbox(const std::vector<std::int64_t>& ids,
-                                                     const std::string& claimer, Nanos hold) {
-  if (ids.empty()) return {};
-  return transact(Access::write, [&](StoreTxn& txn) {
-    double now = txn.now();
-    std::vector<std::int64_t> claimed;
-    for (std::int64_t id : ids) {
-      std::optional<OutboxClaim> claim = txn.outbox_claim(id);
-      if (!claim) continue;  // delivered and removed meanwhile
-      if (claim->claimed_until > now) continue;
-      // A run that claimed it holds it while it runs with a fresh heartbeat (its delivery may
-      // still be in flight); a run that died lets it go once its heartbeat is stale.
-      if (!claim->claimed_by.empty() && claim->claimed_by != claimer) {
-        std::optional<RunRecord> holder = txn.find_run(claim->claimed_by);
-        if (holder && holder->status == RunStatus::running &&
-            !is_stale(holder->heartbeat_at, holder->sync, now)) {
-          continue;
-        }
-      }
-      txn.set_outbox_claim(id, OutboxClaim{claimer, now + to_seconds(hold)});
-      claimed.push_back(id);
-    }
-    return claimed;
   });
 }
 

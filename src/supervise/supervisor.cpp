@@ -63,29 +63,6 @@ constexpr int kKillRoundsBeforeGuard = 50;
 
 }  // namespace
 
-void block_stop_signals(bool block) {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int signal : kStopSignals) sigaddset(&set, signal);
-  ::sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
-}
-
-int take_pending_stop_signal() {
-  sigset_t pending;
-  sigpending(&pending);
-  for (int signal : kStopSignals) {
-    if (sigismember(&pending, signal)) {
-      sigset_t one;
-      sigemptyset(&one);
-      sigaddset(&one, signal);
-      timespec zero{};
-      ::sigtimedwait(&one, nullptr, &zero);
-      return signal;
-    }
-  }
-  return 0;
-}
-
 class Supervisor::Impl {
  public:
   Impl(SupervisorPlan plan, std::unique_ptr<GuardLink> guard, std::unique_ptr<Terminal> terminal,

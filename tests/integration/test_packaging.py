@@ -139,6 +139,20 @@ class PackagingTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         return result.stdout.split()
 
+    def test_the_completion_file_is_what_the_parser_writes(self):
+        """share/completions/spendcap.bash is `spendcap help --completion`, written from the verb
+        table's tree: a verb or flag added to the parser is in it once the file is regenerated, and
+        this fails until it is (control: a flag dropped from the file fails it)."""
+        written = subprocess.run([SPENDCAP, "help", "--completion"], capture_output=True,
+                                 text=True)
+        self.assertEqual(written.returncode, 0, written.stderr)
+        with open(os.path.join(REPO, "share/completions/spendcap.bash")) as installed:
+            text = installed.read()
+        self.assertEqual(text, written.stdout,
+                         "regenerate it: build/spendcap help --completion > "
+                         "share/completions/spendcap.bash")
+        self.assertNotEqual(text.replace(" --budget", ""), written.stdout)
+
     def test_completion_offers_the_subcommands_and_run_flags(self):
         offered = self.complete("spendcap", "")
         for command in subcommands():

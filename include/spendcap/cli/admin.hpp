@@ -7,24 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/cli/ledger_session.hpp"
 #include "spendcap/ledger/ledger.hpp"
 
 namespace spendcap {
-
-// Which ledger a command talks to: --ledger, else the policy's, else the default.
-struct LedgerChoice {
-  std::optional<std::string> policy;  // --policy
-  std::optional<std::string> ledger;  // --ledger
-};
-
-class Ledger;
-struct BudgetRule;
-
-// Opens the chosen ledger (replaying this host's spool); `currency`, when given, gets the policy's
-// currency (unchanged when --ledger names the ledger and no policy is read); `owner_rules`, when
-// given, the budgets `run` would apply to a personal ledger.
-std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::string* currency,
-                                           std::vector<BudgetRule>* owner_rules = nullptr);
 
 // Validates each file; prints every error with its JSON path. 0 when all are valid, else 125.
 int policy_check_command(const std::vector<std::string>& files);
@@ -55,9 +41,6 @@ struct StopRequest {
 // sync interval, and new runs in scope are refused until the order is cleared.
 int stop_command(const LedgerChoice& choice, const StopRequest& request);
 
-// The ledger a command's --ledger / --policy choose (as budgets, ps and stop open it), its spool
-// replayed.
-std::unique_ptr<Ledger> open_ledger_for(const LedgerChoice& choice);
 // One run: its spend, and what its GPUs did, with a sparkline of utilisation per minute.
 int show_command(const LedgerChoice& choice, const std::string& run_id, bool json = false);
 

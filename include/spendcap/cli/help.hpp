@@ -1,4 +1,5 @@
-// `spendcap help` and `--help`: the manual (cli/manual.hpp) over the CLI11 tree main.cpp builds.
+// `spendcap help` and `--help`: the manual (cli/manual.hpp) over the CLI11 tree the verb table
+// builds (cli/verbs.hpp; `help` is its row kHelpVerb).
 // document() reads the tree's option tables, so each page lists exactly what the parser accepts;
 // install_help_format() gives every command's --help the layout of a page: run's options grouped
 // by purpose, every line within 100 columns, the verb's first examples at the end.
@@ -20,10 +21,8 @@ struct HelpRequest {
   bool man = false;                    // roff instead of text
   bool options = false;                // the parser's option names for the page's verb
   std::optional<std::string> man_dir;  // write every page here
+  bool completion = false;             // the bash completion script (cli/completion.hpp)
 };
-
-// Adds the `help` verb to `app`, its flags filling `request`.
-CLI::App* add_help_command(CLI::App& app, HelpRequest& request);
 
 // The tree as the manual reads it (--help flags left out).
 CommandDoc document(const CLI::App& app);

@@ -1,5 +1,14 @@
+// `estimate`: what a run will cost, before it starts (report_commands.hpp).
 #include "spendcap/cli/report_commands.hpp"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "spendcap/cli/command_tree.hpp"
 #include "spendcap/cli/runs.hpp"
+#include "spendcap/cli/verbs.hpp"
+
+#include "admin_parts.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -25,6 +34,9 @@
 
 namespace spendcap {
 
+using admin_parts::load_chosen_policy;
+using admin_parts::utc_now;
+
 namespace {
 
 double parse_fraction(const std::string& text, const std::string& flag) {
@@ -43,11 +55,6 @@ int parse_whole(const std::string& text, const std::string& flag) {
     throw usage_error(flag + " " + text, "not a whole number from 1 to 1000000");
   }
   return static_cast<int>(value);
-}
-
-LoadedPolicy load_chosen_policy(const LedgerChoice& choice) {
-  return load_policy(PolicySearch::from_environment(choice.policy),
-                     PolicyLayer{"command line", nlohmann::json::object()});
 }
 
 Pricing pricing_of(const std::optional<std::string>& text, const Policy& policy) {
@@ -82,59 +89,11 @@ double price_at(const PriceSheet& sheet, Pricing pricing, const std::string& wha
 // The ledger, with the policy's budgets applied where the ledger is the caller's own (as `run`
 // does: loading the owner's policy applies it), so an estimate fits the budgets a run would meet.
 std::unique_ptr<Ledger> open_with_budgets(const LedgerChoice& choice, const LoadedPolicy& loaded) {
-  std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
+  std::unique_ptr<Ledger> ledger = open_ledger_session(choice).ledger;
   const Policy& owner = loaded.locked_policy ? *loaded.locked_policy : loaded.policy;
   std::vector<BudgetRule> rules = budget_rules_of(owner);
   if (!rules.empty() && ledger->is_personal()) ledger->apply_budgets(rules, false);
   return ledger;
-}
-
-double utc_now() {
-  return static_cast<double>(std::time(nullptr));
-}
-
-// "2026-12-01", "2026-12-01T10:00:00Z", or a duration ago ("30d", "12h").
-double parse_when(const std::string& text, const std::string& flag, bool end_of_day) {
-  std::tm tm{};
-  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
-  char z = 0;
-  int n = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &y, &mo, &d, &h, &mi, &s, &z, &n) ==
-          7 &&
-      z == 'Z' && static_cast<size_t>(n) == text.size()) {
-  } else if (std::sscanf(text.c_str(), "%4d-%2d-%2d%n", &y, &mo, &d, &n) == 3 &&
-             static_cast<size_t>(n) == text.size()) {
-    h = mi = s = 0;
-  } else if (auto ago = parse_duration(text)) {
-    return utc_now() - to_seconds(*ago);
-  } else {
-    throw usage_error(flag + " " + text, "not a date",
-                      "write 2026-12-01, 2026-12-01T10:00:00Z (UTC), or a time ago like 30d");
-  }
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60) {
-    throw usage_error(flag + " " + text, "not a valid date");
-  }
-  tm.tm_year = y - 1900;
-  tm.tm_mon = mo - 1;
-  tm.tm_mday = d;
-  tm.tm_hour = h;
-  tm.tm_min = mi;
-  tm.tm_sec = s;
-  double at = static_cast<double>(::timegm(&tm));
-  bool date_only = text.size() == 10;
-  return date_only && end_of_day ? at + 86400 : at;
-}
-
-// The table's width: the terminal's; else $COLUMNS when set (a width asked for); else 0, no
-// width: through a pipe or into a file every name is printed whole (issue 40).
-int terminal_width() {
-  winsize ws{};
-  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  if (const char* columns = std::getenv("COLUMNS")) {
-    int n = std::atoi(columns);
-    if (n > 20 && n < 10000) return n;
-  }
-  return 0;
 }
 
 // ---- estimate, by kind ----
@@ -211,7 +170,7 @@ int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& 
   std::optional<double> observed;
   std::int64_t measured_runs = 0;
   if (r.team) {
-    std::unique_ptr<Ledger> ledger = open_chosen_ledger(r.choice, nullptr);
+    std::unique_ptr<Ledger> ledger = open_ledger_session(r.choice).ledger;
     ReportOptions options;
     options.team = r.team;
     if (r.gpu) options.by = {};
@@ -535,163 +494,54 @@ int estimate_command(const EstimateRequest& r) {
   return status;
 }
 
-int report_command(const ReportRequest& request) {
-  ReportOptions options;
-  for (const std::string& by : request.by) {
-    auto parsed = parse_group_by(by);
-    if (!parsed) {
-      throw usage_error("--by " + by, "not a grouping",
-                        "team, experiment, project, user, host, day, or tag:KEY");
-    }
-    options.by.push_back(*parsed);
-  }
-  if (request.format != "table" && request.format != "csv" && request.format != "json" &&
-      request.format != "focus" && request.format != "html") {
-    throw usage_error("--format " + request.format, "not a report format",
-                      "table, csv, json, focus or html");
-  }
-  double since = request.since ? parse_when(*request.since, "--since", false) : 0;
-  double until = request.until ? parse_when(*request.until, "--until", true)
-                               : std::numeric_limits<double>::max();
-  if (request.since) options.since = since;
-  if (request.until) options.until = until;
-  if (until <= since) throw usage_error("--until", "is not after --since");
-  options.team = request.team;
-  options.experiment = request.experiment;
+namespace {
 
-  LoadedPolicy loaded = load_chosen_policy(request.choice);
-  const Policy& policy = loaded.policy;
-  auto experiments = policy.budgets.find(ScopeKind::experiment);
-  if (experiments != policy.budgets.end()) {
-    for (const auto& [name, spec] : experiments->second) {
-      if (!spec.baseline_metric) continue;
-      Baseline b;
-      b.metric = spec.metric.value_or("");
-      b.value = *spec.baseline_metric;
-      b.goal = parse_metric_goal(spec.metric_goal.value_or("max")).value_or(MetricGoal::max);
-      options.experiment_baselines[name] = b;
-    }
-  }
-  if (request.baseline) {
-    char* end = nullptr;
-    double value = std::strtod(request.baseline->c_str(), &end);
-    if (request.baseline->empty() || end != request.baseline->c_str() + request.baseline->size() ||
-        !std::isfinite(value)) {
-      throw usage_error("--baseline " + *request.baseline, "not a number", "e.g. --baseline 0.82");
-    }
-    Baseline b;
-    b.value = value;
-    b.metric = request.metric.value_or("");
-    if (request.metric_goal) {
-      auto goal = parse_metric_goal(*request.metric_goal);
-      if (!goal) {
-        throw usage_error("--metric-goal " + *request.metric_goal, "not a direction",
-                          "max (accuracy: improves upward) or min (loss: improves downward)");
-      }
-      b.goal = *goal;
-    }
-    options.baseline = b;
-  } else if (request.metric || request.metric_goal) {
-    throw usage_error("--metric", "needs --baseline VALUE",
-                      "e.g. --baseline 0.82 --metric-goal max");
-  }
-
-  if (request.csv_raw && request.format != "csv" && request.format != "focus") {
-    throw usage_error("--csv-raw", "applies to --format csv and --format focus only",
-                      "add --format csv or --format focus, or leave it out");
-  }
-  const CsvCells cells = request.csv_raw ? CsvCells::raw : CsvCells::safe;
-  std::unique_ptr<Ledger> ledger = open_chosen_ledger(request.choice, nullptr);
-  if (request.format == "focus") {
-    // One row per run and charge period, streamed: nothing is grouped.
-    if (!request.by.empty() || request.baseline) {
-      throw usage_error("--format focus",
-                        "has one row per run and day: --by and --baseline do not apply",
-                        "leave them out, or use --format csv");
-    }
-    FocusContext context{policy.currency, &policy, utc_now(), cells};
-    std::string out = focus_header();
-    ledger->for_each_run_started(since, until, [&](const RunRecord& run) {
-      ReportRow row = report_row_of(run);
-      if (!report_includes(options, row)) return;
-      append_focus_rows(out, row, context);
-      if (out.size() > (1 << 20)) {
-        std::cout << out;
-        out.clear();
-      }
-    });
-    std::cout << out;
-    return 0;
-  }
-  std::unordered_set<std::string> accepted;
-  for (const AcceptedResult& a : ledger->accepted_results()) accepted.insert(a.run_id);
-  ReportBuilder builder(options);
-  // html: the same runs by day too, for the chart.
-  ReportOptions day_options = options;
-  day_options.by.insert(day_options.by.begin(), GroupBy{GroupBy::Kind::day, {}});
-  std::optional<ReportBuilder> by_day;
-  if (request.format == "html") by_day.emplace(day_options);
-  std::map<std::string, Money> team_spend;  // html: budget against actual
-  ReportSource source;
-  // The ledger's rollups where a cut keeps what the report groups by (report_rollup.hpp); the
-  // runs themselves for a tag, or a ledger without rollups.
-  source.read = report_rollup_read(by_day ? day_options : options, by_day.has_value());
-  if (!source.read) {
-    std::cerr << "spendcap: report: a tag is not in the ledger's rollups: reading every run of "
-                 "the period\n";
-  }
-  source.since = since;
-  source.until = until;
-  source.accepted = std::move(accepted);
-  source.egress_price = policy.egress_per_gb;
-  if (by_day) {
-    source.on_row = [&](const ReportRow& row) {
-      if (report_includes(options, row)) team_spend[row.team] += row.spend;
-    };
-    source.on_cell = [&](const RollupCell& cell) { team_spend[cell.key.team] += cell.spend; };
-  }
-  std::vector<ReportBuilder*> builders = {&builder};
-  if (by_day) builders.push_back(&*by_day);
-  add_ledger_runs(*ledger, source, builders);
-  Report report = std::move(builder).finish();
-  if (by_day) {
-    HtmlContext html;
-    html.currency = policy.currency;
-    html.since = options.since;
-    html.until = options.until;
-    for (BudgetView& budget : ledger->budgets()) {
-      if (budget.rule.scope.kind != ScopeKind::team) continue;
-      if (options.team && budget.rule.scope.name != *options.team) continue;
-      html.team_budgets.push_back(std::move(budget));
-    }
-    html.team_spend = std::move(team_spend);
-    std::cout << report_html(report, std::move(*by_day).finish(), html);
-    return 0;
-  }
-  if (request.format == "csv") {
-    std::cout << report_csv(report, policy.currency, cells);
-  } else if (request.format == "json") {
-    std::cout << report_json(report, policy.currency);
-  } else {
-    write_report_table(report, policy.currency, terminal_width(),
-                       [](std::string_view part) { std::cout << part; });
-  }
-  return 0;
+VerbRun add_estimate(CLI::App& command, CLI::App&, VerbContext&) {
+  auto request = std::make_shared<EstimateRequest>();
+  auto& r = *request;
+  CLI::App* estimate = &command;
+  add_ledger_options(*estimate, r.choice);
+  estimate->add_option("--step-time", r.step_time, "time per step (0.8s)");
+  estimate->add_option("--steps", r.steps, "number of steps");
+  estimate->add_option("--gpu-hours", r.gpu_hours, "GPU-hours of work (2000), priced per GPU");
+  estimate->add_option("--params", r.params, "model parameters (1e9)");
+  estimate->add_option("--tokens", r.tokens, "training tokens (20e9): about 6ND FLOPs");
+  estimate->add_option("--peak-tflops", r.peak_tflops, "peak TFLOP/s per GPU (else the policy's)");
+  estimate->add_option("--mfu", r.mfu, "model FLOPs utilisation (default 0.4)");
+  estimate->add_option("--rate", r.rate, "price per hour (per instance; per GPU for --params)");
+  estimate->add_option("--gpu", r.gpu, "GPU type, priced by the policy");
+  estimate->add_option("--gpus", r.gpus, "GPUs (per instance for --steps; in all for --params)");
+  estimate->add_option("--instance", r.instance, "instance type, priced by the policy");
+  estimate->add_option("--instances", r.instances, "number of instances (default 1)");
+  estimate->add_option("--pricing", r.pricing, "on-demand, spot or reserved");
+  estimate->add_option("--interruptions-per-100h", r.interruptions_per_100h,
+                       "spot interruptions per 100 hours");
+  estimate->add_option("--lost-per-interruption", r.lost_per_interruption,
+                       "work lost per interruption (30m)");
+  estimate->add_option("--team", r.team, "fit the team's remaining budget (exit 120 if not)");
+  estimate->add_option("--experiment", r.experiment, "fit the experiment's remaining budget");
+  estimate->add_flag("--compare", r.compare, "price the work on every GPU type of the policy");
+  estimate->add_option("--bytes-per-param", r.bytes_per_param,
+                       "training state per parameter (default 16: mixed-precision Adam)");
+  estimate->add_option("--activations-gb", r.activations_gb, "activation memory, GB");
+  estimate->add_flag("--serving", r.serving, "cost per prediction of a serving process");
+  estimate->add_option("--price-per-hour", r.price_per_hour, "serving: price of a replica");
+  estimate->add_option("--rps", r.rps, "serving: requests per second at full load");
+  estimate->add_option("--utilisation", r.utilisation, "serving: fraction of time busy");
+  estimate->add_option("--predictions-per-day", r.predictions_per_day,
+                       "serving: predictions a day (instead of --rps and --utilisation)");
+  estimate->add_option("--reserved", r.reserved, "reserved price per hour");
+  estimate->add_option("--on-demand", r.on_demand, "on-demand price per hour");
+  estimate->add_flag("--json", r.json, "print JSON");
+  accept_count_suffixes(*estimate, "--steps");
+  accept_count_suffixes(*estimate, "--params");
+  accept_count_suffixes(*estimate, "--tokens");
+  accept_count_suffixes(*estimate, "--predictions-per-day");
+  return [request] { return estimate_command(*request); };
 }
 
-int accept_command(const LedgerChoice& choice, const std::string& run_id, const std::string& note) {
-  require_printable_name(run_id, "accept");
-  std::unique_ptr<Ledger> ledger = open_chosen_ledger(choice, nullptr);
-  // Any unique prefix, as `runs` prints it (cli/runs.hpp).
-  std::string full_id = resolve_run_id(*ledger, run_id, "accept " + run_id);
-  AcceptedResult accepted = ledger->accept_run(full_id, note, user_name() + "@" + host_name());
-  std::cout << "accepted " << escape_for_terminal(full_id)
-            << (note.empty() ? std::string() : ": " + escape_for_terminal(note)) << "\n";
-  return 0;
-}
+}  // namespace
 
-double parse_report_time(const std::string& text, const std::string& flag, bool end_of_day) {
-  return parse_when(text, flag, end_of_day);
-}
+const Verb kEstimateVerb = {"estimate", "what a run will cost, before it starts", add_estimate};
 
 }  // namespace spendcap
