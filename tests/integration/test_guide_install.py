@@ -22,6 +22,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 import urllib.parse
 import uuid
@@ -318,6 +319,90 @@ class GuideInstallTest(unittest.TestCase):
             str(self.cluster.port), "spendcap"], capture_output=True, text=True, timeout=60)
         self.assertEqual(dump.returncode, 0, dump.stderr)
         self.check_no_secret(dump.stdout, "the ledger")
+
+    # ---- issue 38 item 7: no user delays another team ----
+
+    def as_user_psql(self, user, sql, background=False):
+        """psql as the user's own login role, with the user's own ~/.pgpass (the guide's)."""
+        argv = ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", user,
+                "--regid", user, "--init-groups", "psql", "-X", "-At", "-h", "127.0.0.1", "-p",
+                str(self.cluster.port), "-d", "spendcap"]
+        if background:
+            return subprocess.Popen(argv, env=self.user_env(user), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.run(argv + ["-v", "ON_ERROR_STOP=1"], env=self.user_env(user),
+                              input=sql, capture_output=True,
+                              text=True, timeout=60)
+
+    def test_a_user_of_one_team_cannot_delay_another(self):
+        """alice (team nlp) holds every scope lock she can compute, in an open transaction, while
+        bob's robotics run is admitted and his running run keeps heartbeating. Negative control:
+        with the binary before the salted keys (current_schema:kind:name), bob's run waits out
+        lock_timeout and is refused (125 after about 10 s)."""
+        self.install_as_the_guide_says(bouncer=False)
+        alice, bob = self.users
+        # What she may not do at all: read the salt, call the lock function.
+        for sql in ("SELECT salt FROM scope_lock_salt;",
+                    "SELECT spendcap_lock_scope('team', 'robotics');"):
+            denied = self.as_user_psql(alice, sql)
+            self.assertNotEqual(denied.returncode, 0, sql + denied.stdout)
+            self.assertIn("permission denied", denied.stderr)
+        # bob's run that lasts, raising its ceiling often (each raise takes the scopes' locks).
+        long_run = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", bob,
+             "--regid", bob, "--init-groups", self.bin, "run", "--team", "robotics", "--sync", "1s", "--claim-horizon", "2s", "--", "sleep", "90"],
+            env=self.user_env(bob), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(long_run.kill)
+
+        def heartbeat():
+            out = self.cluster.psql("SELECT max(heartbeat_at) FROM runs WHERE status = 'running' "
+                                    "AND team = 'robotics'", database="spendcap").strip()
+            return float(out) if out else None
+        wait_until(lambda: heartbeat() is not None or long_run.poll() is not None, 60,
+                   what="bob's long run in the ledger")
+        self.assertIsNone(long_run.poll(), long_run.communicate()[1] if long_run.poll() is not None
+                          else "")
+        # alice's open transaction: the old keys of bob's scopes, the client's lock function
+        # (takes nothing: no run of robotics is due), an order she may not place caught in a
+        # savepoint; then she sleeps holding whatever she got.
+        holder = self.as_user_psql(alice, None, background=True)
+        self.addCleanup(holder.kill)
+        holder.stdin.write(
+            "BEGIN;\n"
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || "
+            "':team:robotics', 0));\n"
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':user:%s', 0));\n"
+            "SELECT spendcap_lock_scopes(ARRAY['team:robotics', 'user:%s'], NULL);\n"
+            "SAVEPOINT s;\n"
+            "SELECT spendcap_place_stop_order('team', 'robotics', 'x', '%s', 0);\n"
+            "ROLLBACK TO SAVEPOINT s;\n"
+            "SELECT 'holding';\n"
+            "SELECT pg_sleep(25);\n"
+            "COMMIT;\n" % (bob, bob, alice))
+        holder.stdin.flush()
+
+        def alice_locks():
+            return int(self.cluster.psql(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                "WHERE l.locktype = 'advisory' AND l.granted AND a.usename = '%s' "
+                "AND a.query LIKE '%%pg_sleep%%'" % alice, database="spendcap").strip())
+        wait_until(lambda: alice_locks() >= 2 or holder.poll() is not None, 30,
+                   what="alice's session holding the old keys")
+        self.assertIsNone(holder.poll(), "alice's session ended early")
+        before = heartbeat()
+        started = time.monotonic()
+        admitted = self.spendcap(bob, ["run", "--team", "robotics", "--", "true"], timeout=60)
+        took_s = time.monotonic() - started
+        self.assertEqual(admitted.returncode, 0, admitted.stderr)
+        self.assertLess(took_s, 8.0, "bob's run waited on alice's locks")
+        # The running run keeps heartbeating (a raise every other heartbeat or so).
+        wait_until(lambda: (heartbeat() or 0) >= before + 2, 15,
+                   what="bob's running run heartbeating while alice holds her locks")
+        self.assertGreaterEqual(alice_locks(), 2, "alice's session stopped holding")
+        self.assertIsNone(long_run.poll(), long_run.communicate()[1] if long_run.poll() is not None
+                          else "")
+        print("bob's run admitted in %.2f s while alice held %d advisory locks" %
+              (took_s, alice_locks()))
 
     def test_as_the_guide_says_directly(self):
         self.install_as_the_guide_says(bouncer=False)

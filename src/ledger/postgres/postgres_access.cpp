@@ -140,8 +140,7 @@ DECLARE
   placed bigint;
 BEGIN
   IF NOT spendcap_caller_is_owner() THEN
-    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name,
-                                                   0));
+    PERFORM spendcap_lock_scope(kind, name);
     FOR r IN SELECT * FROM runs WHERE status = 'running' AND CASE kind
         WHEN 'team' THEN team WHEN 'experiment' THEN experiment WHEN 'project' THEN project
         WHEN 'user' THEN user_name WHEN 'job' THEN job_key WHEN 'run' THEN id END = name LOOP

@@ -269,12 +269,15 @@ const std::vector<std::string>& migrations() {
     // v20 (schema version 20; issue 30 item 4): nothing changes here (PostgreSQL's heartbeat
     // function takes the progress so far); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
+    // Schema version 20 (issue 38 item 7): nothing changes here (PostgreSQL's scope locks take a
+    // key users cannot compute); the number keeps both backends' versions equal.
+    texts.push_back("SELECT 1;\n");
     return texts;
   }();
   return all;
 }
 
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 7;
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 8;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 
