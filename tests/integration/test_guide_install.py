@@ -98,6 +98,12 @@ class Cluster:
             raise AssertionError("psql failed: %s\n%s" % (result.stderr, sql))
         return result.stdout
 
+    def pg_ctl(self, *args):
+        subprocess.run(self.as_server + ["setsid", os.path.join(PG_BIN, "pg_ctl"), "-D",
+                                         self.dir + "/data", "-l", self.dir + "/server.log",
+                                         "-w", "-t", "60"] + list(args),
+                       check=True, capture_output=True, timeout=120)
+
     def stop(self):
         subprocess.run(self.as_server + [os.path.join(PG_BIN, "pg_ctl"), "-D", self.dir + "/data",
                                          "-m", "immediate", "-w", "stop"], capture_output=True)
@@ -403,6 +409,61 @@ class GuideInstallTest(unittest.TestCase):
                           else "")
         print("bob's run admitted in %.2f s while alice held %d advisory locks" %
               (took_s, alice_locks()))
+
+    # ---- issue 38 item 8: the pgbouncer recipe survives a server restart ----
+
+    @unittest.skipUnless(os.path.exists(BOUNCER), "no pgbouncer at " + BOUNCER)
+    def test_a_run_through_pgbouncer_survives_a_server_restart(self):
+        """A run through the guide's pgbouncer while PostgreSQL restarts (pg_ctl stop -m fast,
+        down until pgbouncer failed a login, start) keeps running, heartbeats again within 8 s of
+        the server being up, ends with its own status and is recorded once. Its ceiling lasts
+        about 8 s (--claim-horizon, a short grace), so heartbeats failing past it would stop it
+        with 121 (ledger-unreachable). Negative control: without the guide's server_login_retry
+        (pgbouncer's default 15 s), the heartbeats resume only 12 s after the server is up."""
+        self.install_as_the_guide_says(bouncer=True)
+        alice = self.users[0]
+        front = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", alice,
+             "--regid", alice, "--init-groups", self.bin, "run", "--team", "nlp", "--sync", "1s",
+             "--claim-horizon", "8s", "--grace", "1s", "--kill-after", "1s", "--", "sleep",
+             "25"],
+            env=self.user_env(alice), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(front.kill)
+
+        def heartbeat():
+            out = self.cluster.psql("SELECT max(heartbeat_at) FROM runs WHERE status = 'running'",
+                                    database="spendcap").strip()
+            return float(out) if out else None
+        wait_until(lambda: heartbeat() is not None or front.poll() is not None, 60,
+                   what="alice's run in the ledger")
+        self.assertIsNone(front.poll(), "alice's run ended early")
+        # A restart with the server down until pgbouncer has failed to log in to it (a
+        # heartbeat met it down): pg_ctl stop -m fast, start with the same options.
+        restarted = heartbeat()
+        self.cluster.pg_ctl("stop", "-m", "fast")
+        bouncer_log = os.path.join(self.tmp, "pgbouncer", "log")
+
+        def login_failed():
+            with open(bouncer_log, errors="replace") as f:
+                return re.search(r"connect failed|login failed", f.read())
+        wait_until(lambda: login_failed() or front.poll() is not None, 30,
+                   what="pgbouncer failing to reach the stopped server")
+        self.cluster.pg_ctl("start", "-o", "-k %s -p %d -c listen_addresses=127.0.0.1 "
+                            "-c fsync=off" % (self.cluster.dir, self.cluster.port))
+        up = time.monotonic()
+        # A user's command right after: through pgbouncer, as soon as the server is up.
+        listed = self.spendcap(alice, ["ps"])
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        wait_until(lambda: (heartbeat() or 0) > restarted or front.poll() is not None, 30,
+                   what="a heartbeat after the restart")
+        resumed_s = time.monotonic() - up
+        print("server up -> ps answered and the run heartbeating again in %.1f s" % resumed_s)
+        self.assertLess(resumed_s, 8.0, "pgbouncer kept refusing logins after the restart")
+        out, err = front.communicate(timeout=90)
+        self.assertEqual(front.returncode, 0, err)
+        rows = self.cluster.psql("SELECT status FROM runs WHERE team = 'nlp'",
+                                 database="spendcap").split()
+        self.assertEqual(rows, ["succeeded"], err)
 
     def test_as_the_guide_says_directly(self):
         self.install_as_the_guide_says(bouncer=False)
