@@ -301,6 +301,11 @@ const std::vector<EnvironmentVariable>& environment_variables() {
        "final rows the ledger did not take are spooled in $XDG_STATE_HOME/spendcap/spool",
        false,
        {"run"}},
+      {"XDG_RUNTIME_DIR",
+       "a final row that cannot be spooled there (a full filesystem) goes to "
+       "$XDG_RUNTIME_DIR/spendcap/spool, replayed the same way",
+       false,
+       {"run"}},
       {"HOME", "the XDG directories' base when they are unset or not absolute", false, {}},
       {"SPENDCAP_SPOOL_DIR",
        "the spool directory instead (refused by a setgid install and the shared runner)",

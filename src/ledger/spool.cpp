@@ -199,22 +199,45 @@ std::string spool_dir() {
   return xdg_dir(XdgDir::state) + "/spendcap/spool";
 }
 
-std::string spool_final(const std::string& ledger_url, const RunFinal& final) {
+std::string fallback_spool_dir() {
+  if (runner_spool_in_use) return "";
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (!runtime || *runtime != '/') return "";
+  std::string directory = std::string(runtime) + "/spendcap/spool";
+  return directory == spool_dir() ? "" : directory;
+}
+
+std::string spool_final(const std::string& ledger_url, const RunFinal& final,
+                        std::string* fallback_why) {
   if (!is_safe_file_name(final.id)) {
     throw Error("spool", "run id " + final.id + " cannot be a file name");
   }
   std::string directory = spool_dir();
-  // The runner's spool exists (its install makes it, root:GROUP 2770); its files are the group's
-  // to read, for whichever of the runner's processes replays them.
-  if (!runner_spool_in_use) make_private_directories(directory, "spool");
-  std::string path = directory + "/" + final.id + ".json";
   std::string text =
       nlohmann::json{{"ledger", ledger_url}, {"final", final_to_json(final)}}.dump() + "\n";
   // Durable: the row must survive a crash of this host.
   if (!runner_spool_in_use) {
-    write_file_atomically(path, text, 0600, "spool " + path);
-    return path;
+    std::string path = directory + "/" + final.id + ".json";
+    try {
+      make_private_directories(directory, "spool");
+      write_file_atomically(path, text, 0600, "spool " + path);
+      return path;
+    } catch (const Error& failed) {
+      // The spool shares the ledger's filesystem as a rule (both under ~/.local): when that is
+      // full, the row goes to the runtime directory's spool (another filesystem, a tmpfs kept
+      // until reboot), replayed like the first, rather than the run being charged its ceiling.
+      std::string fallback = fallback_spool_dir();
+      if (fallback.empty()) throw;
+      std::string second = fallback + "/" + final.id + ".json";
+      make_private_directories(fallback, "spool");
+      write_file_atomically(second, text, 0600, "spool " + second);
+      if (fallback_why) *fallback_why = format_error(failed);
+      return second;
+    }
   }
+  // The runner's spool exists (its install makes it, root:GROUP 2770); its files are the group's
+  // to read, for whichever of the runner's processes replays them.
+  std::string path = directory + "/" + final.id + ".json";
   // The runner's row is the runner's own file (the service user's, as_effective_user), which
   // this process, holding the caller's filesystem uid for everything the caller names, would not
   // make so.
@@ -365,8 +388,10 @@ void refuse(const std::string& path, const std::string& why) {
 
 }  // namespace
 
-int replay_spool(Ledger& ledger, const SpoolReplayer& replayer, Nanos after_failure) {
-  std::string directory = spool_dir();
+namespace {
+
+int replay_directory(const std::string& directory, Ledger& ledger, const SpoolReplayer& replayer,
+                     Nanos after_failure) {
   std::vector<std::string> names;
   if (DIR* dir = opendir(directory.c_str())) {
     while (dirent* entry = readdir(dir)) {
@@ -432,6 +457,16 @@ int replay_spool(Ledger& ledger, const SpoolReplayer& replayer, Nanos after_fail
       std::cerr << "spendcap: could not replay the spooled final row of run " << row.final.id
                 << " to " << url << ": " << e.what() << " (kept in " << path << ")\n";
     }
+  }
+  return replayed;
+}
+
+}  // namespace
+
+int replay_spool(Ledger& ledger, const SpoolReplayer& replayer, Nanos after_failure) {
+  int replayed = replay_directory(spool_dir(), ledger, replayer, after_failure);
+  if (std::string fallback = fallback_spool_dir(); !fallback.empty()) {
+    replayed += replay_directory(fallback, ledger, replayer, after_failure);
   }
   return replayed;
 }

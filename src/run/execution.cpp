@@ -148,8 +148,9 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
       final.spend = *outcome.gpu->allocated_spend;
       note = " (at the allocated spend: measured billing needs the ledger at the end)";
     }
-    std::string path;
-    with_ledger_group([&] { path = spool_final(ledger_url, final); });
+    std::string path, fallback_why;
+    with_ledger_group([&] { path = spool_final(ledger_url, final, &fallback_why); });
+    if (!fallback_why.empty()) note += " (the spool failed: " + fallback_why + ")";
     reporter.error("ledger: " + error + "; the final row is spooled in " + path + note +
                    " and replayed by the next spendcap command");
   } catch (const Error& spool_error) {

@@ -3,7 +3,7 @@ and exits 0 makes spendcap exit 124; `runs` and `show` (table, csv, json) give s
 `exit_code` (124, as the status file does) and the command's as `command_exit_code` (0), on the
 SQLite ledger and, with a server (SPENDCAP_TEST_PG_URL), on PostgreSQL.
 
-Negative control: before schema v21 the ledger kept only the command's exit, and `runs --json`
+Negative control: before schema v22 the ledger kept only the command's exit, and `runs --json`
 gave `exit_code` 0 for this run while spendcap had exited 124."""
 import csv
 import io

@@ -228,6 +228,70 @@ class FullFilesystemTest(LedgerTest):
         finally:
             check.close()
 
+    @unittest.skipUnless(can_mount_tmpfs(), "needs root to mount a tmpfs")
+    def test_full_filesystem_at_the_end(self):
+        """Issue 38 item 8: the ledger and the spool on one filesystem, full when the job ends.
+        The run gets its own status (or 121), a status file (elsewhere), and the messages name
+        the real cause, no space left on device, and the spool's path: not a permission
+        problem; the row goes to the runtime directory's spool (another filesystem) and the next
+        command replays it: the run is recorded with its real spend, not lost and charged its
+        ceiling. Negative control: before the second spool the row was nowhere and the run was
+        still unrecorded 30 s later (then lost, charged its ceiling)."""
+        runtime = self.path("run")
+        os.mkdir(runtime, 0o700)
+        self.env["XDG_RUNTIME_DIR"] = runtime
+        self.write_policy({"defaults": {"sync": "1s"},
+                           "budgets": {"team": {"full": {"amount": 100, "period": "day"}}}})
+        first = self.run_spendcap(["run", "--team", "full", "--rate", "36", "--", "true"])
+        self.assertEqual(first.returncode, 0, first.stderr)
+        state = os.path.join(self.mount_point, "state")
+        go = self.path("go")
+        process = self.start_spendcap(
+            ["run", "--team", "full", "--rate", "36", "--status-file", self.path("s.json"), "--",
+             "sh", "-c", "while [ ! -e %s ]; do sleep 0.05; done" % go],
+            extra_env={"XDG_STATE_HOME": state})
+        wait_until(lambda: len(self.runs()) == 2 and self.runs()[1]["spend_micros"] > 0, 30,
+                   interval=0.1, what="the second run's first heartbeat")
+
+        def truncated():
+            check = sqlite3.connect(self.ledger_file(), timeout=5)
+            try:
+                busy, _, _ = check.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                check.close()
+            return busy == 0 and os.path.getsize(self.ledger_file() + "-wal") == 0
+        wait_until(truncated, 30, interval=0.1, what="the ledger's WAL truncated")
+        filler = self.fill()
+        with open(go, "w"):
+            pass
+        try:
+            _, stderr = process.communicate(timeout=90)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        self.assertIn(process.returncode, (0, 121), stderr)
+        status = self.read_json("s.json")
+        self.assertIn(status["exit_code"] if "exit_code" in status else process.returncode,
+                      (0, 121, None), status)
+        spool = os.path.join(state, "spendcap", "spool")
+        self.assertIn("No space left on device", stderr)
+        self.assertIn(spool, stderr)
+        self.assertNotIn("ermission", stderr)
+        self.assertIn("spooled in " + os.path.join(runtime, "spendcap", "spool"), stderr)
+        # Room again: the run is recorded by the next command, with its real spend.
+        os.unlink(filler)
+        os.unlink(go)
+
+        def recorded():
+            self.spendcap_json(["ps"])
+            rows = self.runs()
+            return len(rows) == 2 and rows[1]["status"] != "running"
+        wait_until(recorded, 30, interval=0.5, what="the second run recorded once there is room")
+        row = self.runs()[1]
+        self.assertNotEqual(row["status"], "lost", row)
+        self.assertAlmostEqual(row["spend_micros"] / MICROS, status["spend"], places=5)
+        self.assertEqual(os.listdir(os.path.join(runtime, "spendcap", "spool")), [])
+
 
 def can_force_pids():
     return is_root() and os.access("/proc/sys/kernel/ns_last_pid", os.W_OK)

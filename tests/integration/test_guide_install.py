@@ -22,6 +22,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 import urllib.parse
 import uuid
@@ -96,6 +97,12 @@ class Cluster:
         if result.returncode != 0:
             raise AssertionError("psql failed: %s\n%s" % (result.stderr, sql))
         return result.stdout
+
+    def pg_ctl(self, *args):
+        subprocess.run(self.as_server + ["setsid", os.path.join(PG_BIN, "pg_ctl"), "-D",
+                                         self.dir + "/data", "-l", self.dir + "/server.log",
+                                         "-w", "-t", "60"] + list(args),
+                       check=True, capture_output=True, timeout=120)
 
     def stop(self):
         subprocess.run(self.as_server + [os.path.join(PG_BIN, "pg_ctl"), "-D", self.dir + "/data",
@@ -318,6 +325,145 @@ class GuideInstallTest(unittest.TestCase):
             str(self.cluster.port), "spendcap"], capture_output=True, text=True, timeout=60)
         self.assertEqual(dump.returncode, 0, dump.stderr)
         self.check_no_secret(dump.stdout, "the ledger")
+
+    # ---- issue 38 item 7: no user delays another team ----
+
+    def as_user_psql(self, user, sql, background=False):
+        """psql as the user's own login role, with the user's own ~/.pgpass (the guide's)."""
+        argv = ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", user,
+                "--regid", user, "--init-groups", "psql", "-X", "-At", "-h", "127.0.0.1", "-p",
+                str(self.cluster.port), "-d", "spendcap"]
+        if background:
+            return subprocess.Popen(argv, env=self.user_env(user), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.run(argv + ["-v", "ON_ERROR_STOP=1"], env=self.user_env(user),
+                              input=sql, capture_output=True,
+                              text=True, timeout=60)
+
+    def test_a_user_of_one_team_cannot_delay_another(self):
+        """alice (team nlp) holds every scope lock she can compute, in an open transaction, while
+        bob's robotics run is admitted and his running run keeps heartbeating. Negative control:
+        with the binary before the salted keys (current_schema:kind:name), bob's run waits out
+        lock_timeout and is refused (125 after about 10 s)."""
+        self.install_as_the_guide_says(bouncer=False)
+        alice, bob = self.users
+        # What she may not do at all: read the salt, call the lock function.
+        for sql in ("SELECT salt FROM scope_lock_salt;",
+                    "SELECT spendcap_lock_scope('team', 'robotics');"):
+            denied = self.as_user_psql(alice, sql)
+            self.assertNotEqual(denied.returncode, 0, sql + denied.stdout)
+            self.assertIn("permission denied", denied.stderr)
+        # bob's run that lasts, raising its ceiling often (each raise takes the scopes' locks).
+        long_run = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", bob,
+             "--regid", bob, "--init-groups", self.bin, "run", "--team", "robotics", "--sync", "1s", "--claim-horizon", "2s", "--", "sleep", "90"],
+            env=self.user_env(bob), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(long_run.kill)
+
+        def heartbeat():
+            out = self.cluster.psql("SELECT max(heartbeat_at) FROM runs WHERE status = 'running' "
+                                    "AND team = 'robotics'", database="spendcap").strip()
+            return float(out) if out else None
+        wait_until(lambda: heartbeat() is not None or long_run.poll() is not None, 60,
+                   what="bob's long run in the ledger")
+        self.assertIsNone(long_run.poll(), long_run.communicate()[1] if long_run.poll() is not None
+                          else "")
+        # alice's open transaction: the old keys of bob's scopes, the client's lock function
+        # (takes nothing: no run of robotics is due), an order she may not place caught in a
+        # savepoint; then she sleeps holding whatever she got.
+        holder = self.as_user_psql(alice, None, background=True)
+        self.addCleanup(holder.kill)
+        holder.stdin.write(
+            "BEGIN;\n"
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || "
+            "':team:robotics', 0));\n"
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':user:%s', 0));\n"
+            "SELECT spendcap_lock_scopes(ARRAY['team:robotics', 'user:%s'], NULL);\n"
+            "SAVEPOINT s;\n"
+            "SELECT spendcap_place_stop_order('team', 'robotics', 'x', '%s', 0);\n"
+            "ROLLBACK TO SAVEPOINT s;\n"
+            "SELECT 'holding';\n"
+            "SELECT pg_sleep(25);\n"
+            "COMMIT;\n" % (bob, bob, alice))
+        holder.stdin.flush()
+
+        def alice_locks():
+            return int(self.cluster.psql(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                "WHERE l.locktype = 'advisory' AND l.granted AND a.usename = '%s' "
+                "AND a.query LIKE '%%pg_sleep%%'" % alice, database="spendcap").strip())
+        wait_until(lambda: alice_locks() >= 2 or holder.poll() is not None, 30,
+                   what="alice's session holding the old keys")
+        self.assertIsNone(holder.poll(), "alice's session ended early")
+        before = heartbeat()
+        started = time.monotonic()
+        admitted = self.spendcap(bob, ["run", "--team", "robotics", "--", "true"], timeout=60)
+        took_s = time.monotonic() - started
+        self.assertEqual(admitted.returncode, 0, admitted.stderr)
+        self.assertLess(took_s, 8.0, "bob's run waited on alice's locks")
+        # The running run keeps heartbeating (a raise every other heartbeat or so).
+        wait_until(lambda: (heartbeat() or 0) >= before + 2, 15,
+                   what="bob's running run heartbeating while alice holds her locks")
+        self.assertGreaterEqual(alice_locks(), 2, "alice's session stopped holding")
+        self.assertIsNone(long_run.poll(), long_run.communicate()[1] if long_run.poll() is not None
+                          else "")
+        print("bob's run admitted in %.2f s while alice held %d advisory locks" %
+              (took_s, alice_locks()))
+
+    # ---- issue 38 item 8: the pgbouncer recipe survives a server restart ----
+
+    @unittest.skipUnless(os.path.exists(BOUNCER), "no pgbouncer at " + BOUNCER)
+    def test_a_run_through_pgbouncer_survives_a_server_restart(self):
+        """A run through the guide's pgbouncer while PostgreSQL restarts (pg_ctl stop -m fast,
+        down until pgbouncer failed a login, start) keeps running, heartbeats again within 8 s of
+        the server being up, ends with its own status and is recorded once. Its ceiling lasts
+        about 8 s (--claim-horizon, a short grace), so heartbeats failing past it would stop it
+        with 121 (ledger-unreachable). Negative control: without the guide's server_login_retry
+        (pgbouncer's default 15 s), the heartbeats resume only 12 s after the server is up."""
+        self.install_as_the_guide_says(bouncer=True)
+        alice = self.users[0]
+        front = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", alice,
+             "--regid", alice, "--init-groups", self.bin, "run", "--team", "nlp", "--sync", "1s",
+             "--claim-horizon", "8s", "--grace", "1s", "--kill-after", "1s", "--", "sleep",
+             "25"],
+            env=self.user_env(alice), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(front.kill)
+
+        def heartbeat():
+            out = self.cluster.psql("SELECT max(heartbeat_at) FROM runs WHERE status = 'running'",
+                                    database="spendcap").strip()
+            return float(out) if out else None
+        wait_until(lambda: heartbeat() is not None or front.poll() is not None, 60,
+                   what="alice's run in the ledger")
+        self.assertIsNone(front.poll(), "alice's run ended early")
+        # A restart with the server down until pgbouncer has failed to log in to it (a
+        # heartbeat met it down): pg_ctl stop -m fast, start with the same options.
+        restarted = heartbeat()
+        self.cluster.pg_ctl("stop", "-m", "fast")
+        bouncer_log = os.path.join(self.tmp, "pgbouncer", "log")
+
+        def login_failed():
+            with open(bouncer_log, errors="replace") as f:
+                return re.search(r"connect failed|login failed", f.read())
+        wait_until(lambda: login_failed() or front.poll() is not None, 30,
+                   what="pgbouncer failing to reach the stopped server")
+        self.cluster.pg_ctl("start", "-o", "-k %s -p %d -c listen_addresses=127.0.0.1 "
+                            "-c fsync=off" % (self.cluster.dir, self.cluster.port))
+        up = time.monotonic()
+        # A user's command right after: through pgbouncer, as soon as the server is up.
+        listed = self.spendcap(alice, ["ps"])
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        wait_until(lambda: (heartbeat() or 0) > restarted or front.poll() is not None, 30,
+                   what="a heartbeat after the restart")
+        resumed_s = time.monotonic() - up
+        print("server up -> ps answered and the run heartbeating again in %.1f s" % resumed_s)
+        self.assertLess(resumed_s, 8.0, "pgbouncer kept refusing logins after the restart")
+        out, err = front.communicate(timeout=90)
+        self.assertEqual(front.returncode, 0, err)
+        rows = self.cluster.psql("SELECT status FROM runs WHERE team = 'nlp'",
+                                 database="spendcap").split()
+        self.assertEqual(rows, ["succeeded"], err)
 
     def test_as_the_guide_says_directly(self):
         self.install_as_the_guide_says(bouncer=False)

@@ -35,7 +35,15 @@ void use_runner_spool(const std::string& directory, gid_t group);
 
 // Writes the row atomically (temporary file + rename) and returns its path. Throws Error when even
 // the spool cannot be written (the caller prints it: that row is then only in the status file).
-std::string spool_final(const std::string& ledger_url, const RunFinal& final);
+// Outside a shared runner, when the spool cannot be written (a full filesystem, which it often
+// shares with the ledger) and $XDG_RUNTIME_DIR is set, the row goes to
+// $XDG_RUNTIME_DIR/spendcap/spool (fallback_spool_dir: another filesystem, kept until reboot),
+// and `fallback_why` (when given) gets why the first spool failed. replay_spool reads both.
+std::string spool_final(const std::string& ledger_url, const RunFinal& final,
+                        std::string* fallback_why = nullptr);
+
+// The second spool ("" when there is none: a shared runner, no $XDG_RUNTIME_DIR).
+std::string fallback_spool_dir();
 
 // Who replays: only rows of this user's runs on this host are replayed.
 struct SpoolReplayer {

@@ -4,13 +4,53 @@
 // user, as libpq's default user is); a budget's member group G is the PostgreSQL role G (`CREATE
 // ROLE vision NOLOGIN; GRANT vision TO alice`). spendcap checks the same rule before it calls
 // these, with Unix users and groups, for its messages; these hold against psql in a runner's
-// hands. Contract in postgres_schema.hpp.
+// hands. And whose scope locks a role may take (issue 38 item 7). Contract in postgres_schema.hpp.
 #include "postgres_schema.hpp"
 
 namespace spendcap::postgres_schema {
 
 std::string access_routines() {
   return R"sql(
+-- A scope's lock: the key hashes the ledger's secret salt (schema 21), which only the owner reads, so
+-- it is taken only inside the owner's functions (this one is called by them, and users may not
+-- call it) and no other role can compute the key to hold it (issue 38 item 7: a user's open
+-- transaction holding another team's key made that team's runs refused). The same key as
+-- spendcap_lock_scopes (the client's lock_scopes), so the two exclude each other. INTO STRICT:
+-- a missing salt is an error, never a lock of NULL (pg_advisory_xact_lock is strict: no lock).
+CREATE OR REPLACE FUNCTION spendcap_lock_scope(kind text, name text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  secret text;
+BEGIN
+  SELECT salt INTO STRICT secret FROM scope_lock_salt;
+  PERFORM pg_advisory_xact_lock(hashtextextended(secret || ':' || kind || ':' || name, 0));
+END $$;
+
+-- The client's lock_scopes (postgres_runs.cpp): scopes as 'kind:name', in the order given. The
+-- owner takes any; another role only the scopes of a run due its ceiling (the one client path
+-- that locks on PostgreSQL is charging lost runs; the grants lock inside the functions above),
+-- and skips the rest: the caller reads each run again under the locks and leaves one no longer
+-- due. So a role cannot hold a scope's lock in an open transaction beyond what a lost run in it
+-- allows, and that run is charged by whoever comes first.
+CREATE OR REPLACE FUNCTION spendcap_lock_scopes(scopes text[], at double precision)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  secret text;
+  scope text;
+  owner boolean := spendcap_caller_is_owner();
+  now double precision := spendcap_clock(at);
+BEGIN
+  SELECT salt INTO STRICT secret FROM scope_lock_salt;
+  FOREACH scope IN ARRAY scopes LOOP
+    IF owner OR EXISTS (SELECT 1 FROM runs r, LATERAL spendcap_named_scopes(r) n
+        WHERE r.status = 'running' AND r.reconcile_at <= now
+          AND n.kind || ':' || n.name = scope) THEN
+      PERFORM pg_advisory_xact_lock(hashtextextended(secret || ':' || scope, 0));
+    END IF;
+  END LOOP;
+END $$;
+
 -- Whether the session's role is in one of the roles a budget's member list names (JSON text).
 CREATE OR REPLACE FUNCTION spendcap_in_member_roles(groups text) RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -140,8 +180,7 @@ DECLARE
   placed bigint;
 BEGIN
   IF NOT spendcap_caller_is_owner() THEN
-    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name,
-                                                   0));
+    PERFORM spendcap_lock_scope(kind, name);
     FOR r IN SELECT * FROM runs WHERE status = 'running' AND CASE kind
         WHEN 'team' THEN team WHEN 'experiment' THEN experiment WHEN 'project' THEN project
         WHEN 'user' THEN user_name WHEN 'job' THEN job_key WHEN 'run' THEN id END = name LOOP

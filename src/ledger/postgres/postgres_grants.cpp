@@ -71,14 +71,6 @@ BEGIN
   RETURN at;
 END $$;
 
--- The scope lock of lock_scopes (postgres_store.cpp): the same key, so that the server's
--- functions and the client's transactions exclude each other. (SQL, inlined: see
--- spendcap_reconcile_at.)
-CREATE OR REPLACE FUNCTION spendcap_lock_scope(kind text, name text) RETURNS void
-LANGUAGE sql AS $$
-  SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || kind || ':' || name, 0))
-$$;
-
 -- A run's named scopes in BudgetLedger's sorted order (team < experiment < project < user: one
 -- of each kind, so the order of kinds is the order).
 CREATE OR REPLACE FUNCTION spendcap_named_scopes(r runs)

@@ -10,12 +10,13 @@ double PostgresStore::Impl::now() {
 }
 
 // One advisory lock per scope, in the order given (sorted by BudgetLedger): every transaction
-// that reads a scope's usage to raise a ceiling holds it until it ends.
+// that reads a scope's usage to raise a ceiling holds it until it ends. The key hashes a salt
+// only the ledger's owner reads, so the server's function computes it (spendcap_lock_scopes).
 void PostgresStore::Impl::lock_scopes(const std::vector<Scope>& scopes) {
-  for (const Scope& scope : scopes) {
-    exec("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || $1, 0))",
-         {to_string(scope)});
-  }
+  if (scopes.empty()) return;
+  std::vector<std::string> names;
+  for (const Scope& scope : scopes) names.push_back(to_string(scope));
+  exec("SELECT spendcap_lock_scopes($1::text[], $2)", {text_array(names), clock_param()});
 }
 
 std::optional<RunRecord> PostgresStore::Impl::find_run(const std::string& id) {

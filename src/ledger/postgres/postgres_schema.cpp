@@ -232,7 +232,22 @@ ALTER TABLE runs ADD COLUMN checkpoint_written_seconds DOUBLE PRECISION;
     // spendcap_heartbeat by one that takes the run's progress so far (a ledger at v19 kept the
     // old one: routines() run only after a migration).
     "SELECT 1;\n",
-    // v21 (the 20th entry; issue 40 item 3): as SQLite's v21, spendcap's own exit status beside
+    // v21 (the 20th entry; issue 38 item 7): the scope locks' secret. A scope's
+    // advisory lock key
+    // was hashtextextended(schema:kind:name), which any role could compute and hold (a user of
+    // one team, in an open transaction, made another team's runs refused and its running runs
+    // trip ledger-unreachable). The key now hashes a random salt only the ledger's owner reads:
+    // it is computed in the owner's functions alone (spendcap_lock_scope, postgres_grants.cpp).
+    // gen_random_uuid() is strongly random (PostgreSQL 13 and later): two give 244 bits.
+    R"sql(
+CREATE TABLE scope_lock_salt (
+  one BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+  salt TEXT NOT NULL
+);
+REVOKE ALL ON scope_lock_salt FROM PUBLIC;
+INSERT INTO scope_lock_salt (salt) VALUES (gen_random_uuid()::text || gen_random_uuid()::text);
+)sql",
+    // v22 (the 21st entry; issue 40 item 3): as SQLite's v22, spendcap's own exit status beside
     // the command's (exit_code). spendcap_finish and spendcap_update_run write it with the other
     // mutable columns (kMutableRunColumns).
     "ALTER TABLE runs ADD COLUMN spendcap_exit_code INTEGER;\n",
@@ -500,7 +515,8 @@ BEGIN
     spendcap_accept_result(text, text, text, double precision),
     spendcap_admit(json, bigint, json, double precision),
     spendcap_heartbeat(text, bigint, bigint, json, double precision, json),
-    spendcap_finish(json, double precision), spendcap_schema_version() TO spendcap_runner;
+    spendcap_finish(json, double precision), spendcap_schema_version(),
+    spendcap_lock_scopes(text[], double precision) TO spendcap_runner;
   -- The id and db_role come from their defaults; of a stored entry only a failed flush's
   -- attempts and error change, and who claimed it for delivery until when.
   GRANT SELECT, DELETE ON outbox TO spendcap_runner;
@@ -521,6 +537,7 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_heartbeat(text, bigint, bigint, json, double precision, json),
   spendcap_finish(json, double precision), spendcap_schema_version(),
   spendcap_clock(double precision), spendcap_lock_scope(text, text),
+  spendcap_lock_scopes(text[], double precision),
   spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
   spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
   spendcap_count_unfinished(text, text, bigint, bigint) FROM PUBLIC;

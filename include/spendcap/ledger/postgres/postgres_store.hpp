@@ -20,12 +20,14 @@
 // entries); a runner accepts results only of runs it admitted (spendcap_accept_result).
 //
 // Ceilings: lock_scopes takes a transaction-level advisory lock per scope, in the sorted order
-// BudgetLedger gives. Transactions are READ COMMITTED (a write) or REPEATABLE READ READ ONLY (a
-// read); serialization failures (40001), deadlocks (40P01) and lost connections are retried with
-// back-off (a new connection each time) until `retry_timeout`, then Error names the ledger and
-// the last failure, as SQLite's lock timeout does: the supervisor's AsyncLedger then keeps the run
-// on its granted ceiling and the spool keeps its final row. The server's clock_timestamp() is the
-// ledger's clock unless LedgerOptions::wall_clock is set (tests).
+// BudgetLedger gives, through spendcap_lock_scopes: the key hashes a salt only the owner reads,
+// and a role other than the owner's gets only the scopes of runs due their ceiling (so no user
+// can hold another team's lock, issue 38 item 7). Transactions are READ COMMITTED (a write) or
+// REPEATABLE READ READ ONLY (a read); serialization failures (40001), deadlocks (40P01) and lost
+// connections are retried with back-off (a new connection each time) until `retry_timeout`, then
+// Error names the ledger and the last failure, as SQLite's lock timeout does: the supervisor's
+// AsyncLedger then keeps the run on its granted ceiling and the spool keeps its final row. The
+// server's clock_timestamp() is the ledger's clock unless LedgerOptions::wall_clock is set (tests).
 #pragma once
 
 #include <functional>
