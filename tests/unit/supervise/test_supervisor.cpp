@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,7 +98,9 @@ struct Rig {
     ledger->held = plan.grant;
   }
 
-  RunOutcome run(std::function<void(FakeGuardLink&)> script, bool with_ledger = true) {
+  // `after`: called once the run is over, while the supervisor (and its parts) still exist.
+  RunOutcome run(std::function<void(FakeGuardLink&)> script, bool with_ledger = true,
+                 std::function<void()> after = {}) {
     auto fake_link = std::make_unique<FakeGuardLink>();
     auto fake_terminal = std::make_unique<FakeTerminal>();
     link = fake_link.get();
@@ -110,6 +114,7 @@ struct Rig {
     Supervisor supervisor(plan, std::move(fake_link), std::move(fake_terminal), reporter,
                           with_ledger ? ledger : nullptr);
     RunOutcome outcome = supervisor.run();
+    if (after) after();
     terminal_stops = terminal->stops;
     terminal_given = terminal->given;
     wakers = terminal->wakers;
@@ -167,6 +172,26 @@ struct Rig {
 
 bool sent(const FakeProcessTree& tree, int signal) {
   return tree.count(signal) > 0;
+}
+
+// This process's inotify instances and the watches they hold (their /proc/self/fdinfo lines).
+struct InotifyUse {
+  int instances = 0;
+  int watches = 0;
+};
+InotifyUse inotify_use() {
+  InotifyUse use;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    if (std::filesystem::read_symlink(entry.path(), error).string() != "anon_inode:inotify") {
+      continue;
+    }
+    ++use.instances;
+    std::ifstream info("/proc/self/fdinfo/" + entry.path().filename().string());
+    for (std::string line; std::getline(info, line);)
+      use.watches += line.rfind("inotify wd:", 0) == 0;
+  }
+  return use;
 }
 
 }  // namespace
@@ -493,6 +518,34 @@ TEST_CASE("the checkpoint watch: the file appearing during the grace ends it") {
   CHECK(rig.lines_with("the job wrote its checkpoint: terminating now") == 1);
   REQUIRE(outcome.trip_to_empty_seconds);
   CHECK(*outcome.trip_to_empty_seconds < 5);
+}
+
+// Closing an inotify instance that still holds a watch waits for the kernel's fsnotify SRCU grace
+// period (8 ms median on this VM, on every run's way out); a watch removed first is reaped
+// meanwhile and the close is quick. So the run's end removes the progress watch and the instance
+// is closed only with the supervisor. Control: without the inotify_rm_watch in GuardPart::stop
+// the check after the run finds the watch still held (1, not 0).
+TEST_CASE("the progress watch is removed when the run ends, and its instance closed later") {
+  TempDir dir;
+  Rig rig;
+  rig.plan.guards.progress_path = dir.path() + "/progress.jsonl";
+  InotifyUse before = inotify_use();
+  InotifyUse during, after;
+  RunOutcome outcome = rig.run(
+      [&](FakeGuardLink& guard) {
+        guard.launch();
+        guard.when([] { return true; },
+                   [&] {
+                     during = inotify_use();
+                     guard.exit(0, true);
+                   });
+      },
+      true, [&] { after = inotify_use(); });
+  CHECK(outcome.reason == "exited");
+  CHECK(during.watches == before.watches + 1);  // the probe sees the watch while the job runs
+  CHECK(after.watches == before.watches);       // removed at the end
+  CHECK(after.instances == before.instances + 1);
+  CHECK(inotify_use().instances == before.instances);  // closed with the supervisor
 }
 
 TEST_CASE("start line: what trips the run first, and when") {
