@@ -35,6 +35,9 @@ inline constexpr Nanos kProgressLineEvery = std::chrono::seconds(10);
 // A line's time is when it was read, within this of when it was written: writes that follow one
 // another closer than this are read together (and without inotify, the file is read this often).
 inline constexpr Nanos kProgressPoll = std::chrono::milliseconds(50);
+// Lines written in a run's first second are read at its end, or this long after the launch,
+// whichever comes first; from then on within kProgressPoll (GuardPart::on_launched says why).
+inline constexpr Nanos kWatchProgressAfter = std::chrono::seconds(1);
 
 struct BurnRateCheck {
   double factor = 2.0;

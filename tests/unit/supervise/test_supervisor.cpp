@@ -20,6 +20,7 @@
 #include "fakes/fake_guard_link.hpp"
 #include "fakes/fake_ledger.hpp"
 #include "fakes/fake_process_tree.hpp"
+#include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/supervise/start_line.hpp"
 #include "spendcap/supervise/supervisor.hpp"
 #include "test_support.hpp"
@@ -521,20 +522,37 @@ TEST_CASE("the checkpoint watch: the file appearing during the grace ends it") {
 }
 
 // Closing an inotify instance that still holds a watch waits for the kernel's fsnotify SRCU grace
-// period (8 ms median on this VM, on every run's way out); a watch removed first is reaped
-// meanwhile and the close is quick. So the run's end removes the progress watch and the instance
-// is closed only with the supervisor. Control: without the inotify_rm_watch in GuardPart::stop
-// the check after the run finds the watch still held (1, not 0).
-TEST_CASE("the progress watch is removed when the run ends, and its instance closed later") {
+// period (8 ms median on this VM, on every run's way out). So a run watches its progress file
+// only from kWatchProgressAfter on (a short run makes no instance), its end removes the watch, and
+// the instance is closed only with the supervisor, the reaping of the removed watch meanwhile.
+// Controls: the binary before made an instance for the short run too (1 != 0 below), and without
+// the inotify_rm_watch in GuardPart::stop the watch is still held after the run (1 != 0).
+TEST_CASE("the progress watch: none for a short run; removed at the end, closed later") {
   TempDir dir;
+  {
+    Rig rig;
+    rig.plan.guards.progress_path = dir.path() + "/progress.jsonl";
+    InotifyUse before = inotify_use();
+    InotifyUse after;
+    RunOutcome outcome = rig.run(
+        [&](FakeGuardLink& guard) {
+          guard.launch();
+          guard.when([] { return true; }, [&] { guard.exit(0, true); });
+        },
+        true, [&] { after = inotify_use(); });
+    CHECK(outcome.reason == "exited");
+    CHECK(after.instances == before.instances);
+  }
   Rig rig;
   rig.plan.guards.progress_path = dir.path() + "/progress.jsonl";
+  rig.grant(Money{10'000});  // 10 s of burn: no trip in the run's 1.3 s
   InotifyUse before = inotify_use();
   InotifyUse during, after;
   RunOutcome outcome = rig.run(
       [&](FakeGuardLink& guard) {
         guard.launch();
-        guard.when([] { return true; },
+        TimePoint watching = now() + kWatchProgressAfter + milliseconds(300);
+        guard.when([watching] { return now() > watching; },
                    [&] {
                      during = inotify_use();
                      guard.exit(0, true);
