@@ -76,9 +76,9 @@ if have("run_sqlite_cpu_ms", "timeout_cpu_ms", "run_sqlite_cpu_ratio"):
         "<= 2x", f["run_sqlite_cpu_ratio"] <= 2)
 if have("floor_ms", "floor_cpu_ms", "run_vs_floor", "run_vs_floor_cpu"):
     row("the same vs the floor of its guarantees (tests/bench/floor.c), wall / CPU",
-        "%.1f vs %.1f ms (%.2fx) / %.1f vs %.1f ms (%.2fx)" % (
+        "%.1f vs %.1f ms (%.2fx) / %.1f vs %.1f ms (%.2fx); the floor is %.2fx `timeout`" % (
             f["run_sqlite_ms"], f["floor_ms"], f["run_vs_floor"], f["run_sqlite_cpu_ms"],
-            f["floor_cpu_ms"], f["run_vs_floor_cpu"]),
+            f["floor_cpu_ms"], f["run_vs_floor_cpu"], f["floor_ratio"]),
         "<= 1.3x", f["run_vs_floor"] <= 1.3 and f["run_vs_floor_cpu"] <= 1.3)
 if have("idle_wakeups_per_s", "idle_cpu_percent"):
     row("an idle run (`run -- sleep`, defaults, an ordinary user's detector): wakeups/s, CPU",
