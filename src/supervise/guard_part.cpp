@@ -67,7 +67,7 @@ class ProgressFile {
 // The progress file's directory watched with inotify: an event for the file's name says it was
 // created, written or replaced. -1 when inotify cannot watch it (no instance or watch left, a
 // directory the supervisor cannot read): the part then polls every kProgressPoll. `watch` gets
-// the watch's descriptor, for unwatch_and_close.
+// the watch's descriptor, for stop().
 int watch_progress_dir(const std::string& path, int& watch) {
   std::string dir = path.substr(0, path.rfind('/'));
   int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
@@ -146,12 +146,13 @@ class GuardPart final : public RunPart {
     stopped_ = true;
     timer_.cancel();
     poll_timer_.cancel();
-    if (inotify_.is_open()) {
+    if (inotify_.is_open() && watch_ >= 0) {
       // The watch is removed here and the instance closed only when the part goes, after the
       // final row: closing an instance waits for the kernel to reap its removed watches (a
       // fsnotify SRCU grace period, 4 to 24 ms measured here), and the reaping, started by the
       // removal, runs meanwhile. Closed at once it added 8 ms (median) to every run's way out.
       ::inotify_rm_watch(inotify_.native_handle(), watch_);
+      watch_ = -1;
       boost::system::error_code ignored;
       inotify_.cancel(ignored);
     }
