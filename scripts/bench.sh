@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and prints the tables README.md quotes (issue 14): exec overhead against
-# bare exec and `timeout` (SQLite, a webhook, PostgreSQL, and the variants of the breakdown), kill
+# bare exec, `timeout` and the floor of a run's guarantees (tests/bench/floor.c, as root) (SQLite, a webhook, PostgreSQL, and the variants of the breakdown), kill
 # latency against the kernel's floor, spend overshoot and use, supervision cost at intervals 1 s and
 # 100 ms, ledger throughput (SQLite and PostgreSQL), `budgets` and `report` over 1,000,000 runs.
 # Builds first (scripts/setup.sh; SPENDCAP_BENCH_NO_SETUP=1 skips it and builds only the benchmarks).
@@ -12,7 +12,7 @@
 #   --pg:    the PostgreSQL parts only, on the durable server (issue 23): a run's time against
 #            SQLite's (20 rounds), heartbeats, pg_test_fsync, multi-node stops (a few minutes).
 #   --table: only the figures of the performance table (issue 32), each beside its goal: a run
-#            against `timeout` (wall and CPU, 30 rounds), `--version` and `ps`, a run on the
+#            against `timeout` and the floor (wall and CPU, 30 rounds), `--version` and `ps`, a run on the
 #            durable PostgreSQL directly and through pgbouncer against SQLite, heartbeats at 32
 #            writers, and the reports over 1,000,000 runs ($SPENDCAP_BENCH_REPORT_DIR: a ledger
 #            seeded by an earlier report_bench --dir, reused).
@@ -37,9 +37,9 @@ done
 figures=$(mktemp /tmp/spendcap-bench-figures.XXXXXX)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 if [ "${SPENDCAP_BENCH_NO_SETUP:-0}" != 1 ]; then ./scripts/setup.sh >/dev/null; fi
-targets="spendcap exec_overhead ledger_bench report_bench"
-if [ "$mode" = "--pg" ]; then targets="spendcap ledger_bench"; fi
-if [ "$mode" = "--table" ]; then targets="spendcap ledger_bench report_bench"; fi
+targets="spendcap exec_overhead ledger_bench report_bench floor"
+if [ "$mode" = "--pg" ]; then targets="spendcap ledger_bench floor"; fi
+if [ "$mode" = "--table" ]; then targets="spendcap ledger_bench report_bench floor"; fi
 if [ "$mode" = "--idle" ]; then targets="spendcap"; fi
 # shellcheck disable=SC2086 # the targets are words
 cmake --build build -j"${JOBS:-2}" --target $targets >/dev/null
@@ -74,6 +74,12 @@ if have("run_sqlite_cpu_ms", "timeout_cpu_ms", "run_sqlite_cpu_ratio"):
     row("the same, CPU", "%.1f vs %.1f ms (%.2fx)" % (
         f["run_sqlite_cpu_ms"], f["timeout_cpu_ms"], f["run_sqlite_cpu_ratio"]),
         "<= 2x", f["run_sqlite_cpu_ratio"] <= 2)
+if have("floor_ms", "floor_cpu_ms", "run_vs_floor", "run_vs_floor_cpu"):
+    row("the same vs the floor of its guarantees (tests/bench/floor.c), wall / CPU",
+        "%.1f vs %.1f ms (%.2fx) / %.1f vs %.1f ms (%.2fx); the floor is %.2fx `timeout`" % (
+            f["run_sqlite_ms"], f["floor_ms"], f["run_vs_floor"], f["run_sqlite_cpu_ms"],
+            f["floor_cpu_ms"], f["run_vs_floor_cpu"], f["floor_ratio"]),
+        "<= 1.3x", f["run_vs_floor"] <= 1.3 and f["run_vs_floor_cpu"] <= 1.3)
 if have("idle_wakeups_per_s", "idle_cpu_percent"):
     row("an idle run (`run -- sleep`, defaults, an ordinary user's detector): wakeups/s, CPU",
         "%.2f/s, %.3f%% of a core" % (f["idle_wakeups_per_s"], f["idle_cpu_percent"]),
@@ -254,6 +260,7 @@ if [ "$mode" = "--pg" ] || [ "$mode" = "--table" ]; then
   echo "## Exec overhead, SQLite against PostgreSQL directly and through pgbouncer (goal: PostgreSQL within 1.5x of SQLite)"
   echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
   python3 tests/bench/overhead_bench.py ./build/spendcap --runs "$rounds" --variants "$variants" \
+    --floor ./build/tests/bench/floor \
     ${durable_runner_url:+--pg "$durable_runner_url"} \
     ${durable_bouncer_url:+--pgbouncer "$durable_bouncer_url"} --figures "$figures"
   echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -268,7 +275,7 @@ if [ "$mode" = "--pg" ] || [ "$mode" = "--table" ]; then
 fi
 
 echo "## Exec overhead"
-python3 tests/bench/overhead_bench.py ./build/spendcap --runs "$rounds" \
+python3 tests/bench/overhead_bench.py ./build/spendcap --runs "$rounds" --floor ./build/tests/bench/floor \
   --variants "sqlite,webhook,version,ps${durable_runner_url:+,pg}${durable_bouncer_url:+,pgbouncer},isolation-none,no-cgroup,no-proc-connector,tmpfs" \
   ${durable_runner_url:+--pg "$durable_runner_url"} \
   ${durable_bouncer_url:+--pgbouncer "$durable_bouncer_url"} --figures "$figures"

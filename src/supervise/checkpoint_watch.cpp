@@ -18,7 +18,7 @@ void CheckpointWatch::watch() {
   int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   if (fd < 0) return;
   // Watch first, then look: a file created in between is seen by one or the other.
-  ::inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
+  watch_ = ::inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
   inotify_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
   if (written()) return;
   read();
@@ -28,7 +28,7 @@ void CheckpointWatch::read() {
   inotify_->async_read_some(asio::buffer(buffer_), [this](auto error, size_t) {
     if (error) return;
     if (kill_path_.phase() != KillPhase::grace) {
-      inotify_->close();
+      unwatch();
       return;
     }
     if (!written()) read();
@@ -37,12 +37,23 @@ void CheckpointWatch::read() {
 
 bool CheckpointWatch::written() {
   if (access_as_user(done_path_.c_str(), F_OK) != 0) return false;
-  if (kill_path_.checkpoint_done()) inotify_->close();
+  if (kill_path_.checkpoint_done()) unwatch();
   return true;
 }
 
 void CheckpointWatch::close() {
-  if (inotify_) inotify_->close();
+  if (inotify_) unwatch();
+}
+
+// The watch removed and the read cancelled; the instance is closed with this part, later:
+// closing it waits for the kernel to reap removed watches (a fsnotify SRCU grace period, 4 to
+// 24 ms measured here), and the reaping, started by the removal, runs meanwhile (guard_part.cpp).
+void CheckpointWatch::unwatch() {
+  if (!inotify_->is_open() || watch_ < 0) return;
+  ::inotify_rm_watch(inotify_->native_handle(), watch_);
+  watch_ = -1;
+  boost::system::error_code ignored;
+  inotify_->cancel(ignored);
 }
 
 }  // namespace spendcap

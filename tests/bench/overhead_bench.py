@@ -14,11 +14,17 @@ and, for the breakdown, --isolation none, no cgroup
 (SPENDCAP_TEST_SWITCHES=no-cgroup), no proc connector (the respawn guard's netlink socket), and the
 ledger on tmpfs (/dev/shm).
 
+With --floor FLOOR (tests/bench/floor.c, built as build/tests/bench/floor), the floor of a run's
+guarantees joins the rounds: a durable admission and final row in a SQLite WAL ledger, a guard
+fork, the job cloned into a fresh cgroup and PID namespace, exec, wait, the cgroup removed. It
+needs root and a writable cgroup v2 hierarchy (the one spendcap's own cgroup is in); without them
+it is left out, and says so.
+
 With --before OLD_SPENDCAP, the older binary's twin of each chosen variant (the default, webhook
 and PostgreSQL runs) joins the rounds (the same ledgers), for a paired before/after of a change.
 
 Usage: overhead_bench.py SPENDCAP [--runs 30] [--pg postgresql://...] [--pgbouncer URL]
-                         [--variants a,b,...] [--before OLD_SPENDCAP]
+                         [--variants a,b,...] [--before OLD_SPENDCAP] [--floor FLOOR]
 """
 import argparse
 import http.server
@@ -43,6 +49,27 @@ class Hook(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def cgroup_v2_parent():
+    """The writable cgroup v2 directory this process is in (as spendcap finds it: the cgroup2
+    mount in /proc/self/mountinfo and the `0::` line of /proc/self/cgroup), or None."""
+    mount = None
+    with open("/proc/self/mountinfo") as lines:
+        for line in lines:
+            fields = line.split()
+            tail = fields[fields.index("-") + 1:]
+            if tail and tail[0] == "cgroup2":
+                mount = fields[4]
+                break
+    if mount is None:
+        return None
+    with open("/proc/self/cgroup") as lines:
+        relative = next((l.strip()[3:] for l in lines if l.startswith("0::")), None)
+    if relative is None:
+        return None
+    path = os.path.normpath(mount + "/" + relative.lstrip("/"))
+    return path if os.access(path, os.W_OK) else None
 
 
 CPU_MS = {}  # candidate -> CPU ms of each run (user + system, the run's whole tree as reaped)
@@ -72,6 +99,7 @@ def main():
     parser.add_argument("--figures", default="",
                         help="append NAME=VALUE lines of the headline figures to this file")
     parser.add_argument("--before", default="")
+    parser.add_argument("--floor", default="", help="tests/bench/floor.c built (root only)")
     parser.add_argument("--variants", default="sqlite,webhook,pg,isolation-none,no-cgroup,"
                         "no-proc-connector,tmpfs")
     args = parser.parse_args()
@@ -119,6 +147,14 @@ def main():
             if name in chosen:
                 args.variants += "," + twin
     candidates = [("true", ["true"], base), ("timeout 100 true", ["timeout", "100", "true"], base)]
+    if args.floor:
+        parent = cgroup_v2_parent() if os.geteuid() == 0 else None
+        if parent is None:
+            print("(the floor left out: it needs root and a writable cgroup v2 hierarchy)\n")
+        else:
+            candidates.append(("floor (tests/bench/floor.c)",
+                               [os.path.abspath(args.floor), os.path.join(tmp, "floor.db"),
+                                parent, "true"], base))
     for name in args.variants.split(","):
         if name in ("pg", "before-pg") and not args.pg:
             continue
@@ -163,16 +199,29 @@ def main():
     sqlite = times.get("spendcap, SQLite ledger")
     if sqlite:
         print("\nAgainst the default run, paired (medians of per-round differences and ratios):")
-        for name, _, _ in candidates[3:]:
+        for name, _, _ in candidates[2:]:
+            if name in ("spendcap, SQLite ledger", "floor (tests/bench/floor.c)"):
+                continue
             diffs = [a - b for a, b in zip(times[name], sqlite)]
             ratios = [a / b for a, b in zip(times[name], sqlite)]
             print("- %s: %+.2f ms, %.2fx" % (name, statistics.median(diffs),
                                             statistics.median(ratios)))
+    floor = times.get("floor (tests/bench/floor.c)")
+    if floor:
+        print("\nAgainst the floor, paired (medians of per-round ratios, wall and CPU):")
+        floor_cpu = CPU_MS["floor (tests/bench/floor.c)"]
+        for name, _, _ in candidates:
+            if name.startswith("floor"):
+                continue
+            ratios = [a / b for a, b in zip(times[name], floor)]
+            cpu = [a / b for a, b in zip(CPU_MS[name], floor_cpu) if b > 0]
+            print("- %s: %.2fx wall, %s CPU" % (name, statistics.median(ratios),
+                                               "%.2fx" % statistics.median(cpu) if cpu else "-"))
     print("\nwebhook deliveries received: %d (none expected: finished is not subscribed)\n"
           % Hook.received)
     if args.figures:
         keys = {"timeout 100 true": "timeout", "spendcap, SQLite ledger": "run_sqlite",
-                "spendcap, PostgreSQL ledger": "run_pg",
+                "spendcap, PostgreSQL ledger": "run_pg", "floor (tests/bench/floor.c)": "floor",
                 "spendcap, PostgreSQL through pgbouncer": "run_pgbouncer",
                 "spendcap --version": "version", "spendcap ps": "ps"}
         with open(args.figures, "a") as out:
@@ -181,6 +230,14 @@ def main():
                     k = keys[name]
                     out.write("%s_ms=%.2f\n%s_ratio=%.3f\n%s_cpu_ms=%.2f\n%s_cpu_ratio=%.3f\n"
                               % (k, ms, k, ratio, k, cpu, k, cpu_ratio))
+            floor = times.get("floor (tests/bench/floor.c)")
+            if sqlite and floor:
+                floor_cpu = CPU_MS["floor (tests/bench/floor.c)"]
+                sqlite_cpu = CPU_MS["spendcap, SQLite ledger"]
+                out.write("run_vs_floor=%.3f\n" % statistics.median(
+                    [a / b for a, b in zip(sqlite, floor)]))
+                out.write("run_vs_floor_cpu=%.3f\n" % statistics.median(
+                    [a / b for a, b in zip(sqlite_cpu, floor_cpu) if b > 0]))
             if sqlite:
                 for name, key in (("spendcap, PostgreSQL ledger", "pg_vs_sqlite"),
                                   ("spendcap, PostgreSQL through pgbouncer",

@@ -31,11 +31,13 @@ class CheckpointWatch final : public RunPart {
   void read();
   bool written();
   void close();
+  void unwatch();
 
   boost::asio::io_context& io_;
   std::string done_path_;
   KillPath& kill_path_;
   std::unique_ptr<boost::asio::posix::stream_descriptor> inotify_;
+  int watch_ = -1;  // the directory's watch in inotify_
   std::array<char, 4096> buffer_{};
 };
 

@@ -1,12 +1,13 @@
 // The runaway guards as a part of the run (run_part.hpp): it reads the new lines of the progress
 // file ($SPENDCAP_PROGRESS, in the run directory; bounded reads, a huge line cut) when the job
-// writes it (inotify on the run directory; a write within kProgressPoll of another is read with
-// it; without inotify, every kProgressPoll), each line timed as it is read (the projection's pace);
-// after each read it asks each guard (guards/run_guard.hpp) and acts: a warning is printed, a stop
-// goes through the supervisor's trip. Between writes it sleeps until a verdict can change by time
-// alone (the stall guard's deadline), so an idle run costs it no wakeup. It prints what the
-// progress says (cost per step, per 1000 units, the projected total) when new lines came, at most
-// every kProgressLineEvery, and once at the end. Called from the event loop only.
+// writes it (inotify on the run directory from kWatchProgressAfter on; a write within
+// kProgressPoll of another is read with it; without inotify, every kProgressPoll), each line timed
+// as it is read (the projection's pace); after each read it asks each guard (guards/run_guard.hpp)
+// and acts: a warning is printed, a stop goes through the supervisor's trip. Between writes it
+// sleeps until a verdict can change by time alone (the stall guard's deadline), so an idle run
+// costs it no wakeup. It prints what the progress says (cost per step, per 1000 units, the
+// projected total) when new lines came, at most every kProgressLineEvery, and once at the end.
+// Called from the event loop only.
 #pragma once
 
 #include <functional>
@@ -35,6 +36,9 @@ inline constexpr Nanos kProgressLineEvery = std::chrono::seconds(10);
 // A line's time is when it was read, within this of when it was written: writes that follow one
 // another closer than this are read together (and without inotify, the file is read this often).
 inline constexpr Nanos kProgressPoll = std::chrono::milliseconds(50);
+// Lines written in a run's first second are read at its end, or this long after the launch,
+// whichever comes first; from then on within kProgressPoll (GuardPart::on_launched says why).
+inline constexpr Nanos kWatchProgressAfter = std::chrono::seconds(1);
 
 struct BurnRateCheck {
   double factor = 2.0;

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "fakes/fake_guard_link.hpp"
 #include "fakes/fake_ledger.hpp"
 #include "fakes/fake_process_tree.hpp"
+#include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/supervise/start_line.hpp"
 #include "spendcap/supervise/supervisor.hpp"
 #include "test_support.hpp"
@@ -96,7 +99,9 @@ struct Rig {
     ledger->held = plan.grant;
   }
 
-  RunOutcome run(std::function<void(FakeGuardLink&)> script, bool with_ledger = true) {
+  // `after`: called once the run is over, while the supervisor (and its parts) still exist.
+  RunOutcome run(std::function<void(FakeGuardLink&)> script, bool with_ledger = true,
+                 std::function<void()> after = {}) {
     auto fake_link = std::make_unique<FakeGuardLink>();
     auto fake_terminal = std::make_unique<FakeTerminal>();
     link = fake_link.get();
@@ -110,6 +115,7 @@ struct Rig {
     Supervisor supervisor(plan, std::move(fake_link), std::move(fake_terminal), reporter,
                           with_ledger ? ledger : nullptr);
     RunOutcome outcome = supervisor.run();
+    if (after) after();
     terminal_stops = terminal->stops;
     terminal_given = terminal->given;
     wakers = terminal->wakers;
@@ -167,6 +173,26 @@ struct Rig {
 
 bool sent(const FakeProcessTree& tree, int signal) {
   return tree.count(signal) > 0;
+}
+
+// This process's inotify instances and the watches they hold (their /proc/self/fdinfo lines).
+struct InotifyUse {
+  int instances = 0;
+  int watches = 0;
+};
+InotifyUse inotify_use() {
+  InotifyUse use;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    if (std::filesystem::read_symlink(entry.path(), error).string() != "anon_inode:inotify") {
+      continue;
+    }
+    ++use.instances;
+    std::ifstream info("/proc/self/fdinfo/" + entry.path().filename().string());
+    for (std::string line; std::getline(info, line);)
+      use.watches += line.rfind("inotify wd:", 0) == 0;
+  }
+  return use;
 }
 
 }  // namespace
@@ -493,6 +519,51 @@ TEST_CASE("the checkpoint watch: the file appearing during the grace ends it") {
   CHECK(rig.lines_with("the job wrote its checkpoint: terminating now") == 1);
   REQUIRE(outcome.trip_to_empty_seconds);
   CHECK(*outcome.trip_to_empty_seconds < 5);
+}
+
+// Closing an inotify instance that still holds a watch waits for the kernel's fsnotify SRCU grace
+// period (8 ms median on this VM, on every run's way out). So a run watches its progress file
+// only from kWatchProgressAfter on (a short run makes no instance), its end removes the watch, and
+// the instance is closed only with the supervisor, the reaping of the removed watch meanwhile.
+// Controls: the binary before made an instance for the short run too (1 != 0 below), and without
+// the inotify_rm_watch in GuardPart::stop the watch is still held after the run (1 != 0).
+TEST_CASE("the progress watch: none for a short run; removed at the end, closed later") {
+  TempDir dir;
+  {
+    Rig rig;
+    rig.plan.guards.progress_path = dir.path() + "/progress.jsonl";
+    InotifyUse before = inotify_use();
+    InotifyUse after;
+    RunOutcome outcome = rig.run(
+        [&](FakeGuardLink& guard) {
+          guard.launch();
+          guard.when([] { return true; }, [&] { guard.exit(0, true); });
+        },
+        true, [&] { after = inotify_use(); });
+    CHECK(outcome.reason == "exited");
+    CHECK(after.instances == before.instances);
+  }
+  Rig rig;
+  rig.plan.guards.progress_path = dir.path() + "/progress.jsonl";
+  rig.grant(Money{10'000});  // 10 s of burn: no trip in the run's 1.3 s
+  InotifyUse before = inotify_use();
+  InotifyUse during, after;
+  RunOutcome outcome = rig.run(
+      [&](FakeGuardLink& guard) {
+        guard.launch();
+        TimePoint watching = now() + kWatchProgressAfter + milliseconds(300);
+        guard.when([watching] { return now() > watching; },
+                   [&] {
+                     during = inotify_use();
+                     guard.exit(0, true);
+                   });
+      },
+      true, [&] { after = inotify_use(); });
+  CHECK(outcome.reason == "exited");
+  CHECK(during.watches == before.watches + 1);  // the probe sees the watch while the job runs
+  CHECK(after.watches == before.watches);       // removed at the end
+  CHECK(after.instances == before.instances + 1);
+  CHECK(inotify_use().instances == before.instances);  // closed with the supervisor
 }
 
 TEST_CASE("start line: what trips the run first, and when") {
