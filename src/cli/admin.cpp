@@ -59,8 +59,8 @@ std::unique_ptr<Ledger> open_chosen_ledger(const LedgerChoice& choice, std::stri
   } else {
     nlohmann::json flags = nlohmann::json::object();
     if (choice.ledger) flags["ledger"] = *choice.ledger;
-    LoadedPolicy loaded =
-        load_policy(PolicySearch::from_environment(choice.policy), PolicyLayer{"--ledger", flags});
+    LoadedPolicy loaded = (choice.reading ? load_policy_for_reading : load_policy)(
+        PolicySearch::from_environment(choice.policy), PolicyLayer{"--ledger", flags});
     require_locked_policy_when_setgid(loaded.locked, choice.ledger.value_or(""));
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     if (currency) *currency = loaded.policy.currency;

@@ -270,7 +270,8 @@ const std::vector<OptionGroup>& run_option_groups() {
        {"--checkpoint-signal", "--grace", "--exit-window", "--kill-after", "--forward",
         "--spot-notice", "--spot-notice-url"}},
       {"Guards", {"--stall-after", "--require-fit", "--retry-backoff", "--clear-crash-loop"}},
-      {"Output", {"--quiet", "--verbose", "--title", "--log", "--status-file", "--metrics-dir"}},
+      {"Output",
+       {"--quiet", "--verbose", "--title", "--log", "--status-file", "--metrics-dir", "--dry-run"}},
       {"Isolation", {"--isolation"}},
       {"Ledger and policy", {"--policy", "--ledger", "--interval", "--sync"}},
       {"Webhooks", {"--webhook-env", "--webhook"}},
@@ -289,6 +290,22 @@ const std::vector<EnvironmentVariable>& environment_variables() {
        false,
        {"run", "ps", "runs", "show", "report", "estimate", "stop", "budgets", "accept", "outbox",
         "notify"}},
+      {"SPENDCAP_TEAM",
+       "with SPENDCAP_EXPERIMENT and SPENDCAP_PROJECT, the run's names when the flags are not "
+       "given (before the policy's defaults.team, ...); a run's job gets them, so a run inside it "
+       "is charged alike",
+       false,
+       {"run"}},
+      {"SPENDCAP_RATE",
+       "the burn rate in USD per hour when no --rate, --gpu or --instance is given "
+       "(SPENDCAP_GPU: the GPU type instead)",
+       false,
+       {"run"}},
+      {"SPENDCAP_BUDGET",
+       "the run budget when --budget is not given (before the policy's defaults.budget); "
+       "SPENDCAP_GRACE likewise for --grace",
+       false,
+       {"run"}},
       {"XDG_CONFIG_HOME", "the user's policy is $XDG_CONFIG_HOME/spendcap/policy.json", false, {}},
       {"XDG_DATA_HOME", "the default ledger is $XDG_DATA_HOME/spendcap/ledger.db", false,
        ledger_verbs},

@@ -138,7 +138,9 @@ int runs_command(const RunsRequest& request) {
   query.limit =
       request.limit == std::numeric_limits<int>::max() ? request.limit : request.limit + 1;
   std::string currency = "USD";
-  auto ledger = open_chosen_ledger(request.choice, &currency);
+  LedgerChoice choice = request.choice;
+  choice.reading = true;  // a broken ./spendcap.json must not hide the history
+  auto ledger = open_chosen_ledger(choice, &currency);
   std::vector<ListedRun> listed = ledger->list_runs(query);
   std::vector<BudgetRule> rules = ledger->budget_rules();
   bool more = listed.size() > static_cast<size_t>(request.limit);

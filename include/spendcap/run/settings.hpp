@@ -42,6 +42,9 @@ struct RunSettings {
   // The part of the burn rate that buys GPUs (measured billing charges it by busy GPU time):
   // instances x gpus x the GPU price with --gpu; the whole rate with --rate or --instance alone.
   Money gpu_rate_per_hour;
+  // Where each term came from: "team" -> "--team", "SPENDCAP_TEAM" or "./spendcap.json"
+  // (run_defaults.hpp); what is absent is a built-in default. --dry-run prints them.
+  std::map<std::string, std::string> term_sources;
 };
 
 // The settings, with the run's identity complete (a new run id). Throws Error (125) naming the
