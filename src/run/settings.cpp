@@ -401,6 +401,11 @@ RunSettings resolve_run_settings(const RunRequest& typed, const Environment& env
   }
   for (const auto& [key, value] : bounded_tags(scheduler_tags(env)))
     settings.identity.tags.try_emplace(key, value);
+  // The tracker's run id, for `show`, `report --by tracker`, FOCUS and webhooks (--tag
+  // tracker=... wins).
+  if (auto tracker = tracker_from_environment(env)) {
+    settings.identity.tags.try_emplace("tracker", *tracker);
+  }
   resolve_rate(request, env, settings);
 
   const Defaults& d = policy.defaults;
