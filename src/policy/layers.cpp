@@ -476,7 +476,10 @@ LoadedPolicy load_policy_for_reading(const PolicySearch& search, const PolicyLay
     // Only the project's file is skipped: --policy and $SPENDCAP_POLICY were asked for by name,
     // and a broken locked policy must stop everything.
     std::string source = project_policy_source(search);
-    if (search.flag_path || search.env_path || !error.subject().starts_with(source)) throw;
+    // A file that is not JSON is named by its path, a file that is by its source.
+    bool project_file = error.subject().starts_with(source) ||
+                        (!search.cwd_path.empty() && error.subject().starts_with(search.cwd_path));
+    if (search.flag_path || search.env_path || !project_file) throw;
     std::cerr << "spendcap: warning: " << escape_for_terminal(format_error(error));
     for (const std::string& detail : error.details) {
       std::cerr << "\n  " << escape_for_terminal(detail);
