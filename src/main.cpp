@@ -221,7 +221,7 @@ void name_option_types(CLI::App& command) {
       {"--on-demand", "USD_PER_HOUR"},
       {"--since", "DATE"},
       {"--until", "DATE"},
-      {"--by", "team|experiment|project|user|host|day|tag:KEY"},
+      {"--by", "team|experiment|project|user|host|day|tag:KEY|tracker"},
       {"--format", "FORMAT"},
       {"--status", "STATUS"},
       {"--limit", "COUNT"},
@@ -462,7 +462,8 @@ static int main_body(int argc, char** argv) {
   {
     auto& r = report_request;
     add_ledger_options(*report, r.choice);
-    report->add_option("--by", r.by, "team|experiment|project|user|host|day|tag:KEY (repeatable)");
+    report->add_option("--by", r.by,
+                       "team|experiment|project|user|host|day|tag:KEY|tracker (repeatable)");
     report->add_option("--since", r.since, "runs started from (2026-12-01, ...T10:00:00Z, 30d)");
     report->add_option("--until", r.until, "runs started before (a date: through that day)");
     report->add_option("--team", r.team, "only the team's runs");

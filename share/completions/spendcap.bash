@@ -39,7 +39,7 @@ _spendcap() {
     --webhook-env) mapfile -t COMPREPLY < <(compgen -v -- "$cur"); return 0 ;;
     --format) mapfile -t COMPREPLY < <(compgen -W "table csv json focus html" -- "$cur"); return 0 ;;
     --status) mapfile -t COMPREPLY < <(compgen -W "running succeeded failed killed refused lost preempted" -- "$cur"); return 0 ;;
-    --by) mapfile -t COMPREPLY < <(compgen -W "team experiment project user host day tag:" -- "$cur"); return 0 ;;
+    --by) mapfile -t COMPREPLY < <(compgen -W "team experiment project user host day tag: tracker" -- "$cur"); return 0 ;;
     --metric-goal) mapfile -t COMPREPLY < <(compgen -W "max min" -- "$cur"); return 0 ;;
   esac
 
@@ -53,7 +53,7 @@ _spendcap() {
                   --retry-backoff --clear-crash-loop --status-file --policy --ledger --webhook-env --webhook
                   --quiet --verbose --title --spot-notice --spot-notice-url --log --exit-window --forward
                   --estimate-steps --step-time --metrics-dir --billing --checkpoint-dir
-                  --checkpoint-max-gb --help --" ;;
+                  --checkpoint-max-gb --dry-run --help --" ;;
     policy) case $sub2 in
               check) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
               keys) options="--help" ;;

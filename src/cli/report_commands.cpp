@@ -541,7 +541,7 @@ int report_command(const ReportRequest& request) {
     auto parsed = parse_group_by(by);
     if (!parsed) {
       throw usage_error("--by " + by, "not a grouping",
-                        "team, experiment, project, user, host, day, or tag:KEY");
+                        "team, experiment, project, user, host, day, tag:KEY or tracker");
     }
     options.by.push_back(*parsed);
   }

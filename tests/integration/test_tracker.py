@@ -36,6 +36,18 @@ class TrackerTest(LedgerTest):
         (line,) = list(csv.DictReader(io.StringIO(focus.stdout)))
         self.assertEqual(json.loads(line["Tags"]).get("spendcap/tracker"), "mlflow:0a1b2c3d")
 
+    def test_the_webhook_event_carries_the_tracker_id(self):
+        from test_webhooks import Endpoint
+        endpoint = Endpoint((200,))
+        self.addCleanup(endpoint.close)
+        self.write_policy({"webhooks": [{"url_env": "HOOK_URL", "events": ["finished"]}]})
+        result = self.run_spendcap(["run", "--rate", "1", "--budget", "1", "--", "true"],
+                                   extra_env={"HOOK_URL": endpoint.url, "WANDB_RUN_ID": "w-42"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        (event,) = endpoint.events()
+        self.assertEqual(event["event"], "finished")
+        self.assertEqual(event["tags"].get("tracker"), "wandb:w-42")
+
     def test_a_run_without_a_tracker_has_no_tag(self):
         self.run_ok(["run", "--rate", "1", "--budget", "1", "--", "true"])
         (row,) = self.runs()
