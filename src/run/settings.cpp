@@ -201,14 +201,17 @@ void resolve_rate(const RunRequest& request, const Environment& env, RunSettings
   const Policy& policy = settings.loaded.policy;
   std::optional<std::string> given_rate = request.rate;
   std::string rate_from = given_rate ? settings.term_sources["rate"] : "";
+  // A locked policy may price its runner by a rate of its own (a layer can only repeat it).
+  bool locked_rate = false;
   if (!given_rate && !request.gpu && !request.instance && policy.defaults.rate) {
+    locked_rate = settings.loaded.locked_policy && settings.loaded.locked_policy->defaults.rate;
     given_rate = to_decimal(*policy.defaults.rate);
     rate_from = policy_source_of(settings.loaded, "/defaults/rate");
     settings.term_sources["rate"] = rate_from;
   }
   if (rate_from.empty()) rate_from = "--rate";
   if (given_rate) {
-    if (settings.loaded.locked) {
+    if (settings.loaded.locked && !locked_rate) {
       throw Error(rate_from + " " + *given_rate,
                   "the locked policy " + settings.loaded.locked_source + " sets the rates",
                   "give --gpu / --instance types it prices instead");
