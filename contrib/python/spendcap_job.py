@@ -16,7 +16,7 @@ with and without it.
             break
 
     spendcap_job.tracker("wandb", wandb.run.id)      # the tracker's run id, once it is known
-    wandb.log({"spendcap/budget_usd": spendcap_job.budget_usd()})
+    wandb.log({"spendcap/left_usd": spendcap_job.left_usd()})
 
 What spendcap gives the job (docs/guide/running-jobs.md#what-the-job-gets): SPENDCAP_RUN_ID,
 SPENDCAP_TEAM, SPENDCAP_EXPERIMENT, SPENDCAP_PROJECT, SPENDCAP_BUDGET_USD (unset without a run
@@ -24,11 +24,13 @@ budget), SPENDCAP_CHECKPOINT_SIGNAL, SPENDCAP_CHECKPOINT_DONE and SPENDCAP_PROGR
 """
 import json
 import os
+import shutil
 import signal
+import subprocess
 import threading
 
 __all__ = ["run_id", "budget_usd", "progress", "tracker", "on_checkpoint_signal",
-           "checkpoint_done", "under_spendcap"]
+           "checkpoint_done", "under_spendcap", "status", "left_usd"]
 
 
 def under_spendcap():
@@ -111,3 +113,33 @@ def checkpoint_done():
     with open(path, "a"):
         pass
     return True
+
+
+def status(spendcap=None, timeout_seconds=10):
+    """The run's record in the ledger as `spendcap show RUN --json` prints it (spend, ceiling,
+    budget, status, ...: the last heartbeat's figures, a few seconds old), or None outside
+    spendcap or when it cannot be read. `spendcap` is the binary (default: the one on PATH)."""
+    rid = run_id()
+    binary = spendcap or shutil.which("spendcap")
+    if not rid or not binary:
+        return None
+    try:
+        done = subprocess.run([binary, "show", rid, "--json"], capture_output=True, text=True,
+                              timeout=timeout_seconds)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        return None
+
+
+def left_usd(spendcap=None):
+    """What is left of the run's own budget in USD (budget - spend so far), or None (no run
+    budget, outside spendcap, or the ledger could not be read)."""
+    record = status(spendcap)
+    if not record or record.get("budget") is None or record.get("spend") is None:
+        return None
+    return record["budget"] - record["spend"]

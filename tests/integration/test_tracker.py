@@ -15,7 +15,7 @@ import os
 import sys
 import unittest
 
-from spendcap_testlib import FIXTURES, LedgerTest
+from spendcap_testlib import FIXTURES, SPENDCAP, LedgerTest
 
 JOB = [sys.executable, os.path.join(FIXTURES, "tracker_job.py")]
 
@@ -65,15 +65,19 @@ class TrackerTest(LedgerTest):
         result = self.run_spendcap(
             ["run", "--rate", "1", "--budget", "2", "--status-file", self.path("s.json"), "--"]
             + JOB + ["--info", info, "--checkpoint", checkpoint, "--tracker", "wandb=run-7",
-                     "--seconds", "1"])
+                     "--seconds", "1", "--spendcap", SPENDCAP])
         self.assertEqual(result.returncode, 0, result.stderr)
         status = self.read_json("s.json")
         self.assertEqual(status["progress"]["tracker"], "wandb:run-7")
         self.assertGreater(status["progress"]["good_lines"], 1)
         self.assertEqual(status["progress"]["bad_lines"], 0)
         seen = self.read_json("info.json")
+        left = seen.pop("left_usd")
         self.assertEqual(seen, {"under_spendcap": True, "run_id": status["run_id"],
-                                "budget_usd": 2.0})
+                                "budget_usd": 2.0, "status": "running"})
+        # Read from the ledger while the run ran: what was left then, at least what is left now.
+        self.assertIsNotNone(left)
+        self.assertTrue(2.0 - status["spend"] <= left <= 2.0, (left, status["spend"]))
 
     def test_the_helper_answers_the_checkpoint_signal(self):
         # $1/s with a 20 s grace: the reserve ($21) leaves $4 of a $25 budget, so it trips after
@@ -103,7 +107,8 @@ class TrackerTest(LedgerTest):
                                      "0.3", "--tracker", "mlflow=x"], env=env, timeout=60)
         self.assertEqual(done.returncode, 0)
         self.assertEqual(self.read_json("info.json"),
-                         {"under_spendcap": False, "run_id": None, "budget_usd": None})
+                         {"under_spendcap": False, "run_id": None, "budget_usd": None,
+                          "status": None, "left_usd": None})
 
 
 if __name__ == "__main__":
