@@ -38,6 +38,8 @@
 # database's administrator to run.
 # Webhook files (url_file, secret_file) the policy names are made root:GROUP 0640 when they exist;
 # a missing one is named, with the command that creates it (the group exists from here on).
+# A --ledger URL may name a standby too, as a libpq host list kept as written (a failover:
+# postgresql://OWNER@db1:5432,db2:5432/DB?target_session_attrs=read-write).
 # With --metrics-dir, MDIR (node_exporter's textfile directory) is made root:GROUP 2770 and the
 # locked policy's "metrics_dir" names it: only spendcap's metrics writer (which keeps the group)
 # writes there, files 0660. --metrics-reader USER (node_exporter's user) gets read access through
@@ -230,10 +232,9 @@ if not password:
     password = secrets.token_urlsafe(24)  # no ':' nor backslash: nothing to escape anywhere
 with open(passfile + ".new", "w") as f:
     f.write(password + "\n")
-host = parts.hostname or ""
-if ":" in host:
-    host = "[" + host + "]"
-netloc = host + (":%d" % parts.port if parts.port else "")
+# The hosts as written, the owner cut off: a libpq multi-host list (h1:p1,h2:p2, for a
+# standby) has no single hostname or port to rebuild it from.
+netloc = parts.netloc.rpartition("@")[2]
 query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
 query = [(k, v) for k, v in query if k not in ("passfile", "user", "password")]
 runner_url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path,

@@ -4,8 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <ctime>
 #include <filesystem>
 
 #include "spendcap/base/signals.hpp"
@@ -88,8 +86,7 @@ RunStart make_run_start(const RunSettings& settings) {
 }
 
 // Refused at admission (120): says why, and writes the status file.
-int refuse(const RunRequest& request, const RunSettings& settings, const Admission& admission,
-           const Reporter& reporter) {
+int refuse(const RunSettings& settings, const Admission& admission, const Reporter& reporter) {
   // The run's own budget cannot even hold the shutdown reserve: no other run is to blame, and
   // the fix is in the caller's flags.
   Money reserve = shutdown_reserve(settings.rate_per_hour, settings.on_trip);
@@ -115,7 +112,7 @@ int refuse(const RunRequest& request, const RunSettings& settings, const Admissi
   refused.rate_per_hour = settings.rate_per_hour;
   refused.budget = admission.run_budget;
   refused.message = refusal;
-  write_status(request, refused, reporter);
+  write_status(settings.status_file, refused, reporter);
   if (int signal = take_pending_stop_signal()) reraise(signal);
   return refused.exit_code;
 }
@@ -159,10 +156,11 @@ RunFacts run_facts(const RunSettings& settings, const Admission& admission) {
 }
 
 // The `refused` event: delivered before spendcap exits, else left in the outbox.
-void tell_refused(std::vector<WebhookTarget> webhooks, const RunFacts& facts, Ledger& ledger,
-                  const Environment& env, const Reporter& reporter, const std::string& reason,
-                  const std::string& scope, const std::string& refusal) {
-  auto notifier = make_run_notifier(std::move(webhooks), facts, ledger, env, reporter);
+void tell_refused(RunHost& host, std::vector<WebhookTarget> webhooks, const RunFacts& facts,
+                  Ledger& ledger, const Environment& env, const Reporter& reporter,
+                  const std::string& reason, const std::string& scope, const std::string& refusal) {
+  auto notifier = host.make_notifier(std::move(webhooks), facts, ledger, env, reporter);
+  if (!notifier) return;
   notifier->start();
   notifier->notify(RunEvent{"refused", reason, scope, "refused: " + refusal, std::nullopt,
                             to_int(ExitCode::refused), true});
@@ -218,16 +216,16 @@ CrashLoopVerdict crash_loop_verdict(const RunSettings& settings, const RunStart&
   return decide_crash_loop(past, history.now, guard.max_failures, guard.window, retry_backoff);
 }
 
-int check_crash_loop(const RunRequest& request, const RunSettings& settings, RunStart& start,
-                     Ledger& ledger, std::vector<WebhookTarget>& webhooks, const Environment& env,
+int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start, Ledger& ledger,
+                     std::vector<WebhookTarget>& webhooks, const Environment& env,
                      const Reporter& reporter) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
   if (!guard.enabled) return 0;
   CommandHistory history;
   std::vector<std::string> counted;  // whose failures counted, for the refusal
   CrashLoopVerdict verdict =
-      crash_loop_verdict(settings, start, ledger, request.retry_backoff, &history, &counted);
-  if (request.clear_crash_loop) {
+      crash_loop_verdict(settings, start, ledger, settings.retry_backoff, &history, &counted);
+  if (settings.clear_crash_loop) {
     if (verdict.failures == 0) {
       reporter.line("--clear-crash-loop: no failures of this command to clear; starting as usual");
       return 0;
@@ -264,24 +262,15 @@ int check_crash_loop(const RunRequest& request, const RunSettings& settings, Run
         verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");
     refused.run_budget = settings.budget;
     if (verdict.send_refused_event && !webhooks.empty()) {
-      tell_refused(std::move(webhooks), run_facts(settings, refused), ledger, env, reporter,
+      tell_refused(host, std::move(webhooks), run_facts(settings, refused), ledger, env, reporter,
                    kCrashLoopReason, "", verdict.message);
     }
-    return refuse(request, settings, refused, reporter);
+    return refuse(settings, refused, reporter);
   }
   if (verdict.backoff > Nanos{}) {
     reporter.line(verdict.message);
     // The stop signals are blocked: the wait ends early on one, and spendcap dies by it.
-    sigset_t stops;
-    sigemptyset(&stops);
-    for (int signal : kStopSignals) sigaddset(&stops, signal);
-    auto seconds = std::chrono::duration_cast<std::chrono::seconds>(verdict.backoff);
-    timespec wait{static_cast<time_t>(seconds.count()),
-                  static_cast<long>((verdict.backoff - seconds).count())};
-    int signal = 0;
-    while ((signal = ::sigtimedwait(&stops, nullptr, &wait)) < 0 && errno == EINTR) {
-    }
-    if (signal > 0) reraise(signal);
+    if (int signal = host.wait_unless_stopped(verdict.backoff)) reraise(signal);
   }
   return 0;
 }

@@ -76,7 +76,7 @@ std::string term(const RunSettings& settings, const std::string& name) {
 
 }  // namespace
 
-int dry_run(const RunRequest& request, const RunSettings& settings, const std::string& executable) {
+int dry_run(const RunSettings& settings, const std::string& executable) {
   const std::string& currency = settings.loaded.policy.currency;
   const RunIdentity& id = settings.identity;
   RunStart start = make_run_start(settings);
@@ -147,8 +147,8 @@ int dry_run(const RunRequest& request, const RunSettings& settings, const std::s
       }
     }
   }
-  if (verdict.admitted && ledger && !request.clear_crash_loop) {
-    CrashLoopVerdict loop = crash_loop_verdict(settings, start, *ledger, request.retry_backoff);
+  if (verdict.admitted && ledger && !settings.clear_crash_loop) {
+    CrashLoopVerdict loop = crash_loop_verdict(settings, start, *ledger, settings.retry_backoff);
     if (loop.refuse) verdict = {false, loop.message};
   }
   if (!ledger) out.push_back("  the ledger does not exist yet: no history, nothing spent");

@@ -70,28 +70,23 @@ std::vector<BudgetFit> budget_fits(Ledger& ledger, const std::vector<Scope>& sco
   return fits;
 }
 
-void require_estimate_fits(const RunRequest& request, const RunSettings& settings, Ledger& ledger) {
-  if (!request.estimate_steps && !request.step_time) return;
-  if (!request.estimate_steps || !request.step_time) {
-    throw usage_error(request.estimate_steps ? "--estimate-steps" : "--step-time",
-                      "--estimate-steps and --step-time go together",
-                      "e.g. --estimate-steps 50000 --step-time 0.8s");
-  }
-  double steps = parse_number(*request.estimate_steps, "--estimate-steps");
-  double step = seconds_of(*request.step_time, "--step-time");
-  StepEstimate e = estimate_from_steps(step, steps, 1, settings.rate_per_hour.units());
+void require_estimate_fits(const RunSettings& settings, Ledger& ledger) {
+  if (!settings.estimate) return;
+  const StepEstimateFlags& flags = *settings.estimate;
+  StepEstimate e =
+      estimate_from_steps(flags.step_seconds, flags.steps, 1, settings.rate_per_hour.units());
   const std::string& currency = settings.loaded.policy.currency;
   std::string estimate = money_text(e.cost, currency) + " (" + fixed(e.wall_hours, 3) + " h at " +
                          money_text(settings.rate_per_hour.units(), currency) + "/h)";
   if (settings.budget && e.cost > settings.budget->units()) {
-    throw Error("--estimate-steps " + *request.estimate_steps,
+    throw Error(flags.steps_text,
                 "the estimate " + estimate + " does not fit --budget " +
                     money_text(settings.budget->units(), currency),
                 "raise --budget or shorten the run", ExitCode::refused);
   }
   for (const BudgetFit& f : budget_fits(ledger, named_scopes(settings.identity), e.cost)) {
     if (!f.fits) {
-      throw Error("--estimate-steps " + *request.estimate_steps,
+      throw Error(flags.steps_text,
                   "the estimate " + estimate + " does not fit " + f.scope + ", " +
                       money_text(f.remaining, currency) + " remaining",
                   "shorten the run or ask for more budget", ExitCode::refused);

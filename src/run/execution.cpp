@@ -1,7 +1,6 @@
 #include "spendcap/run/execution.hpp"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/ledger/spool.hpp"
-#include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/privileged_run.hpp"
 #include "spendcap/process/process_tree.hpp"
 #include "spendcap/process/tree_guard.hpp"
@@ -78,7 +76,7 @@ GpuPlan make_gpu_plan(const Policy& policy, const Environment& env) {
 LaunchSpec make_launch_spec(const std::string& executable, const RunSettings& settings,
                             const Environment& env, const Inherited& inherited,
                             const Admission& admission, const RunDir& run_dir,
-                            const std::string& cgroup_dir) {
+                            const std::string& cgroup_dir, bool take_terminal) {
   const RunIdentity& run = settings.identity;
   JobIdentity identity{run.id,
                        run.team,
@@ -94,7 +92,7 @@ LaunchSpec make_launch_spec(const std::string& executable, const RunSettings& se
   spec.env = job_environment(env, identity, secret_variables(settings.loaded.policy));
   spec.inherited = inherited;
   spec.cgroup_dir = cgroup_dir;
-  spec.take_terminal = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  spec.take_terminal = take_terminal;
   return spec;
 }
 
@@ -163,12 +161,11 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
 }
 
 // The guards that watch the run, from the flags and the policy.
-GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings,
-                          const RunDir& run_dir) {
+GuardPlan make_guard_plan(const RunSettings& settings, const RunDir& run_dir) {
   const Policy& policy = settings.loaded.policy;
   GuardPlan plan;
   plan.progress_path = run_dir.progress();
-  plan.require_fit = request.require_fit;
+  plan.require_fit = settings.require_fit;
   if (policy.guards.stall) plan.stall_after = policy.guards.stall->after;
   // The burn-rate guard: on where the experiment's budget says what it expects per hour.
   auto experiments = policy.budgets.find(ScopeKind::experiment);
@@ -183,15 +180,6 @@ GuardPlan make_guard_plan(const RunRequest& request, const RunSettings& settings
     }
   }
   return plan;
-}
-
-// The run's cgroup: the privileged runner's (made as root; the keeper removes it), else its own
-// where the hierarchy is writable, else none (the tree is followed by parentage).
-std::optional<Cgroup> run_cgroup(const AdmittedJob& job) {
-  if (job.runner) return job.runner->cgroup;
-  if (job.switches.no_cgroup) return std::nullopt;
-  std::string why_not;
-  return Cgroup::create("spendcap-" + job.settings.identity.id, &why_not);
 }
 
 GuardOptions make_guard_options(const AdmittedJob& job) {
@@ -210,8 +198,7 @@ GuardOptions make_guard_options(const AdmittedJob& job) {
 // The supervisor's plan: the run's figures and times, its guards, its tree, its notifier, its GPUs,
 // its metrics and storage.
 SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
-                         const GuardHandle& guard, const Cgroup* cgroup, WebhookNotifier* notifier,
-                         bool gave_terminal) {
+                         const StartedGuard& guard, WebhookNotifier* notifier, bool gave_terminal) {
   const RunSettings& settings = job.settings;
   const Admission& admission = job.admission;
   SupervisorPlan plan;
@@ -229,7 +216,7 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
   plan.sync = settings.sync;
   plan.claim_horizon = settings.claim_horizon;
   plan.interval = settings.interval;
-  plan.verbose = job.request.verbose;
+  plan.verbose = settings.verbose;
   plan.checkpoint_done_path = job.run_dir.checkpoint_done();
   plan.gave_terminal = gave_terminal;
   if (!settings.node.empty()) {
@@ -252,16 +239,14 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
                       " (privileged runner: the user cannot signal, stop or ptrace them)";
   }
   plan.ledger = ledger_url;
-  plan.guards = make_guard_plan(job.request, settings, job.run_dir);
+  plan.guards = make_guard_plan(settings, job.run_dir);
   RespawnLoopGuard respawn =
       settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
   if (respawn.enabled) {
     plan.guards.respawn = RespawnPlan{respawn.max_restarts, respawn.window, respawn.min_life,
                                       !job.switches.no_proc_connector};
   }
-  plan.make_tree = [cgroup](pid_t root) -> std::unique_ptr<ProcessTree> {
-    return std::make_unique<LiveProcessTree>(root, cgroup);
-  };
+  plan.make_tree = [host = &job.host](pid_t root) { return host->make_tree(root); };
   plan.notifier = notifier;
   plan.gpu = make_gpu_plan(settings.loaded.policy, job.env);
   // --gpus N (with --gpu): how many GPUs the run holds, even where no variable names them.
@@ -282,44 +267,42 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
 
 int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Ledger> ledger,
                 AdmittedRun& admitted, Reporter& reporter) {
-  const RunRequest& request = job.request;
   const RunSettings& settings = job.settings;
   const Environment& env = job.env;
   const TestSwitches& switches = job.switches;
   const Admission& admission = job.admission;
   const RunDir& run_dir = job.run_dir;
   RunFacts& facts = job.facts;
-  // Everything the guard needs is decided before it is forked.
-  std::optional<Cgroup> cgroup = run_cgroup(job);
+  RunHost& host = job.host;
+  // Everything the guard needs is decided before it is forked. The cgroup: the privileged
+  // runner's, else the run's own where the hierarchy is writable, else none (parentage).
+  std::string cgroup_dir =
+      host.make_cgroup("spendcap-" + settings.identity.id, !switches.no_cgroup);
   LaunchSpec spec = make_launch_spec(job.executable, settings, env, inherited, admission, run_dir,
-                                     cgroup ? cgroup->path() : "");
+                                     cgroup_dir, host.owns_terminal());
 
   // Orphans of the tree re-parent to the guard; should the guard die, to spendcap.
-  if (!switches.no_subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (!switches.no_subreaper) host.become_subreaper();
   GuardOptions guard_options = make_guard_options(job);
-  const Cgroup* cgroup_ptr = cgroup ? &*cgroup : nullptr;
   // libcurl is loaded here (before the guard is forked) only when there is something to deliver.
-  facts.started_at = unix_now();
+  facts.started_at = host.unix_seconds();
   std::unique_ptr<WebhookNotifier> notifier =
-      make_run_notifier(std::move(job.webhooks), facts, *ledger, env, reporter);
-  GuardHandle guard = start_guard(spec, cgroup_ptr, guard_options);
+      host.make_notifier(std::move(job.webhooks), facts, *ledger, env, reporter);
+  StartedGuard guard = host.start_guard(spec, guard_options);
   if (!guard.isolated && !guard.why_not_isolated.empty()) {
     reporter.error("isolation: no PID namespace here (" + guard.why_not_isolated +
                    "); the job runs without isolation");
   }
   admitted.launched();  // from here the supervisor's outcome is the run's final row
   // On a pipe a line needs no newline first while the job has written nothing since the last.
-  reporter.set_job_write_count([pid = guard.pid, reaped = guard.reaped_written] {
-    return write_count_of_tree(pid, reaped);
-  });
+  reporter.set_job_write_count(guard.job_write_count);
   reporter.write_in_background();
   if (notifier) notifier->start();  // its thread only once the guard is forked
 
-  SupervisorPlan plan =
-      make_plan(job, ledger->url(), guard, cgroup_ptr, notifier.get(), spec.take_terminal);
-  Supervisor supervisor(std::move(plan), guard, reporter, ledger);
+  SupervisorPlan plan = make_plan(job, ledger->url(), guard, notifier.get(), spec.take_terminal);
+  Supervisor supervisor(std::move(plan), std::move(guard.link), host.terminal(), reporter, ledger);
   RunOutcome outcome = supervisor.run();
-  outcome.tree_tracking = cgroup ? "cgroup" : "parentage";
+  outcome.tree_tracking = cgroup_dir.empty() ? "parentage" : "cgroup";
   outcome.isolation = guard.isolated ? "pid" : "none";
   // A stop signal that came after the tree was empty: the job is done, spendcap still dies by it.
   if (!outcome.reraise_signal) {
@@ -331,9 +314,9 @@ int execute_run(AdmittedJob job, const Inherited& inherited, std::shared_ptr<Led
 
   bool recorded = record_final(supervisor, ledger->url(), outcome,
                                notifier ? notifier->acks() : std::vector<std::int64_t>{}, reporter);
-  write_status(request, outcome, reporter);
+  write_status(settings.status_file, outcome, reporter);
   run_dir.remove();
-  if (cgroup) cgroup->remove();
+  if (!cgroup_dir.empty()) host.remove_cgroup();
   // The webhooks get at most their deadline; what is left waits in the outbox.
   if (notifier) finish_run_notifier(*notifier, *ledger, facts, recorded, reporter);
   say_summary(outcome, admission, settings.identity.job_key, reporter);

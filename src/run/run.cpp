@@ -41,6 +41,10 @@ int open_log(const RunRequest& request) {
 }  // namespace
 
 int run_steps(const RunRequest& request, const Inherited& inherited) {
+  return run_steps(request, inherited, *system_run_host());
+}
+
+int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& host) {
   if (request.status_file) check_status_file_path(*request.status_file);
   // No stop signal may kill spendcap half-way (a run admitted but never launched): they stay
   // blocked until the supervisor's event loop handles them. The command gets the caller's mask.
@@ -48,8 +52,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   for (int signal : kIgnoredBySupervisor) ::signal(signal, SIG_IGN);
   Reporter reporter(request.quiet, request.title, open_log(request));
   // Under the privileged runner: the front's environment (the job's), not the runner's own.
-  const RunnerRun* runner = runner_run();
-  Environment env = runner ? runner->environment : current_environment();
+  const RunnerRun* runner = host.runner();
+  Environment env = host.environment();
   refuse_redirecting_environment(env);
   TestSwitches switches = TestSwitches::from(env);
   RunSettings settings =
@@ -80,7 +84,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   std::vector<WebhookTarget> webhooks = run_webhook_targets(
       settings.loaded.policy, settings.webhook_urls, env, settings.loaded.locked_policy);
   // Every check above holds for a dry run too; what follows would write the ledger.
-  if (request.dry_run) return dry_run(request, settings, executable);
+  if (request.dry_run) return dry_run(settings, executable);
 
   // Metrics on the setgid install: the writer keeps the group the ledger's open drops for good.
   std::shared_ptr<MetricsSink> metrics_sink;
@@ -89,11 +93,11 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   }
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
-  require_estimate_fits(request, settings, *ledger);  // --estimate-steps (estimate_fit.hpp)
+  require_estimate_fits(settings, *ledger);  // --estimate-steps (estimate_fit.hpp)
   require_membership(*ledger, named_scopes(settings.identity), "charge runs to it");
   RunStart start = make_run_start(settings);
   start.webhooks = lost_event_webhooks(webhooks);  // lost_runs.hpp
-  if (int code = check_crash_loop(request, settings, start, *ledger, webhooks, env, reporter))
+  if (int code = check_crash_loop(host, settings, start, *ledger, webhooks, env, reporter))
     return code;
   Admission admission = ledger->begin_run(start);
   // Its admission reconciled what was due: their lost events are queued (lost_runs.hpp).
@@ -101,10 +105,10 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   RunFacts facts = run_facts(settings, admission);
   if (!admission.admitted) {
     if (!webhooks.empty()) {
-      tell_refused(std::move(webhooks), facts, *ledger, env, reporter, admission.refusal,
+      tell_refused(host, std::move(webhooks), facts, *ledger, env, reporter, admission.refusal,
                    admission.refused_by ? to_string(*admission.refused_by) : "", admission.refusal);
     }
-    return refuse(request, settings, admission, reporter);
+    return refuse(settings, admission, reporter);
   }
   AdmittedRun admitted(*ledger, run_id);
   warn_about_reserve(settings, admission, reporter);
@@ -117,7 +121,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited) {
   }
 
   return execute_run(
-      AdmittedJob{request, settings, env, runner, switches, executable, run_dir, admission,
+      AdmittedJob{settings, env, runner, host, switches, executable, run_dir, admission,
                   std::move(facts), std::move(webhooks), storage, metrics_sink},
       inherited, ledger, admitted, reporter);
 }

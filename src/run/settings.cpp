@@ -19,6 +19,7 @@
 #include "spendcap/ledger/backends.hpp"
 #include "spendcap/ledger/stop_rule.hpp"
 #include "spendcap/policy/keys.hpp"
+#include "spendcap/run/estimate_fit.hpp"
 #include "spendcap/run/input_limits.hpp"
 #include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/multi_node.hpp"
@@ -373,6 +374,19 @@ void resolve_spot_notice(const RunRequest& request, const Environment& env, RunS
       preemption_times(*settings.spot_notice, settings.on_trip, settings.on_signal);
 }
 
+// --estimate-steps and --step-time, parsed; none without them, 125 with one alone.
+std::optional<StepEstimateFlags> estimate_flags(const RunRequest& request) {
+  if (!request.estimate_steps && !request.step_time) return std::nullopt;
+  if (!request.estimate_steps || !request.step_time) {
+    throw usage_error(request.estimate_steps ? "--estimate-steps" : "--step-time",
+                      "--estimate-steps and --step-time go together",
+                      "e.g. --estimate-steps 50000 --step-time 0.8s");
+  }
+  return StepEstimateFlags{parse_number(*request.estimate_steps, "--estimate-steps"),
+                           seconds_of(*request.step_time, "--step-time"),
+                           "--estimate-steps " + *request.estimate_steps};
+}
+
 }  // namespace
 
 RunSettings resolve_run_settings(const RunRequest& typed, const Environment& env,
@@ -456,6 +470,12 @@ RunSettings resolve_run_settings(const RunRequest& typed, const Environment& env
     settings.node = joined->node;
   }
   settings.webhook_urls = request.webhook_urls;
+  settings.status_file = request.status_file;
+  settings.estimate = estimate_flags(request);
+  settings.verbose = request.verbose;
+  settings.require_fit = request.require_fit;
+  settings.retry_backoff = request.retry_backoff;
+  settings.clear_crash_loop = request.clear_crash_loop;
   require_a_locked_budget(settings);
   resolve_spot_notice(request, env, settings);
   return settings;

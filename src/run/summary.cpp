@@ -69,14 +69,15 @@ void say_summary(const RunOutcome& outcome, const Admission& admission, const st
   }
 }
 
-void write_status(const RunRequest& request, const RunOutcome& outcome, const Reporter& reporter) {
-  if (!request.status_file) return;
+void write_status(const std::optional<std::string>& path, const RunOutcome& outcome,
+                  const Reporter& reporter) {
+  if (!path) return;
   try {
-    write_status_file(*request.status_file, outcome);
+    write_status_file(*path, outcome);
   } catch (const Error& error) {
     reporter.error(format_error(error));
   } catch (const std::exception& error) {
-    reporter.error("--status-file " + *request.status_file + ": " + error.what());
+    reporter.error("--status-file " + *path + ": " + error.what());
   }
 }
 

@@ -74,7 +74,7 @@ class ConcurrentRunsTest(LedgerTest):
 
 
 class SequentialRunsTest(LedgerTest):
-    """Test 4: sequential runs exhaust an experiment budget; a job key shares one budget."""
+    """Test 4: sequential runs exhaust an experiment budget (a job key's: tests/unit/run)."""
 
     def test_experiment_budget_exhausted_then_refused(self):
         # Reserve: 36/h x (0s grace + 1s kill-after + 1s) = 0.02.
@@ -98,23 +98,8 @@ class SequentialRunsTest(LedgerTest):
                          ["succeeded", "succeeded", "killed", "refused"])
         self.assertLessEqual(sum(row["spend_micros"] for row in rows), 0.08 * MICROS)
 
-    def test_job_key_shares_one_budget_across_runs(self):
-        base = ["run", "--rate", "36", "--grace", "0s", "--kill-after", "1s", "--job-key",
-                "train-42", "--budget", "0.06"]
-        result = self.run_spendcap(base + sleeper(2))
-        self.assertEqual(result.returncode, 0, result.stderr)
-        # The restart gets what the first run left: about 0.04, so it trips near 0.02.
-        result = self.run_spendcap(base + ["--status-file", self.path("restart.json")] + sleeper(60))
-        self.assertEqual(result.returncode, 124, result.stderr)
-        status = self.read_json("restart.json")
-        self.assertEqual(status["reason"], "budget:job:train-42")
-        rows = self.runs("job_key = 'train-42'")
-        self.assertLessEqual(sum(row["spend_micros"] for row in rows), 0.06 * MICROS)
-        self.assertLess(status["spend"], 0.035)
-        # Another job key has its own budget.
-        result = self.run_spendcap(["run", "--rate", "36", "--job-key", "other", "--budget",
-                                    "0.06", "--kill-after", "1s", "--grace", "0s"] + sleeper(1))
-        self.assertEqual(result.returncode, 0, result.stderr)
+    # A job key sharing one --budget across its runs is unit-tested over the fake host
+    # (tests/unit/run/test_run_steps.cpp); this experiment budget is the real-process case.
 
 
 class StopOrderTest(LedgerTest):

@@ -29,7 +29,7 @@ class Endpoint:
     """A real HTTP server in a thread. `script` is the list of answers, one per request (the last
     one repeats): a status code, or "hang" (accept, read, never answer)."""
 
-    def __init__(self, script=(200,), path="/hook"):
+    def __init__(self, script=(200,), path="/hook", host="127.0.0.1"):
         self.script = list(script)
         self.requests = []
         self.release = threading.Event()
@@ -54,11 +54,11 @@ class Endpoint:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
-        self.url = "http://127.0.0.1:%d%s" % (self.server.server_address[1], path)
+        self.url = "http://%s:%d%s" % (host, self.server.server_address[1], path)
 
     def close(self):
         self.release.set()

@@ -11,7 +11,7 @@
 #include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/notify/webhook_notifier.hpp"
-#include "spendcap/run/request.hpp"
+#include "spendcap/run/run_host.hpp"
 #include "spendcap/run/settings.hpp"
 #include "spendcap/supervise/reporter.hpp"
 
@@ -37,20 +37,19 @@ CrashLoopVerdict crash_loop_verdict(const RunSettings& settings, const RunStart&
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
-int check_crash_loop(const RunRequest& request, const RunSettings& settings, RunStart& start,
-                     Ledger& ledger, std::vector<WebhookTarget>& webhooks, const Environment& env,
+int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start, Ledger& ledger,
+                     std::vector<WebhookTarget>& webhooks, const Environment& env,
                      const Reporter& reporter);
 
 // The `refused` event (`reason`, the refusing `scope` or ""), delivered before spendcap exits,
 // else left in the outbox.
-void tell_refused(std::vector<WebhookTarget> webhooks, const RunFacts& facts, Ledger& ledger,
-                  const Environment& env, const Reporter& reporter, const std::string& reason,
-                  const std::string& scope, const std::string& refusal);
+void tell_refused(RunHost& host, std::vector<WebhookTarget> webhooks, const RunFacts& facts,
+                  Ledger& ledger, const Environment& env, const Reporter& reporter,
+                  const std::string& reason, const std::string& scope, const std::string& refusal);
 
 // Refused at admission (120): says why, and writes the status file. Re-raises a stop signal that
 // came meanwhile.
-int refuse(const RunRequest& request, const RunSettings& settings, const Admission& admission,
-           const Reporter& reporter);
+int refuse(const RunSettings& settings, const Admission& admission, const Reporter& reporter);
 
 // "the shutdown reserve $0.71 is 71% of the budget $1.00": a budget mostly eaten by the reserve
 // stops the run soon after it starts.

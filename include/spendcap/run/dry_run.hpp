@@ -9,13 +9,12 @@
 
 #include <string>
 
-#include "spendcap/run/request.hpp"
 #include "spendcap/run/settings.hpp"
 
 namespace spendcap {
 
 // Prints the terms, the estimate and the verdict; returns 0 when the run would be admitted, else
 // the refusal's exit status (120).
-int dry_run(const RunRequest& request, const RunSettings& settings, const std::string& executable);
+int dry_run(const RunSettings& settings, const std::string& executable);
 
 }  // namespace spendcap

@@ -8,14 +8,13 @@
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/ledger.hpp"
-#include "spendcap/run/request.hpp"
 #include "spendcap/run/settings.hpp"
 
 namespace spendcap {
 
-// Throws Error (exit 120) when the estimate does not fit. Nothing when the flags are absent; an
-// Error (exit 125) when only one of them is given.
-void require_estimate_fits(const RunRequest& request, const RunSettings& settings, Ledger& ledger);
+// Throws Error (exit 120) when the estimate does not fit. Nothing when the flags are absent
+// (resolve_run_settings refuses one of them alone, 125).
+void require_estimate_fits(const RunSettings& settings, Ledger& ledger);
 
 // A usage error of an estimate's flag (125).
 Error usage_error(const std::string& what, const std::string& why, const std::string& hint = {});

@@ -14,8 +14,8 @@
 #include "spendcap/notify/webhook_notifier.hpp"
 #include "spendcap/process/launcher.hpp"
 #include "spendcap/run/admission.hpp"
-#include "spendcap/run/request.hpp"
 #include "spendcap/run/run_dir.hpp"
+#include "spendcap/run/run_host.hpp"
 #include "spendcap/run/settings.hpp"
 #include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/reporter.hpp"
@@ -23,15 +23,13 @@
 
 namespace spendcap {
 
-struct RunnerRun;  // process/privileged_run.hpp
-
 // What the execution takes from the steps before it (run_steps, run/run.hpp): references to what
 // they own, and what they hand over.
 struct AdmittedJob {
-  const RunRequest& request;
   const RunSettings& settings;
   const Environment& env;   // the job's (under the privileged runner: the front's)
   const RunnerRun* runner;  // what the privileged runner set up, else null
+  RunHost& host;            // the machine: cgroup, guard, tree, notifier, clock (run_host.hpp)
   const TestSwitches& switches;
   const std::string& executable;  // the command, found on PATH
   const RunDir& run_dir;

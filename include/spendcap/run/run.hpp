@@ -13,6 +13,7 @@
 
 #include "spendcap/process/launcher.hpp"
 #include "spendcap/run/request.hpp"
+#include "spendcap/run/run_host.hpp"
 
 namespace spendcap {
 
@@ -20,5 +21,7 @@ namespace spendcap {
 // run, re-raises it instead of returning. An Error thrown by a step unwinds what the steps made
 // (the run directory, an admitted run's row) before it reaches the caller.
 int run_steps(const RunRequest& request, const Inherited& inherited);
+// The same on `host` (run/run_host.hpp): the unit tests' FakeRunHost.
+int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& host);
 
 }  // namespace spendcap

@@ -12,13 +12,23 @@
 #include "spendcap/integrations/spot_notice.hpp"
 #include "spendcap/ledger/run_identity.hpp"
 #include "spendcap/policy/layers.hpp"
-#include "spendcap/run/request.hpp"
+#include "spendcap/run/test_switches.hpp"
 #include "spendcap/spend/trip.hpp"
 #include "spendcap/supervise/storage_part.hpp"
 
 namespace spendcap {
 
-// Everything a run needs, resolved and validated.
+struct RunRequest;  // run/request.hpp: the flags as typed, read here only
+
+// --estimate-steps N --step-time T, parsed (run/estimate_fit.hpp checks them against the budgets).
+struct StepEstimateFlags {
+  double steps = 0;
+  double step_seconds = 0;
+  std::string steps_text;  // as typed, for the refusal: "--estimate-steps 50k"
+};
+
+// Everything a run needs, resolved and validated: the steps after this one (admission,
+// estimate_fit, execution, summary) read these, never the flags as typed.
 struct RunSettings {
   LoadedPolicy loaded;
   Money rate_per_hour;
@@ -42,6 +52,12 @@ struct RunSettings {
   // The part of the burn rate that buys GPUs (measured billing charges it by busy GPU time):
   // instances x gpus x the GPU price with --gpu; the whole rate with --rate or --instance alone.
   Money gpu_rate_per_hour;
+  std::optional<std::string> status_file;     // --status-file
+  std::optional<StepEstimateFlags> estimate;  // --estimate-steps with --step-time
+  bool verbose = false;                       // --verbose: the start line in full
+  bool require_fit = false;                   // --require-fit
+  bool retry_backoff = false;                 // --retry-backoff
+  bool clear_crash_loop = false;              // --clear-crash-loop
   // Where each term came from: "team" -> "--team", "SPENDCAP_TEAM" or "./spendcap.json"
   // (run_defaults.hpp); what is absent is a built-in default. --dry-run prints them.
   std::map<std::string, std::string> term_sources;

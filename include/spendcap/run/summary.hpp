@@ -3,12 +3,12 @@
 // (also for a run that failed before its job ran), and dying by the signal that stopped the run.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "spendcap/base/error.hpp"
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/process/exit_status.hpp"
-#include "spendcap/run/request.hpp"
 #include "spendcap/supervise/outcome.hpp"
 #include "spendcap/supervise/reporter.hpp"
 
@@ -23,8 +23,9 @@ std::string summary_line(const RunOutcome& outcome);
 void say_summary(const RunOutcome& outcome, const Admission& admission, const std::string& job_key,
                  const Reporter& reporter);
 
-// --status-file, when given; a file it cannot write is said, not thrown.
-void write_status(const RunRequest& request, const RunOutcome& outcome, const Reporter& reporter);
+// --status-file (`path`), when given; a file it cannot write is said, not thrown.
+void write_status(const std::optional<std::string>& path, const RunOutcome& outcome,
+                  const Reporter& reporter);
 
 // --status-file for a run that failed before its job ran (125, 126, 127; `error` says why); what is
 // not known is null. A file it cannot write is said on stderr.

@@ -1,9 +1,10 @@
 // The guard on paper, for driving the supervisor (supervise/guard_link.hpp): the test emits the
 // guard's reports on the supervisor's own loop and reads back the orders it was given, the
 // last-resort kills and the reaping. A script given to `on_listen` runs when the supervisor starts
-// listening; `when` runs a step once a condition holds, polling with a bound. The clock is the real
-// monotonic clock, because the supervisor's timers are Asio steady_timers: tests keep their
-// budgets in milliseconds.
+// listening; `when` runs a step once a condition holds, polling with a bound. Its clock is the
+// test's FakeClock when given one (the FakeRunHost's), else the real monotonic clock; either way
+// the supervisor's timers are Asio steady_timers on the real clock: tests keep their budgets in
+// milliseconds.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -15,6 +16,7 @@
 
 #include <doctest/doctest.h>
 
+#include "fakes/fake_clock.hpp"
 #include "spendcap/supervise/guard_link.hpp"
 
 namespace spendcap::testing {
@@ -25,7 +27,10 @@ class FakeGuardLink : public GuardLink {
   static constexpr pid_t kPid = 0x7ffffff0;
   static constexpr pid_t kMainPid = 2;
 
-  TimePoint now() const override { return spendcap::now(); }
+  FakeGuardLink() = default;
+  explicit FakeGuardLink(const FakeClock* clock) : clock_(clock) {}
+
+  TimePoint now() const override { return clock_ ? clock_->now() : spendcap::now(); }
   pid_t pid() const override { return kPid; }
   bool isolated() const override { return isolated_; }
   void listen(boost::asio::io_context& io, std::function<void(const GuardEvent&)> on_event,
@@ -97,6 +102,7 @@ class FakeGuardLink : public GuardLink {
         });
   }
 
+  const FakeClock* clock_ = nullptr;
   boost::asio::io_context* io_ = nullptr;
   std::function<void(const GuardEvent&)> on_event_;
   std::function<void()> on_lost_;

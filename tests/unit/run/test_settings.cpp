@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "spendcap/run/admission.hpp"
+#include "spendcap/run/request.hpp"
 #include "spendcap/run/settings.hpp"
 #include "spendcap/run/summary.hpp"
 #include "test_support.hpp"
