@@ -91,6 +91,8 @@ void add_run_options(CLI::App& run, RunRequest& request) {
   run.add_flag("--clear-crash-loop", request.clear_crash_loop,
                "the command is fixed: start it although the crash-loop guard would refuse it "
                "(its failures' user, a team member or the ledger's owner; kept in the ledger)");
+  run.add_flag("--dry-run", request.dry_run,
+               "print the terms, where each came from, and the admission verdict; start nothing");
   run.add_option("--status-file", request.status_file, "write the outcome here as JSON");
   run.add_option("--metrics-dir", request.metrics_dir,
                  "write the run's spend as a Prometheus textfile here (node_exporter)");
@@ -200,7 +202,7 @@ void name_option_types(CLI::App& command) {
       {"--on-demand", "USD_PER_HOUR"},
       {"--since", "DATE"},
       {"--until", "DATE"},
-      {"--by", "team|experiment|project|user|host|day|tag:KEY"},
+      {"--by", "team|experiment|project|user|host|day|tag:KEY|tracker"},
       {"--format", "FORMAT"},
       {"--status", "STATUS"},
       {"--limit", "COUNT"},

@@ -34,8 +34,8 @@ LedgerSession open_ledger_session(const LedgerChoice& choice, OwnerRules owner_r
   } else {
     nlohmann::json flags = nlohmann::json::object();
     if (choice.ledger) flags["ledger"] = *choice.ledger;
-    LoadedPolicy loaded =
-        load_policy(PolicySearch::from_environment(choice.policy), PolicyLayer{"--ledger", flags});
+    LoadedPolicy loaded = (choice.reading ? load_policy_for_reading : load_policy)(
+        PolicySearch::from_environment(choice.policy), PolicyLayer{"--ledger", flags});
     require_locked_policy_when_setgid(loaded.locked, choice.ledger.value_or(""));
     url = loaded.policy.ledger ? *loaded.policy.ledger : default_ledger_url();
     session.currency = loaded.policy.currency;

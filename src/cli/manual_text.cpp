@@ -33,7 +33,16 @@ const std::vector<VerbText>& verb_texts() {
         "{\"step\":1200,\"total_steps\":50000,\"metric\":{\"val_acc\":0.83}}: they drive the "
         "projected total (--require-fit), the stall guard (--stall-after) and the cost per step. "
         "It may create $SPENDCAP_CHECKPOINT_DONE once its checkpoint is written, which ends the "
-        "grace at once.",
+        "grace at once. A line {\"tracker\":{\"wandb\":\"ID\"}} names its experiment "
+        "tracker's run id; MLFLOW_RUN_ID, WANDB_RUN_ID and the like in its environment at launch "
+        "become the run's tag tracker (report --by tracker).",
+        "A flag that is not given comes from its $SPENDCAP_* variable (SPENDCAP_TEAM, "
+        "SPENDCAP_RATE, SPENDCAP_BUDGET, ...), then from the policy's defaults (team, "
+        "experiment, project, rate, budget, grace: the project's spendcap.json, found in the "
+        "working directory or up to its git repository's root), so that spendcap run -- CMD is "
+        "enough in a project; a locked policy still wins where it locks. --dry-run prints the "
+        "terms, where each came from, and the admission verdict, and starts nothing (exit 0, or "
+        "120 when the run would be refused).",
         "What spendcap stops is the tree the job forks, wherever it goes (setsid, double forks). "
         "Work handed to a server outside the tree is not stopped nor charged: a tmux or screen "
         "server already running, a container started through docker's daemon, systemd-run, a "
@@ -48,6 +57,9 @@ const std::vector<VerbText>& verb_texts() {
         {"spendcap run --rate 36 --budget 5 --stall-after 10m --require-fit -- python3 train.py",
          "Stop the run (123) after 10 minutes without a progress line, or as soon as its "
          "projected total exceeds $5."},
+        {"spendcap run --dry-run -- python3 train.py",
+         "In a project with a spendcap.json: show the terms it gives, where each came from, and "
+         "whether the run would be admitted, without starting it."},
         {"spendcap run --mode warn --team vision --rate 36 --budget 5 -- ./train.sh",
          "Stop nothing: say and record when the run would have been stopped."},
         {"exec spendcap run --job-key \"vit-$SLURM_JOB_ID\" --gpu a100-80gb --budget 400 \\\n"
@@ -275,7 +287,8 @@ const std::vector<OptionGroup>& run_option_groups() {
        {"--checkpoint-signal", "--grace", "--exit-window", "--kill-after", "--forward",
         "--spot-notice", "--spot-notice-url"}},
       {"Guards", {"--stall-after", "--require-fit", "--retry-backoff", "--clear-crash-loop"}},
-      {"Output", {"--quiet", "--verbose", "--title", "--log", "--status-file", "--metrics-dir"}},
+      {"Output",
+       {"--quiet", "--verbose", "--title", "--log", "--status-file", "--metrics-dir", "--dry-run"}},
       {"Isolation", {"--isolation"}},
       {"Ledger and policy", {"--policy", "--ledger", "--interval", "--sync"}},
       {"Webhooks", {"--webhook-env", "--webhook"}},
@@ -294,6 +307,22 @@ const std::vector<EnvironmentVariable>& environment_variables() {
        false,
        {"run", "ps", "runs", "show", "report", "estimate", "stop", "budgets", "accept", "outbox",
         "notify"}},
+      {"SPENDCAP_TEAM",
+       "with SPENDCAP_EXPERIMENT and SPENDCAP_PROJECT, the run's names when the flags are not "
+       "given (before the policy's defaults.team, ...); a run's job gets them, so a run inside it "
+       "is charged alike",
+       false,
+       {"run"}},
+      {"SPENDCAP_RATE",
+       "the burn rate in USD per hour when no --rate, --gpu or --instance is given "
+       "(SPENDCAP_GPU: the GPU type instead)",
+       false,
+       {"run"}},
+      {"SPENDCAP_BUDGET",
+       "the run budget when --budget is not given (before the policy's defaults.budget); "
+       "SPENDCAP_GRACE likewise for --grace",
+       false,
+       {"run"}},
       {"XDG_CONFIG_HOME", "the user's policy is $XDG_CONFIG_HOME/spendcap/policy.json", false, {}},
       {"XDG_DATA_HOME", "the default ledger is $XDG_DATA_HOME/spendcap/ledger.db", false,
        ledger_verbs},

@@ -91,7 +91,7 @@ int report_command(const ReportRequest& request) {
     auto parsed = parse_group_by(by);
     if (!parsed) {
       throw usage_error("--by " + by, "not a grouping",
-                        "team, experiment, project, user, host, day, or tag:KEY");
+                        "team, experiment, project, user, host, day, tag:KEY or tracker");
     }
     options.by.push_back(*parsed);
   }
@@ -240,7 +240,8 @@ VerbRun add_report(CLI::App& command, CLI::App&, VerbContext&) {
   auto& r = *request;
   CLI::App* report = &command;
   add_ledger_options(*report, r.choice);
-  report->add_option("--by", r.by, "team|experiment|project|user|host|day|tag:KEY (repeatable)");
+  report->add_option("--by", r.by,
+                     "team|experiment|project|user|host|day|tag:KEY|tracker (repeatable)");
   report->add_option("--since", r.since, "runs started from (2026-12-01, ...T10:00:00Z, 30d)");
   report->add_option("--until", r.until, "runs started before (a date: through that day)");
   report->add_option("--team", r.team, "only the team's runs");

@@ -27,6 +27,18 @@ std::optional<std::int64_t> whole(const nlohmann::json& value) {
 
 }  // namespace
 
+std::optional<std::string> tracker_label(std::string_view tracker, std::string_view id) {
+  bool name_ok = !tracker.empty() && tracker.size() <= 32 &&
+                 std::all_of(tracker.begin(), tracker.end(), [](unsigned char c) {
+                   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+                 });
+  bool id_ok = !id.empty() && id.size() <= 128 &&
+               std::all_of(id.begin(), id.end(),
+                           [](unsigned char c) { return c > ' ' && c < 127 && c != ','; });
+  if (!name_ok || !id_ok) return std::nullopt;
+  return std::string(tracker) + ":" + std::string(id);
+}
+
 std::optional<ProgressLine> parse_progress_line(std::string_view text) {
   auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return std::nullopt;
@@ -53,6 +65,18 @@ std::optional<ProgressLine> parse_progress_line(std::string_view text) {
     if (!first->is_number() || !std::isfinite(first->get<double>())) return std::nullopt;
     line.metric_name = first.key();
     line.metric_value = first->get<double>();
+    known = true;
+  }
+  if (auto tracker = json.find("tracker"); tracker != json.end()) {
+    if (!tracker->is_object() || tracker->empty()) return std::nullopt;
+    std::string labels;
+    for (auto it = tracker->begin(); it != tracker->end(); ++it) {
+      if (!it->is_string()) return std::nullopt;
+      auto label = tracker_label(it.key(), it->get_ref<const std::string&>());
+      if (!label) return std::nullopt;
+      labels += (labels.empty() ? "" : ",") + *label;
+    }
+    line.tracker = labels;
     known = true;
   }
   if (!known) return std::nullopt;
@@ -115,6 +139,7 @@ void ProgressState::apply(const std::optional<ProgressLine>& line, TimePoint at,
   }
   if (line->units) units = line->units;
   if (line->egress_gb) egress_gb = line->egress_gb;
+  if (line->tracker) tracker = line->tracker;
   last_line_at = at;
   spend_at_last_line = spend;
 }

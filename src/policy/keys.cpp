@@ -344,6 +344,15 @@ std::vector<PolicyKey> build_keys() {
   add(Row("/defaults/instances", value(&Defaults::instances, count))
           .at_least(Scale::number, "fewer")
           .flag("--instances"));
+  // A project's run defaults: names are free (a locked policy's budgets still decide what a run
+  // may be charged to), a rate is refused under a locked policy where it sets rates (settings.cpp),
+  // a run budget may only be lowered.
+  add(Row("/defaults/team", value(&Defaults::team, text)).any());
+  add(Row("/defaults/experiment", value(&Defaults::experiment, text)).any());
+  add(Row("/defaults/project", value(&Defaults::project, text)).any());
+  add(Row("/defaults/rate", value(&Defaults::rate, positive_money)).same_present(rates_note));
+  add(Row("/defaults/budget", value(&Defaults::budget, positive_money))
+          .at_most(Scale::number, "more"));
 
   // Budget entries the locked policy lacks only add limits: free (nothing is implied for them).
   add(Row("/budgets", flattened<Policy>("/budgets")).by_key());

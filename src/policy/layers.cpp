@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 
 namespace spendcap {
 
@@ -256,6 +257,13 @@ std::optional<json> read_locked_system_policy(const std::string& path) {
   return document;
 }
 
+// How the project's policy file is named in messages: "./spendcap.json", or its absolute path.
+std::string project_policy_source(const PolicySearch& search) {
+  return search.cwd_path.starts_with("/") || search.cwd_path.starts_with("./")
+             ? search.cwd_path
+             : "./" + search.cwd_path;
+}
+
 // The first policy file of the search order, as a layer; nullopt when there is none.
 std::optional<PolicyLayer> find_user_policy(const PolicySearch& search, bool system_is_locked) {
   struct Candidate {
@@ -266,9 +274,7 @@ std::optional<PolicyLayer> find_user_policy(const PolicySearch& search, bool sys
   auto labelled = [](const std::optional<std::string>& path, const std::string& prefix) {
     return path ? prefix + *path : std::string();
   };
-  std::string cwd_source = search.cwd_path.starts_with("/") || search.cwd_path.starts_with("./")
-                               ? search.cwd_path
-                               : "./" + search.cwd_path;
+  std::string cwd_source = project_policy_source(search);
   const Candidate candidates[] = {
       {search.flag_path, labelled(search.flag_path, ""), "check the --policy path"},
       {search.env_path, labelled(search.env_path, "$SPENDCAP_POLICY="),
@@ -333,6 +339,32 @@ void refuse_runner_held_files(const PolicyLayer& layer, const std::string& locke
               "give your own webhook's URL and secret in variables (url_env, secret_env)");
 }
 
+// The project's policy: ./spendcap.json, or inside a git repository the nearest spendcap.json
+// from the working directory up to the repository's root (the directory holding .git), so that a
+// run from a subdirectory of the project gets the project's defaults. Outside a repository only
+// the working directory counts: walking up to / would pick up whatever file a parent holds.
+std::string project_policy_path() {
+  std::error_code ec;
+  std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (ec) return "spendcap.json";
+  std::optional<std::filesystem::path> root;
+  for (std::filesystem::path dir = cwd;; dir = dir.parent_path()) {
+    if (std::filesystem::exists(dir / ".git", ec)) {
+      root = dir;
+      break;
+    }
+    if (dir == dir.parent_path()) break;
+  }
+  if (!root) return "spendcap.json";
+  for (std::filesystem::path dir = cwd;; dir = dir.parent_path()) {
+    if (std::filesystem::exists(dir / "spendcap.json", ec)) {
+      return dir == cwd ? "spendcap.json" : (dir / "spendcap.json").string();
+    }
+    if (dir == *root || dir == dir.parent_path()) break;
+  }
+  return "spendcap.json";
+}
+
 }  // namespace
 
 PolicySearch PolicySearch::from_environment(std::optional<std::string> flag_path) {
@@ -344,6 +376,7 @@ PolicySearch PolicySearch::from_environment(std::optional<std::string> flag_path
     return std::string(value);
   };
   search.env_path = variable("SPENDCAP_POLICY");
+  search.cwd_path = project_policy_path();
   search.xdg_path = xdg_dir(XdgDir::config) + "/spendcap/policy.json";
   // system_path is deliberately not read from the environment: a variable that moved it would let
   // any user step out from under a locked policy.
@@ -434,6 +467,30 @@ std::optional<std::string> unsafe_permissions(const std::string& path) {
     return name + " is writable by " + who + " (mode " + mode + "); run `chmod go-w " + name + "`";
   }
   return std::nullopt;
+}
+
+LoadedPolicy load_policy_for_reading(const PolicySearch& search, const PolicyLayer& flags) {
+  try {
+    return load_policy(search, flags);
+  } catch (const Error& error) {
+    // Only the project's file is skipped: --policy and $SPENDCAP_POLICY were asked for by name,
+    // and a broken locked policy must stop everything.
+    std::string source = project_policy_source(search);
+    // A file that is not JSON is named by its path, a file that is by its source.
+    bool project_file = error.subject().starts_with(source) ||
+                        (!search.cwd_path.empty() && error.subject().starts_with(search.cwd_path));
+    if (search.flag_path || search.env_path || !project_file) throw;
+    std::cerr << "spendcap: warning: " << escape_for_terminal(format_error(error));
+    for (const std::string& detail : error.details) {
+      std::cerr << "\n  " << escape_for_terminal(detail);
+    }
+    std::cerr << "\nspendcap: warning: reading without " << escape_for_terminal(source)
+              << " (the policies after it in the search order apply; a ledger it names is not "
+                 "read): fix it before the next run\n";
+    PolicySearch without = search;
+    without.cwd_path.clear();
+    return load_policy(without, flags);
+  }
 }
 
 }  // namespace spendcap

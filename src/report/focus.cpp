@@ -229,7 +229,7 @@ void append_focus_rows(std::string& out, const ReportRow& row, const FocusContex
   // spendcap's own keys carry its prefix (FOCUS: provider-defined tag keys are prefixed); the
   // user's --tag keys are as given.
   for (const auto& [key, value] : row.tags) {
-    bool own = key == "gpu" || key == "gpus" || key == "instance";
+    bool own = key == "gpu" || key == "gpus" || key == "instance" || key == "tracker";
     tags[own ? "spendcap/" + key : key] = value;
   }
   const std::string tags_text = dump_json(tags);

@@ -80,6 +80,8 @@ std::optional<GroupBy> parse_group_by(std::string_view text) {
   for (const auto& [name, kind] : kinds) {
     if (text == name) return GroupBy{kind, {}};
   }
+  // The experiment tracker's run id is the run's tag `tracker` (run/settings.cpp).
+  if (text == "tracker") return GroupBy{K::tag, "tracker"};
   if (text.starts_with("tag:") && text.size() > 4)
     return GroupBy{K::tag, std::string(text.substr(4))};
   return std::nullopt;

@@ -169,11 +169,11 @@ void tell_refused(RunHost& host, std::vector<WebhookTarget> webhooks, const RunF
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.
-int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start, Ledger& ledger,
-                     std::vector<WebhookTarget>& webhooks, const Environment& env,
-                     const Reporter& reporter) {
+CrashLoopVerdict crash_loop_verdict(const RunSettings& settings, const RunStart& start,
+                                    Ledger& ledger, bool retry_backoff, CommandHistory* history_out,
+                                    std::vector<std::string>* counted_out) {
   CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
-  if (!guard.enabled) return 0;
+  if (!guard.enabled) return {};
   CommandHistory history = ledger.command_history(start.fingerprint, to_seconds(guard.window));
   // Only the caller's own runs count, unless the policy shares the count (guards.crash_loop.
   // shared): another user's crash loop must not refuse this user's run (issue 29).
@@ -211,8 +211,20 @@ int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start
     p.cleared = run.tags.count(kCrashLoopClearedTag) > 0;
     past.push_back(p);
   }
-  CrashLoopVerdict verdict = decide_crash_loop(past, history.now, guard.max_failures, guard.window,
-                                               settings.retry_backoff);
+  if (history_out) *history_out = history;
+  if (counted_out) *counted_out = std::move(counted);
+  return decide_crash_loop(past, history.now, guard.max_failures, guard.window, retry_backoff);
+}
+
+int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start, Ledger& ledger,
+                     std::vector<WebhookTarget>& webhooks, const Environment& env,
+                     const Reporter& reporter) {
+  CrashLoopGuard guard = settings.loaded.policy.guards.crash_loop.value_or(CrashLoopGuard{});
+  if (!guard.enabled) return 0;
+  CommandHistory history;
+  std::vector<std::string> counted;  // whose failures counted, for the refusal
+  CrashLoopVerdict verdict =
+      crash_loop_verdict(settings, start, ledger, settings.retry_backoff, &history, &counted);
   if (settings.clear_crash_loop) {
     if (verdict.failures == 0) {
       reporter.line("--clear-crash-loop: no failures of this command to clear; starting as usual");

@@ -8,6 +8,7 @@
 #include "spendcap/base/text.hpp"
 #include "spendcap/process/privileged_run.hpp"
 #include "spendcap/run/admission.hpp"
+#include "spendcap/run/dry_run.hpp"
 #include "spendcap/run/estimate_fit.hpp"
 #include "spendcap/run/execution.hpp"
 #include "spendcap/run/ledger_group.hpp"
@@ -82,6 +83,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& ho
   // Webhook variables and URLs are checked before anything is written to the ledger.
   std::vector<WebhookTarget> webhooks = run_webhook_targets(
       settings.loaded.policy, settings.webhook_urls, env, settings.loaded.locked_policy);
+  // Every check above holds for a dry run too; what follows would write the ledger.
+  if (request.dry_run) return dry_run(settings, executable);
 
   // Metrics on the setgid install: the writer keeps the group the ledger's open drops for good.
   std::shared_ptr<MetricsSink> metrics_sink;

@@ -23,6 +23,7 @@
 #include "spendcap/run/input_limits.hpp"
 #include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/multi_node.hpp"
+#include "spendcap/run/run_defaults.hpp"
 #include "spendcap/spend/meter.hpp"
 #include "spendcap/supervise/run_env.hpp"
 #include "spendcap/supervise/signal_forward.hpp"
@@ -195,18 +196,31 @@ Money price_of(const std::map<std::string, PriceSheet>& rates, const std::string
 }
 
 // burn rate = instances x (gpus x GPU rate + instance rate) at the chosen pricing.
+// A rate given as such (--rate, $SPENDCAP_RATE, the policy's defaults.rate) wins over the policy's
+// GPU and instance types, unless a flag or variable named one of those (run_defaults.hpp).
 void resolve_rate(const RunRequest& request, const Environment& env, RunSettings& settings) {
   const Policy& policy = settings.loaded.policy;
-  if (request.rate) {
-    if (settings.loaded.locked) {
-      throw Error("--rate " + *request.rate,
+  std::optional<std::string> given_rate = request.rate;
+  std::string rate_from = given_rate ? settings.term_sources["rate"] : "";
+  // A locked policy may price its runner by a rate of its own (a layer can only repeat it).
+  bool locked_rate = false;
+  if (!given_rate && !request.gpu && !request.instance && policy.defaults.rate) {
+    locked_rate = settings.loaded.locked_policy && settings.loaded.locked_policy->defaults.rate;
+    given_rate = to_decimal(*policy.defaults.rate);
+    rate_from = policy_source_of(settings.loaded, "/defaults/rate");
+    settings.term_sources["rate"] = rate_from;
+  }
+  if (rate_from.empty()) rate_from = "--rate";
+  if (given_rate) {
+    if (settings.loaded.locked && !locked_rate) {
+      throw Error(rate_from + " " + *given_rate,
                   "the locked policy " + settings.loaded.locked_source + " sets the rates",
                   "give --gpu / --instance types it prices instead");
     }
-    settings.rate_per_hour = parse_money_or_throw(*request.rate, "--rate");
-    settings.rate_source = "--rate";
+    settings.rate_per_hour = parse_money_or_throw(*given_rate, rate_from);
+    settings.rate_source = rate_from;
     if (settings.rate_per_hour.micros == 0) {
-      throw Error("--rate " + *request.rate, "a run needs a burn rate above 0",
+      throw Error(rate_from + " " + *given_rate, "a run needs a burn rate above 0",
                   "give what the job costs per hour");
     }
     settings.gpu_rate_per_hour = settings.rate_per_hour;  // --rate: the whole rate buys the GPUs
@@ -375,8 +389,11 @@ std::optional<StepEstimateFlags> estimate_flags(const RunRequest& request) {
 
 }  // namespace
 
-RunSettings resolve_run_settings(const RunRequest& request, const Environment& env,
+RunSettings resolve_run_settings(const RunRequest& typed, const Environment& env,
                                  const PolicySearch& search) {
+  RunSettings settings;
+  // Flags first, then $SPENDCAP_* variables, then the policy's defaults (run_defaults.hpp).
+  RunRequest request = with_environment_defaults(typed, env, settings.term_sources);
   if (request.command.empty()) {
     throw Error("run", "no command given",
                 "give the command after --, e.g. spendcap run --rate 36 --budget 10 -- python3 "
@@ -386,9 +403,9 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   require_printable_name(request.team, "--team");
   require_printable_name(request.experiment, "--experiment");
   require_printable_name(request.project, "--project");
-  RunSettings settings;
   settings.loaded = load_policy_naming_flags(search, flags_layer(request));
   const Policy& policy = settings.loaded.policy;
+  apply_policy_defaults(request, settings.loaded, settings.term_sources);
 
   if (request.budget) settings.budget = parse_money_or_throw(*request.budget, "--budget");
   for (const std::string& tag : request.tags) {
@@ -401,6 +418,11 @@ RunSettings resolve_run_settings(const RunRequest& request, const Environment& e
   }
   for (const auto& [key, value] : bounded_tags(scheduler_tags(env)))
     settings.identity.tags.try_emplace(key, value);
+  // The tracker's run id, for `show`, `report --by tracker`, FOCUS and webhooks (--tag
+  // tracker=... wins).
+  if (auto tracker = tracker_from_environment(env)) {
+    settings.identity.tags.try_emplace("tracker", *tracker);
+  }
   resolve_rate(request, env, settings);
 
   const Defaults& d = policy.defaults;

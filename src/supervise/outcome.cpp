@@ -57,6 +57,7 @@ nlohmann::json progress_json(const ProgressState& p) {
   if (p.metric_name) json["metric"] = {{*p.metric_name, *p.metric_value}};
   if (p.units) json["units"] = *p.units;
   if (p.egress_gb) json["egress_gb"] = *p.egress_gb;
+  if (p.tracker) json["tracker"] = *p.tracker;
   if (auto cost = cost_per_step(p)) json["cost_per_step"] = *cost;
   if (auto cost = cost_per_thousand_units(p)) json["cost_per_thousand_units"] = *cost;
   if (auto total = projected_total(p)) json["projected_total"] = money_to_json(*total);

@@ -2,6 +2,7 @@
 
 #include "spendcap/base/acting_user.hpp"
 #include "spendcap/base/text.hpp"
+#include "spendcap/guards/progress.hpp"
 
 #include <pwd.h>
 #include <sys/random.h>
@@ -68,6 +69,24 @@ std::map<std::string, std::string> scheduler_tags(const Environment& env) {
     tags["k8s_pod"] = env.at("HOSTNAME");
   }
   return tags;
+}
+
+std::optional<std::string> tracker_from_environment(const Environment& env) {
+  static const std::pair<const char*, const char*> kTrackerVariables[] = {
+      {"mlflow", "MLFLOW_RUN_ID"},          {"wandb", "WANDB_RUN_ID"},
+      {"neptune", "NEPTUNE_CUSTOM_RUN_ID"}, {"clearml", "CLEARML_TASK_ID"},
+      {"comet", "COMET_EXPERIMENT_KEY"},
+  };
+  std::string labels;
+  for (const auto& [tracker, variable] : kTrackerVariables) {
+    auto it = env.find(variable);
+    if (it == env.end()) continue;
+    if (auto label = tracker_label(tracker, it->second)) {
+      labels += (labels.empty() ? "" : ",") + *label;
+    }
+  }
+  if (labels.empty()) return std::nullopt;
+  return labels;
 }
 
 namespace {

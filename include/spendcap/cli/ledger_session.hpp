@@ -27,6 +27,9 @@ namespace spendcap {
 struct LedgerChoice {
   std::optional<std::string> policy;  // --policy
   std::optional<std::string> ledger;  // --ledger
+  // A verb that only reads (`runs`): a broken ./spendcap.json is warned about and skipped
+  // (load_policy_for_reading), not refused.
+  bool reading = false;
 };
 
 struct LedgerSession {

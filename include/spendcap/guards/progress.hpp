@@ -1,5 +1,6 @@
 // The progress channel: the job appends JSON lines to $SPENDCAP_PROGRESS, e.g.
 //   {"step":1200,"total_steps":50000,"metric":{"val_acc":0.83},"units":40960,"egress_gb":0.5}
+// and, once the job knows it, its experiment tracker's run id: {"tracker":{"wandb":"1a2b3c4d"}}.
 // ProgressLines splits the bytes read so far into lines with a bounded buffer (a huge line is cut
 // and skipped, never loaded); parse_progress_line reads one; ProgressState keeps what the lines
 // said last. A bad line is counted and ignored, never fatal. Pure: no file, no clock (the reader in
@@ -26,9 +27,15 @@ struct ProgressLine {
   std::optional<std::int64_t> step, total_steps;
   std::optional<std::string> metric_name;  // the first key of "metric"
   std::optional<double> metric_value;
-  std::optional<double> units;      // items processed so far (samples, tokens, predictions)
-  std::optional<double> egress_gb;  // data sent out so far
+  std::optional<double> units;         // items processed so far (samples, tokens, predictions)
+  std::optional<double> egress_gb;     // data sent out so far
+  std::optional<std::string> tracker;  // "wandb:1a2b3c4d" (tracker_label), several joined by ","
 };
+
+// The experiment tracker's run id as spendcap records it: "mlflow:<id>", "wandb:<id>". nullopt
+// when the name is not 1-32 of [a-z0-9_-] or the id not 1-128 printable ASCII characters without
+// spaces or commas (an id is a key in reports, not a sentence).
+std::optional<std::string> tracker_label(std::string_view tracker, std::string_view id);
 
 // nullopt for a line that is not a JSON object with at least one known field of the right type
 // (steps and units are non-negative; a metric is {"name": number}).
@@ -56,6 +63,7 @@ struct ProgressState {
   std::optional<std::string> metric_name;
   std::optional<double> metric_value;
   std::optional<double> units, egress_gb;
+  std::optional<std::string> tracker;  // the last line's that named one
   std::int64_t good_lines = 0, bad_lines = 0;
   std::optional<TimePoint> last_line_at;  // when the last good line was read
   std::string last_line;                  // it, as the job wrote it (the reader sets it)

@@ -47,6 +47,12 @@ struct LoadedPolicy {
   std::optional<Policy> locked_policy;  // the locked policy alone, without the layers above it
 };
 
+// load_policy for the verbs that only read the ledger (`runs`): a project's ./spendcap.json that
+// is broken is warned about on stderr and skipped, so that history stays readable while it is
+// fixed; `run` and every verb that writes still refuse it. --policy, $SPENDCAP_POLICY and a
+// locked policy are never skipped.
+LoadedPolicy load_policy_for_reading(const PolicySearch& search, const PolicyLayer& flags);
+
 // Finds and layers the policy files, then `flags` (source "command line"). Throws PolicyError for
 // an invalid file and spendcap::Error for a layer that would loosen a locked policy (naming the
 // flag or file, the value and the locked value). With no file anywhere, the policy is the defaults.

@@ -100,6 +100,11 @@ struct Defaults {
   std::optional<int> gpus;
   std::optional<std::string> instance;
   std::optional<int> instances;
+  // A project's defaults for `spendcap run` (its ./spendcap.json), so that `spendcap run -- CMD`
+  // is enough there: flags and $SPENDCAP_TEAM... win over them (run/settings.hpp).
+  std::optional<std::string> team, experiment, project;
+  std::optional<Money> rate;    // USD per hour, as --rate (refused under a locked policy)
+  std::optional<Money> budget;  // as --budget
 };
 
 struct CrashLoopGuard {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "spendcap/guards/crash_loop.hpp"
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/notify/webhook_notifier.hpp"
 #include "spendcap/run/run_host.hpp"
@@ -26,6 +27,13 @@ RunStart make_run_start(const RunSettings& settings);
 
 // What the webhooks say about the run (notify/payload.hpp): its identity and what it costs.
 RunFacts run_facts(const RunSettings& settings, const Admission& admission);
+
+// The crash-loop guard's verdict on this command's recent runs (no verdict when it is off); the
+// history it read and whose failures counted, where asked. Reads the ledger only (--dry-run).
+CrashLoopVerdict crash_loop_verdict(const RunSettings& settings, const RunStart& start,
+                                    Ledger& ledger, bool retry_backoff,
+                                    CommandHistory* history_out = nullptr,
+                                    std::vector<std::string>* counted_out = nullptr);
 
 // The crash-loop guard, before admission: 0 to go on (after the back-off wait, with
 // --retry-backoff), else the exit status of the refusal (120), recorded as a refused row.

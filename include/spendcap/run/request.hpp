@@ -24,6 +24,7 @@ struct RunRequest {
   bool quiet = false;
   bool verbose = false;  // the start line in full, and which detectors the guards use
   bool title = false;
+  bool dry_run = false;  // print the terms and the admission verdict; start nothing (dry_run.hpp)
   std::vector<std::string> command;
   std::optional<std::string> spot_notice, spot_notice_url;  // aws|gcp|URL; the metadata base URL
   std::optional<std::string> log;          // --log FILE: spendcap's own lines go there

@@ -58,6 +58,9 @@ struct RunSettings {
   bool require_fit = false;                   // --require-fit
   bool retry_backoff = false;                 // --retry-backoff
   bool clear_crash_loop = false;              // --clear-crash-loop
+  // Where each term came from: "team" -> "--team", "SPENDCAP_TEAM" or "./spendcap.json"
+  // (run_defaults.hpp); what is absent is a built-in default. --dry-run prints them.
+  std::map<std::string, std::string> term_sources;
 };
 
 // The settings, with the run's identity complete (a new run id). Throws Error (125) naming the

@@ -29,6 +29,12 @@ std::string command_fingerprint(const std::string& team, const std::string& expe
 // k8s_namespace, k8s_node.
 std::map<std::string, std::string> scheduler_tags(const Environment& env);
 
+// The experiment tracker's run id the job will log to, from `env` at launch: MLFLOW_RUN_ID
+// ("mlflow:<id>"), WANDB_RUN_ID ("wandb:<id>"), NEPTUNE_CUSTOM_RUN_ID ("neptune:<id>"),
+// CLEARML_TASK_ID ("clearml:<id>"), COMET_EXPERIMENT_KEY ("comet:<id>"); several joined by ",".
+// nullopt when none is set (or none is a valid id: guards/progress.hpp's tracker_label).
+std::optional<std::string> tracker_from_environment(const Environment& env);
+
 // The number of GPUs the environment gives the job: CUDA_VISIBLE_DEVICES, else SLURM_GPUS_ON_NODE,
 // else SLURM_JOB_GPUS (a list). nullopt when none of them is set.
 std::optional<int> gpus_from_environment(const Environment& env);

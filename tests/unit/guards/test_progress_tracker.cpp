@@ -1,0 +1,32 @@
+// The progress channel's tracker field (issue 40, item 6): {"tracker": {"wandb": "ID"}}.
+#include <doctest/doctest.h>
+
+#include "spendcap/guards/progress.hpp"
+
+using namespace spendcap;
+
+TEST_CASE("progress: a tracker line names the tracker's run id") {
+  auto line = parse_progress_line(R"({"tracker":{"wandb":"1a2b3c"}})");
+  REQUIRE(line);
+  CHECK(line->tracker == "wandb:1a2b3c");
+  auto two = parse_progress_line(R"({"step":3,"tracker":{"mlflow":"m1","wandb":"w1"}})");
+  REQUIRE(two);
+  CHECK(two->tracker == "mlflow:m1,wandb:w1");
+  CHECK(two->step == 3);
+
+  ProgressState state;
+  state.apply(line, TimePoint{}, Money{});
+  state.apply(parse_progress_line(R"({"step":4})"), TimePoint{}, Money{});
+  CHECK(state.tracker == "wandb:1a2b3c");  // a line without one keeps the last
+}
+
+TEST_CASE("progress: a bad tracker makes the line bad") {
+  CHECK_FALSE(parse_progress_line(R"({"tracker":"wandb:1"})"));
+  CHECK_FALSE(parse_progress_line(R"({"tracker":{}})"));
+  CHECK_FALSE(parse_progress_line(R"({"tracker":{"wandb":7}})"));
+  CHECK_FALSE(parse_progress_line(R"({"tracker":{"W&B":"x"}})"));
+  CHECK_FALSE(parse_progress_line(R"({"step":1,"tracker":{"wandb":"has space"}})"));
+  CHECK_FALSE(parse_progress_line(R"({"tracker":{"wandb":"a,b"}})"));
+  CHECK_FALSE(tracker_label("wandb", std::string(129, 'x')));
+  CHECK(tracker_label("wandb", std::string(128, 'x')));
+}
