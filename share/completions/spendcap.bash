@@ -46,7 +46,7 @@ _spendcap() {
   local options
   case $subcommand in
     "") options="run policy budgets ps stop outbox notify ledger show runs estimate report accept help --help --version" ;;
-    run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus --instance --instances --pricing --billing --mode --checkpoint-signal --grace --kill-after --interval --sync --claim-horizon --isolation --stall-after --require-fit --retry-backoff --clear-crash-loop --status-file --metrics-dir --checkpoint-dir --checkpoint-max-gb --policy --ledger --webhook-env --webhook --quiet --verbose --title --spot-notice --spot-notice-url --log --exit-window --forward --estimate-steps --step-time --help --" ;;
+    run) options="--team --experiment --project --tag --job-key --run-id --rate --budget --gpu --gpus --instance --instances --pricing --billing --mode --checkpoint-signal --grace --kill-after --interval --sync --claim-horizon --isolation --stall-after --require-fit --retry-backoff --clear-crash-loop --dry-run --status-file --metrics-dir --checkpoint-dir --checkpoint-max-gb --policy --ledger --webhook-env --webhook --quiet --verbose --title --spot-notice --spot-notice-url --log --exit-window --forward --estimate-steps --step-time --help --" ;;
     policy) case $sub2 in
         check) options="--help"; [[ $cur != -* ]] && { mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0; } ;;
         keys) options="--help" ;;

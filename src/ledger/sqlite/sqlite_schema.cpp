@@ -269,19 +269,19 @@ const std::vector<std::string>& migrations() {
     // v20 (schema version 20; issue 30 item 4): nothing changes here (PostgreSQL's heartbeat
     // function takes the progress so far); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
-    // v21 (schema version 21; issue 38 item 7): nothing changes here (PostgreSQL's scope locks take a
-    // key users cannot compute); the number keeps both backends' versions equal.
+    // v21 (schema version 21; issue 38 item 7): nothing changes here (PostgreSQL's scope locks take
+    // a key users cannot compute); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
     // v22 (schema version 22; issue 40 item 3): spendcap's own exit status beside the command's
     // (exit_code): a budget trip exits 124 after a job that checkpointed and exited 0. NULL: a
-    // run before v21, or unfinished.
+    // run before v22, or unfinished.
     texts.push_back("ALTER TABLE runs ADD COLUMN spendcap_exit_code INTEGER;\n");
     return texts;
   }();
   return all;
 }
 
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 8;
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 9;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 

@@ -15,6 +15,7 @@
 #include "fakes/fake_clock.hpp"
 #include "fakes/fake_guard_link.hpp"
 #include "fakes/fake_process_tree.hpp"
+#include "spendcap/process/output_relay.hpp"
 #include "spendcap/run/run_host.hpp"
 
 namespace spendcap::testing {
