@@ -5,12 +5,13 @@
  *   floor LEDGER.db CGROUP_PARENT CMD [ARGS...]
  *
  * What it does, in order: opens LEDGER.db as a SQLite WAL ledger (synchronous=NORMAL, the WAL
- * kept and not checkpointed at close, as spendcap's) and commits an admission row (command, start time, a ceiling) before the job
- * exists; makes a fresh cgroup under CGROUP_PARENT (a writable cgroup v2 directory: root); forks
- * a guard, which clones the job straight into that cgroup and into a new PID namespace
- * (clone3 with CLONE_INTO_CGROUP | CLONE_NEWPID), the job then execs CMD; the guard waits for it
- * and exits with its status; the program waits for the guard, removes the cgroup and commits the
- * final row (end, status, spend). No options, no policy, no budgets, no threads.
+ * kept and not checkpointed at close, as spendcap's) and commits an admission row (command, start
+ * time, a ceiling) before the job exists; makes a fresh cgroup under CGROUP_PARENT (a writable
+ * cgroup v2 directory: root); forks a guard, which clones the job straight into that cgroup and
+ * into a new PID namespace (clone3 with CLONE_INTO_CGROUP | CLONE_NEWPID), the job then execs CMD;
+ * the guard waits for it and exits with its status; the program waits for the guard, removes the
+ * cgroup and commits the final row (end, status, spend). No options, no policy, no budgets, no
+ * threads.
  *
  * Written for this project from the description of ../shared/tools/floor.c (issue 41); it links
  * the SQLite spendcap links (spendcap_sqlite3), so the comparison is not one of two SQLite builds.
