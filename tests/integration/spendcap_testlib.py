@@ -262,6 +262,21 @@ def user_tool(argv, run=None, timeout=30):
     return result
 
 
+def add_home_users(test, parent, prefix, count):
+    """Creates COUNT ordinary users named PREFIX + a random suffix, each with its own group and a
+    home under PARENT, removed at TEST's cleanup; returns their names."""
+    names = []
+    for _ in range(count):
+        name = prefix + uuid.uuid4().hex[:12 - len(prefix)]
+        home = os.path.join(parent, name)
+        made = user_tool(["useradd", "--create-home", "--home-dir", home, "--user-group", name])
+        test.assertEqual(made.returncode, 0, made.stderr)
+        test.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
+        test.addCleanup(subprocess.run, ["groupdel", name], capture_output=True)
+        names.append(name)
+    return names
+
+
 def why_no_ordinary_user():
     """None where a test can create an ordinary user and run spendcap as it (root, useradd,
     setpriv); else why not."""

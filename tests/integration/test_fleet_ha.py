@@ -28,7 +28,7 @@ import time
 import unittest
 import uuid
 
-from spendcap_testlib import SPENDCAP, free_port, user_tool, wait_until
+from spendcap_testlib import SPENDCAP, add_home_users, free_port, wait_until
 from test_guide_install import (BOUNCER, MISSING, PG_BIN, Cluster, guide_blocks, substitute)
 from test_metrics import parse_exposition
 from test_postgres_netns import netns_unavailable
@@ -206,16 +206,7 @@ class TwoHostsOneLedgerTest(unittest.TestCase):
         self.passwords = {name: "pw-" + uuid.uuid4().hex for name in
                           ("OWNER-PASSWORD", "ALICE-PASSWORD", "BOB-PASSWORD", "AUTH-PASSWORD")}
         self.blocks = guide_blocks()
-        self.users = []
-        for _ in range(2):
-            name = "f38u" + uuid.uuid4().hex[:8]
-            home = os.path.join(self.tmp, name)
-            made = user_tool(["useradd", "--create-home", "--home-dir", home, "--user-group",
-                              name])
-            self.assertEqual(made.returncode, 0, made.stderr)
-            self.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
-            self.addCleanup(subprocess.run, ["groupdel", name], capture_output=True)
-            self.users.append(name)
+        self.users = add_home_users(self, self.tmp, "f38u", 2)
         self.root_home = os.path.join(self.tmp, "root-home")
         os.mkdir(self.root_home, 0o700)
         self.endpoint = Endpoint([200], host=DB)

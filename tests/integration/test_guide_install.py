@@ -25,9 +25,8 @@ import tempfile
 import time
 import unittest
 import urllib.parse
-import uuid
 
-from spendcap_testlib import REPO, SPENDCAP, free_port, user_tool, wait_until
+from spendcap_testlib import REPO, SPENDCAP, add_home_users, free_port, wait_until
 from test_shared_runner import INSTALL, WHY_NOT, hold_etc_overlay
 
 PG_BIN = os.environ.get("SPENDCAP_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
@@ -134,16 +133,7 @@ class GuideInstallTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.cluster = Cluster(self.tmp)
         self.addCleanup(self.cluster.stop)
-        self.users = []
-        for _ in range(2):
-            name = "sg" + uuid.uuid4().hex[:10]
-            home = os.path.join(self.tmp, name)
-            made = user_tool(["useradd", "--create-home", "--home-dir", home, "--user-group",
-                              name])
-            self.assertEqual(made.returncode, 0, made.stderr)
-            self.addCleanup(subprocess.run, ["userdel", name], capture_output=True)
-            self.addCleanup(subprocess.run, ["groupdel", name], capture_output=True)
-            self.users.append(name)
+        self.users = add_home_users(self, self.tmp, "sg", 2)
         self.root_home = os.path.join(self.tmp, "root-home")
         os.mkdir(self.root_home, 0o700)
         # /etc overlaid in a private mount namespace, held by one process.
