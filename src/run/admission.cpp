@@ -162,8 +162,10 @@ void tell_refused(RunHost& host, std::vector<WebhookTarget> webhooks, const RunF
   auto notifier = host.make_notifier(std::move(webhooks), facts, ledger, env, reporter);
   if (!notifier) return;
   notifier->start();
-  notifier->notify(RunEvent{"refused", reason, scope, "refused: " + refusal, std::nullopt,
-                            to_int(ExitCode::refused), true});
+  RunEvent refused{"refused", reason, scope, "refused: " + refusal};
+  refused.exit_code = to_int(ExitCode::refused);  // no command ran: it has no exit of its own
+  refused.ended = true;
+  notifier->notify(refused);
   finish_run_notifier(*notifier, ledger, facts, true, reporter);
 }
 

@@ -61,7 +61,7 @@ TEST_CASE("the payload carries the run's facts and leaves out what is not known"
   facts.budget = Money{2'000'000};
   facts.rate_per_hour = Money{36'000'000};
   facts.started_at = 1'700'000'000;
-  RunEvent event{"killed", "budget:run", "run", "", Money{1'500'000}, 124, true};
+  RunEvent event{"killed", "budget:run", "run", "", Money{1'500'000}, 124, 0, true};
   nlohmann::json p = event_payload(facts, event, "e-id", 1'700'000'060);
   CHECK(p["event"] == "killed");
   CHECK(p["event_id"] == "e-id");
@@ -343,7 +343,7 @@ TEST_CASE("Slack: user text escaped, in plain_text, mrkdwn off; a message a pers
   facts.command = {"python3", "<@U123>.py"};
   facts.tags = {{"k", "<!everyone>"}};
   facts.budget = Money{2'000'000};
-  RunEvent event{"killed", "budget:run", "run", "stopped <b>", Money{2'000'000}, 124, true};
+  RunEvent event{"killed", "budget:run", "run", "stopped <b>", Money{2'000'000}, 124, 0, true};
   nlohmann::json slack = slack_payload(event_payload(facts, event, "e", 1'700'000'100));
   std::string body = slack.dump();
   for (const char* raw : {"<!channel>", "<!here>", "<!everyone>", "<https://", "<@U123>", "p>q"}) {

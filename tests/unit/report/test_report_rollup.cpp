@@ -281,8 +281,10 @@ TEST_CASE("Rollups: a report from them equals a scan's, on SQLite (and after a r
   CHECK(report_text(ledger, options, true, &read) != report_text(ledger, options, false, &scanned));
 }
 
-// Schema v19's columns (the whole record of a run), dropped to go back to an older schema.
+// Schema v22's column (spendcap's own exit) and v19's (the whole record of a run), dropped to go
+// back to an older schema.
 constexpr const char* kUndoV19 =
+    "ALTER TABLE runs DROP COLUMN spendcap_exit_code; "
     "ALTER TABLE runs DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN run_budget_micros; "
     "ALTER TABLE runs DROP COLUMN budget_source; ALTER TABLE runs DROP COLUMN progress_step; "
     "ALTER TABLE runs DROP COLUMN progress_total_steps; ALTER TABLE runs DROP COLUMN "
@@ -359,7 +361,7 @@ std::string copy_run_sql(const std::string& from, const std::string& to) {
          "storage_peak_gb, storage_spend_micros, pricing, commitment_micros, cwd, "
          "run_budget_micros, budget_source, progress_step, progress_total_steps, progress_line, "
          "checkpoint_signal, checkpoint_signalled, checkpoint_signal_seconds, "
-         "checkpoint_written_seconds FROM runs "
+         "checkpoint_written_seconds, spendcap_exit_code FROM runs "
          "WHERE id = '" +
          from + "'";
 }

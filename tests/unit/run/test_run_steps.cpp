@@ -342,28 +342,29 @@ void progress_job(testing::FakeRunHost& host, int steps, int total) {
 
 }  // namespace
 
-// Moved from tests/integration/test_user_view_issue30.py (three runs of 7 s there, 4.5 s here); the
-// real-process case of --require-fit is test_guards.py's test_require_fit_stops_it.
+// Moved from tests/integration/test_user_view_issue30.py (three runs of 7 s there, about 6 s here);
+// the real-process case of --require-fit is test_guards.py's test_require_fit_stops_it.
 TEST_CASE("a run whose projection will not fit is warned about; --require-fit stops it") {
   RunFixture fixture;
   fixture.request.rate = "3600";  // $1 a second
   fixture.request.interval = "50ms";
   fixture.request.budget = "5";
-  // The pace is measured over at least a second (guards/progress.hpp kPaceMinSpan): 28 steps,
-  // 1.4 s. The negative control: 28 steps of 28 ($1.40) fit: no warning.
+  // The pace is measured over at least a second (guards/progress.hpp kPaceMinSpan), and the
+  // progress file is read from kWatchProgressAfter (1 s) on: 48 steps, 2.4 s. The negative
+  // control: 48 steps of 48 ($2.40) fit: no warning.
   testing::FakeRunHost fits(fixture.environment());
-  progress_job(fits, 28, 28);
+  progress_job(fits, 48, 48);
   CHECK(fixture.run(fits) == 0);
   CHECK(fixture.log().find("will not fit") == std::string::npos);
-  // 28 steps of 1000 at 20 a second: $50 to go under $5. Warned, and the run goes on.
+  // 48 steps of 1000 at 20 a second: $50 to go under $5. Warned, and the run goes on.
   testing::FakeRunHost warned(fixture.environment());
-  progress_job(warned, 28, 1000);
+  progress_job(warned, 48, 1000);
   CHECK(fixture.run(warned) == 0);
   CHECK(fixture.log().find("warning: the run will not fit its budget") != std::string::npos);
   // With --require-fit the same run is stopped as a runaway.
   fixture.request.require_fit = true;
   testing::FakeRunHost stopped(fixture.environment());
-  progress_job(stopped, 28, 1000);
+  progress_job(stopped, 48, 1000);
   CHECK(fixture.run(stopped) == 123);
   CHECK(fixture.status().find("\"reason\": \"runaway:will-not-fit\"") != std::string::npos);
 }
