@@ -15,8 +15,9 @@ from test_postgres_ledger import PG_URL, SKIP_REASON, ledger_url, psql
 # The job says it started, then sleeps until stopped.
 SLEEPER = "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(60)"
 
-# Each run burns $0.10/s: two of them cross 2% ($0.20) of the team's $10 in about a second and
-# 5% ($0.50) in about 2.5 s, and stop at 5 s, far below the budget and their own $2.
+# Each run burns $0.05/s: two of them cross 2% ($0.20) of the team's $10 in about 2 s and
+# 5% ($0.50) in about 5 s, and stop at 8 s, far below the budget and their own $2. At 1% a
+# second, a heartbeat (1 s) passes one threshold at a time unless it is 3 s late.
 TEAM_POLICY = {
     "defaults": {"grace": "0s", "kill_after": "1s", "sync": "1s", "warn_at": [0.02, 0.05]},
     "budgets": {"team": {"vision": {"amount": 10, "period": "month"}}},
@@ -37,8 +38,8 @@ class TeamThresholdsOnce:
             self.run_ok(["budgets", "apply", policy] + list(self.ledger_args))
         env = {"HOOK_URL": endpoint.url}
         # Each its own $2 budget (else the first would hold the whole team budget as its ceiling).
-        args = ["run", "--team", "vision", "--rate", "360", "--budget", "2"] + list(
-            self.ledger_args) + ["--", "sleep", "5"]
+        args = ["run", "--team", "vision", "--rate", "180", "--budget", "2"] + list(
+            self.ledger_args) + ["--", "sleep", "8"]
         runs = [self.start_spendcap(args, extra_env=env) for _ in range(2)]
         errors = []
         for run in runs:
@@ -49,11 +50,22 @@ class TeamThresholdsOnce:
         for err in errors:
             self.assertIn("of the team:vision budget (month) spent", err)
         # ... and the team's webhook hears of each threshold once.
+        # A reason gives the spend when the threshold was seen ("6% of the team:vision budget
+        # (month) spent" when a 1 s heartbeat went from 4% to 6%), so each warning is judged by
+        # the thresholds its figure has passed: no two warnings for the same ones, and the last
+        # has passed both. One heartbeat that passes both thresholds announces them in one.
         warnings = [e for e in endpoint.events() if e.get("scope") == "team:vision"]
-        reasons = sorted(e["reason"] for e in warnings)
-        self.assertEqual(len(warnings), 2, "\n".join(errors) + json.dumps(warnings, indent=1))
-        self.assertTrue(reasons[0].startswith("2% of the team:vision budget"), reasons)
-        self.assertTrue(reasons[1].startswith("5% of the team:vision budget"), reasons)
+        detail = "\n".join(errors) + json.dumps(warnings, indent=1)
+        suffix = "% of the team:vision budget (month) spent"
+        for event in warnings:
+            self.assertTrue(event["reason"].endswith(suffix), detail)
+        figures = sorted(float(e["reason"][:-len(suffix)]) for e in warnings)
+        passed = [sum(1 for t in (2, 5) if figure >= t) for figure in figures]
+        self.assertIn(len(warnings), (1, 2), detail)
+        self.assertEqual(len(set(passed)), len(passed), detail)  # no threshold announced twice
+        self.assertGreaterEqual(min(passed), 1, detail)
+        self.assertEqual(max(passed), 2, detail)
+        return warnings
 
 
 class SqliteTeamThresholdsTest(TeamThresholdsOnce, LedgerTest):
@@ -61,6 +73,12 @@ class SqliteTeamThresholdsTest(TeamThresholdsOnce, LedgerTest):
         self.two_runs_cross_the_team_thresholds()
         rows = self.runs()
         self.assertEqual(len(rows), 2)
+        import sqlite3
+        connection = sqlite3.connect("file:%s?mode=ro" % self.ledger_file(), uri=True)
+        self.addCleanup(connection.close)
+        percents = [row[0] for row in connection.execute(
+            "SELECT percent FROM budget_warnings WHERE scope_name = 'vision' ORDER BY percent")]
+        self.assertEqual(percents, [2, 5])  # the ledger claimed each threshold once
 
 
 @unittest.skipUnless(PG_URL, SKIP_REASON)
