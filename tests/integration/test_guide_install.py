@@ -125,14 +125,13 @@ with open(sys.argv[1], "w") as f:
 """
 
 
-@unittest.skipIf(MISSING, MISSING or "")
-class GuideInstallTest(unittest.TestCase):
+class GuideTest(unittest.TestCase):
+    """Two ordinary users with homes, /etc overlaid, and the guide's install paths."""
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="spendcap-guide-")
         os.chmod(self.tmp, 0o755)
         self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.cluster = Cluster(self.tmp)
-        self.addCleanup(self.cluster.stop)
         self.users = add_home_users(self, self.tmp, "sg", 2)
         self.root_home = os.path.join(self.tmp, "root-home")
         os.mkdir(self.root_home, 0o700)
@@ -140,26 +139,13 @@ class GuideInstallTest(unittest.TestCase):
         self.holder = hold_etc_overlay(self, self.tmp)
         self.bin = os.path.join(self.tmp, "bin", "spendcap")
         self.runner = os.path.join(self.tmp, "lib", "spendcap-runner")
-        self.passwords = {name: "pw-" + secrets.token_hex(12) for name in
-                          ("OWNER-PASSWORD", "ALICE-PASSWORD", "BOB-PASSWORD", "AUTH-PASSWORD")}
 
-    # ---- the documented substitutions, in one place ----
-
-    def substitutions(self, port):
-        """The guide's words -> this test's: the server the runners reach, the passwords, the two
-        users, and the install's paths (the test's directory, not /usr/local)."""
-        values = dict(self.passwords)
-        values.update({
-            "db.internal:5432": "127.0.0.1:%d" % port,
-            "db.internal/": "127.0.0.1:%d/" % port,
-            "alice": self.users[0],
-            "bob": self.users[1],
-            "scripts/install-shared-runner.sh": "sh %s --binary %s --bin %s --runner %s "
-                                                "--man-dir %s" %
-                                                (INSTALL, os.path.abspath(SPENDCAP), self.bin,
-                                                 self.runner, os.path.join(self.tmp, "man")),
-        })
-        return values
+    def install_command(self):
+        """The guide's `scripts/install-shared-runner.sh`, with the install's paths in the test's
+        directory, not /usr/local."""
+        return "sh %s --binary %s --bin %s --runner %s --man-dir %s" % (
+            INSTALL, os.path.abspath(SPENDCAP), self.bin, self.runner,
+            os.path.join(self.tmp, "man"))
 
     def inside(self, argv, user=None, env=None, input=None, timeout=90):
         command = ["nsenter", "-t", str(self.holder.pid), "-m", "--"]
@@ -173,8 +159,9 @@ class GuideInstallTest(unittest.TestCase):
                 "USER": user, "LOGNAME": user}
 
     def root_env(self):
-        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.root_home,
-                "USER": "root"}
+        # The installed front first, as /usr/local/bin is on a runner's PATH.
+        return {"PATH": os.path.dirname(self.bin) + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": self.root_home, "USER": "root"}
 
     def spendcap(self, user, args, timeout=90):
         return self.inside([self.bin] + list(args), user=user, env=self.user_env(user),
@@ -185,6 +172,93 @@ class GuideInstallTest(unittest.TestCase):
         result = self.inside(["sh", "-eu"], user=user, env=env, input=text, timeout=180)
         self.assertEqual(result.returncode, 0, "%s\n%s%s" % (text, result.stdout, result.stderr))
         return result
+
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class GuideSqliteInstallTest(GuideTest):
+    """The SQLite install of docs/guide/shared-runner.md, its `sqlite-policy` and `sqlite` blocks
+    run as written; then each user runs in a team, `ps`, `budgets`, `report`, and alice stops her
+    running run (123). Negative control: a guide whose install line names a policy that is not
+    there (`my-runner.json` misspelt) fails the install step here."""
+
+    def test_as_the_guide_says(self):
+        blocks = guide_blocks()
+        for name in ("sqlite-policy", "sqlite"):
+            self.assertIn(name, blocks, "the guide lost its install-test block " + name)
+        policy = os.path.join(self.tmp, "my-runner.json")
+        with open(policy, "w") as f:
+            f.write(blocks["sqlite-policy"])
+        ledger_dir = os.path.join(self.tmp, "var-lib-spendcap")
+        values = {"scripts/install-shared-runner.sh":
+                  self.install_command() + " --ledger-dir " + ledger_dir,
+                  "my-runner.json": policy}
+        installed = self.shell(substitute(blocks["sqlite"], values))
+        # `spendcap budgets` right after the install lists the policy's teams.
+        self.assertRegex(installed.stdout, r"(?m)^team:nlp\b.*\$100\.00", installed.stdout)
+        self.assertRegex(installed.stdout, r"(?m)^team:robotics\b.*\$50\.00", installed.stdout)
+        with open(os.path.join(self.tmp, "etc-upper", "spendcap", "policy.json")) as f:
+            locked = json.load(f)
+        self.assertEqual(locked["ledger"], "sqlite:" + os.path.join(ledger_dir, "ledger.db"))
+        alice, bob = self.users
+        for user, team in ((alice, "nlp"), (bob, "robotics")):
+            result = self.spendcap(user, ["run", "--team", team, "--", "true"])
+            self.assertEqual(result.returncode, 0, result.stderr)
+        front = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", alice,
+             "--regid", alice, "--init-groups", self.bin, "run", "--team", "nlp", "--", "sleep",
+             "120"], env=self.user_env(alice), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        self.addCleanup(front.kill)
+        running = []
+
+        def listed():
+            result = self.spendcap(alice, ["ps", "--json"])
+            self.assertEqual(result.returncode, 0, result.stderr)
+            running[:] = json.loads(result.stdout)
+            return bool(running) or front.poll() is not None
+        wait_until(listed, 60, what="alice's run in ps")
+        if front.poll() is not None:
+            self.fail("alice's run ended early: " + front.communicate()[1])
+        for user in (alice, bob):
+            for args in (["ps"], ["budgets"], ["report"]):
+                result = self.spendcap(user, args)
+                self.assertEqual(result.returncode, 0, "%s %s: %s" % (user, args, result.stderr))
+        result = self.spendcap(alice, ["stop", "--run", running[0]["id"][:8], "--reason",
+                                       "guide test"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        _, err = front.communicate(timeout=90)
+        self.assertEqual(front.returncode, 123, err)
+        report = self.spendcap(bob, ["runs", "--json"])
+        self.assertEqual(report.returncode, 0, report.stderr)
+        rows = json.loads(report.stdout)
+        self.assertEqual(sorted((r["user"], r["team"]) for r in rows),
+                         sorted([(alice, "nlp"), (alice, "nlp"), (bob, "robotics")]), rows)
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class GuideInstallTest(GuideTest):
+    def setUp(self):
+        super().setUp()
+        self.cluster = Cluster(self.tmp)
+        self.addCleanup(self.cluster.stop)
+        self.passwords = {name: "pw-" + secrets.token_hex(12) for name in
+                          ("OWNER-PASSWORD", "ALICE-PASSWORD", "BOB-PASSWORD", "AUTH-PASSWORD")}
+
+    # ---- the documented substitutions, in one place ----
+
+    def substitutions(self, port):
+        """The guide's words -> this test's: the server the runners reach, the passwords, the two
+        users, and the install's paths."""
+        values = dict(self.passwords)
+        values.update({
+            "db.internal:5432": "127.0.0.1:%d" % port,
+            "db.internal/": "127.0.0.1:%d/" % port,
+            "alice": self.users[0],
+            "bob": self.users[1],
+            "scripts/install-shared-runner.sh": self.install_command(),
+        })
+        return values
 
     # ---- the install, as the guides say ----
 
