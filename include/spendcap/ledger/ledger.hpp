@@ -448,8 +448,9 @@ class Ledger {
                                     const std::string& accepted_by) = 0;
   virtual std::vector<AcceptedResult> accepted_results() = 0;  // by run id
   // --- the crash-loop guard ---
-  // The runs of one command fingerprint started within the last `window_seconds`, oldest first,
-  // and the ledger's clock now (unix seconds), for guards/crash_loop.hpp.
+  // The runs of one command fingerprint started within the last `window_seconds` that can move the
+  // crash-loop verdict (each user's earlier successes left out: ledger_store.hpp's
+  // runs_of_fingerprint), oldest first, and the ledger's clock now (unix seconds).
   virtual CommandHistory command_history(const std::string& fingerprint, double window_seconds) = 0;
   // Records a run refused before admission (runaway:crash-loop): a refused row that holds nothing.
   virtual void record_refused(const RunStart& run, const std::string& reason) = 0;

@@ -161,7 +161,11 @@ class StoreTxn {
   virtual bool any_run_due(double now) = 0;
   // Every run (finished or not) with this job key.
   virtual std::vector<RunRecord> runs_of_job(const std::string& job_key) = 0;
-  // The runs of a command fingerprint started at or after `since` (unix seconds), oldest first.
+  // The runs of a command fingerprint started at or after `since` (unix seconds), oldest first,
+  // that can change the crash-loop guard's verdict: every run not succeeded, each user's latest
+  // success (by finished_at, else started_at) and every run with the crash_loop_cleared tag. An
+  // earlier success of the same user is left out: the count restarts at the latest, so it could
+  // not move it, and a command run every few seconds no longer reads its whole window.
   virtual std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint,
                                                      double since) = 0;
   // Unfinished runs of `scope` (team, experiment, project or user) that started in `days`.

@@ -68,10 +68,18 @@ std::vector<RunRecord> PostgresStore::Impl::runs_of_job(const std::string& job_k
 
 std::vector<RunRecord> PostgresStore::Impl::runs_of_fingerprint(const std::string& fingerprint,
                                                                 double since) {
-  return read_runs(exec(std::string("SELECT ") + kRunColumns +
-                            " FROM runs WHERE fingerprint = $1 AND started_at >= $2 "
-                            "ORDER BY started_at, id",
-                        {fingerprint, param(since)}));
+  // As SQLite's (sqlite_impl.hpp, SPENDCAP_CRASH_LOOP_IDS): superseded successes are not read.
+  return read_runs(
+      exec(std::string("SELECT ") + kRunColumns +
+               " FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, tags,"
+               " coalesce(finished_at, started_at) AS ended_at,"
+               " max(CASE WHEN status = 'succeeded' THEN coalesce(finished_at, started_at) END)"
+               " OVER (PARTITION BY user_name) AS latest_success"
+               " FROM runs WHERE fingerprint = $1 AND started_at >= $2) AS w"
+               " WHERE status <> 'succeeded' OR ended_at >= latest_success"
+               " OR strpos(tags, '\"crash_loop_cleared\"') > 0)"
+               " ORDER BY started_at, id",
+           {fingerprint, param(since)}));
 }
 
 // `spendcap runs`: an unset filter is NULL and matches every row.

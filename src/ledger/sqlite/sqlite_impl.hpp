@@ -49,6 +49,18 @@ std::string lock_holders(const FileIds& files);
   "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, pricing, "     \
   "commitment_micros, cwd, run_budget_micros, budget_source, spendcap_exit_code"
 
+// The ids runs_of_fingerprint reads (?1 the fingerprint, ?2 the window's start): the runs that are
+// not succeeded, each user's latest success (by its end) and any run carrying the crash-loop
+// guard's cleared tag. The tags are JSON text; a tag value holding the name keeps one row more, no
+// fewer.
+#define SPENDCAP_CRASH_LOOP_IDS                                                             \
+  "SELECT id FROM (SELECT id, status, tags, coalesce(finished_at, started_at) AS ended_at," \
+  " max(CASE WHEN status = 'succeeded' THEN coalesce(finished_at, started_at) END)"         \
+  " OVER (PARTITION BY user_name) AS latest_success"                                        \
+  " FROM runs WHERE fingerprint = ?1 AND started_at >= ?2)"                                 \
+  " WHERE status <> 'succeeded' OR ended_at >= latest_success"                              \
+  " OR instr(tags, '\"crash_loop_cleared\"') > 0"
+
 // Thrown inside a transaction when SQLite reports the file locked; the transaction is retried.
 struct Busy {};
 

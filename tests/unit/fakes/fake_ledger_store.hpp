@@ -226,8 +226,21 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
   std::vector<RunRecord> runs_of_fingerprint(const std::string& fingerprint,
                                              double since) override {
     std::vector<RunRecord> runs;
+    std::map<std::string, double> latest_success;  // per user, as the real stores
+    auto ended_at = [](const RunRecord& run) { return run.finished_at.value_or(run.started_at); };
     for (const auto& [id, run] : data().runs) {
-      if (run.fingerprint == fingerprint && run.started_at >= since) runs.push_back(run);
+      if (run.fingerprint != fingerprint || run.started_at < since) continue;
+      if (run.status != RunStatus::succeeded) continue;
+      auto [at, added] = latest_success.emplace(run.user, ended_at(run));
+      if (!added) at->second = std::max(at->second, ended_at(run));
+    }
+    for (const auto& [id, run] : data().runs) {
+      if (run.fingerprint != fingerprint || run.started_at < since) continue;
+      if (run.status == RunStatus::succeeded && ended_at(run) < latest_success[run.user] &&
+          run.tags.count("crash_loop_cleared") == 0) {
+        continue;
+      }
+      runs.push_back(run);
     }
     std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {
       return std::tie(a.started_at, a.id) < std::tie(b.started_at, b.id);

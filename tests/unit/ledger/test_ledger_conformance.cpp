@@ -6,6 +6,7 @@
 #include <ctime>
 #include <exception>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -1473,6 +1474,45 @@ TEST_CASE_TEMPLATE(
   CHECK_FALSE(w3->checkpoint);
   CHECK_FALSE(w3->last_progress);
   CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE(
+    "Ledger conformance: a command's history leaves out each user's earlier successes only",
+    Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 100, Period::month);
+  auto run = [&](const std::string& id, const std::string& user, std::optional<RunStatus> end,
+                 bool cleared = false) {
+    RunStart start = run_start(id, "vision", usd(1));
+    start.user = user;
+    start.fingerprint = "fp";
+    if (cleared) start.tags["crash_loop_cleared"] = "ann@testhost";
+    REQUIRE(t.ledger->begin_run(start).admitted);
+    if (end) t.ledger->finish_run(run_final(id, usd(0.01), *end));
+    t.clock.advance(1);
+  };
+  run("a-ok-1", "ann", RunStatus::succeeded);
+  run("a-fail-1", "ann", RunStatus::failed);
+  run("a-ok-cleared", "ann", RunStatus::succeeded, true);
+  run("b-ok-1", "bob", RunStatus::succeeded);
+  run("a-ok-2", "ann", RunStatus::succeeded);
+  run("a-fail-2", "ann", RunStatus::failed);
+  run("b-ok-2", "bob", RunStatus::succeeded);
+  run("b-running", "bob", std::nullopt);
+  RunStart other = run_start("other", "vision", usd(1));
+  other.fingerprint = "another command";
+  REQUIRE(t.ledger->begin_run(other).admitted);
+
+  std::vector<std::string> ids;
+  for (const RunView& view : t.ledger->command_history("fp", 3600).runs) ids.push_back(view.id);
+  // ann's first success and bob's first are superseded by their latest; the rest can move the
+  // verdict: failures, the cleared run, each user's latest success, a running run.
+  CHECK(ids == std::vector<std::string>{"a-fail-1", "a-ok-cleared", "a-ok-2", "a-fail-2", "b-ok-2",
+                                        "b-running"});
+  // The window still bounds it: from a-ok-2 on.
+  ids.clear();
+  for (const RunView& view : t.ledger->command_history("fp", 4.5).runs) ids.push_back(view.id);
+  CHECK(ids == std::vector<std::string>{"a-ok-2", "a-fail-2", "b-ok-2", "b-running"});
 }
 
 }  // namespace spendcap::testing
