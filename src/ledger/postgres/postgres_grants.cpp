@@ -171,6 +171,7 @@ DECLARE
     ELSE least(div(r.rate_micros_per_hour::numeric * (2 * r.sync_ms * 1000000)
                    + 3599999999999, 3600000000000), 9223372036854775807)::bigint END);
   other_runs bigint;
+  share bigint;
   scope_lim bigint;
   cut boolean;
   fair boolean := false;
@@ -197,9 +198,8 @@ BEGIN
       other_runs := spendcap_count_unfinished(s.kind, s.name, days.first_day, days.last_day)
                     - CASE WHEN holding THEN 1 ELSE 0 END;
       -- fair_share(free, other_runs): free / (other runs + 2), free = headroom - own ceiling.
-      IF want - own_ceiling > CASE WHEN headroom - own_ceiling <= 0 THEN 0
-             ELSE (headroom - own_ceiling) / (greatest(other_runs, 0) + 2) END
-         AND need < headroom THEN
+      share := greatest(headroom - own_ceiling, 0) / (greatest(other_runs, 0) + 2);
+      IF want - own_ceiling > share AND need < headroom THEN
         scope_lim := greatest(need, own_ceiling); cut := true;
       END IF;
     END IF;
