@@ -284,7 +284,7 @@ const std::vector<std::string>& migrations() {
   return all;
 }
 
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 9;
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 10;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 

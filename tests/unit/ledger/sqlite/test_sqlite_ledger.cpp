@@ -553,7 +553,8 @@ TEST_CASE("Ledger spool: once a row fails against the ledger, the rest wait for 
   TestClock clock(unix_time(2024, 1, 31, 12));
   std::string path = dir.file("ledger.db");
   SqliteLedger ledger(path, clock_options(clock), {milliseconds(200), std::nullopt});
-  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}}, true);
+  // $10: each $1 claim is within a fair share of the team (free / (other runs + 2)).
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, {}}}, true);
   for (const char* id : {"r1", "r2", "r3"}) {
     RunStart run = run_start(id, "vision", usd(1));
     run.host = SpoolReplayer::current().host;
