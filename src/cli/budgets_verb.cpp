@@ -48,6 +48,12 @@ bool changed_rules(const std::vector<BudgetRule>& before, const std::vector<Budg
 }
 }  // namespace
 
+// What running and lost runs hold beyond what they spent so far: their ceilings less their spend
+// (USED counts that), so that USED + HELD + AVAILABLE is the budget.
+static Money held_ahead(const BudgetView& view) {
+  return view.held - view.live;
+}
+
 // Spend above ceilings is never hidden: it is in `spent`, and named.
 static std::string used_text(const BudgetView& view, const std::string& currency) {
   std::string text = format_money(used(view), currency);
@@ -97,7 +103,8 @@ int budgets_command(const LedgerChoice& choice, bool json) {
            {"used", money_to_json(used(view))},
            {"available", money_to_json(view.remaining())},
            {"running", money_to_json(view.live)},
-           {"held", money_to_json(view.held)},
+           {"held", money_to_json(held_ahead(view))},
+           {"ceilings", money_to_json(view.held)},
            {"overrun", money_to_json(view.overrun)},
            {"remaining", money_to_json(view.remaining())},
            {"members", view.rule.member_groups}});
@@ -119,14 +126,15 @@ int budgets_command(const LedgerChoice& choice, bool json) {
     return 0;
   }
   // As sreport: USED is what was spent (running runs: so far); HELD is what running runs may
-  // still spend up to their ceilings; AVAILABLE is what new runs can be granted.
+  // still spend up to their ceilings; AVAILABLE is what new runs can be granted. USED + HELD +
+  // AVAILABLE = BUDGET.
   std::vector<std::vector<std::string>> rows = {
       {"SCOPE", "PERIOD", "SINCE", "BUDGET", "USED", "USED%", "HELD", "AVAILABLE", "MEMBERS"}};
   for (const BudgetView& view : views) {
     rows.push_back(
         {to_string(view.rule.scope), to_string(view.rule.period), utc_date(view.period_start),
          format_money(view.rule.amount, currency), used_text(view, currency), percent_used(view),
-         format_money(view.held, currency), format_money(view.remaining(), currency),
+         format_money(held_ahead(view), currency), format_money(view.remaining(), currency),
          view.rule.member_groups.empty() ? "anyone" : join(view.rule.member_groups, ",")});
   }
   print_table(rows);

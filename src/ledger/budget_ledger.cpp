@@ -110,9 +110,10 @@ void note_job_history(StoreTxn& txn, const RunRecord& run, Admission& admission)
   admission.job_spent_before = spent;
 }
 
-// Takes the run's scopes' locks, then reads what the grant depends on.
-GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money want, bool ignore_other_runs,
-                     const std::vector<BudgetRule>& caps) {
+// Takes the run's scopes' locks, then reads what the grant depends on. `spend`: what the run has
+// spent now (0 at admission; a heartbeat's report).
+GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money spend, Money want,
+                     bool ignore_other_runs, const std::vector<BudgetRule>& caps) {
   std::vector<Scope> scopes = named_scopes(run);
   std::vector<Scope> locked = scopes;
   std::sort(locked.begin(), locked.end());
@@ -127,12 +128,18 @@ GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money want, bool ignor
     if (auto rule = rule_in_force(txn.budget_rule(scope), scope, caps)) rules.push_back(*rule);
   }
   std::vector<ScopeHeadroom> headrooms;
+  // The fair share needs the other runs of a scope only when the run asks for more than it holds
+  // (a heartbeat that raises nothing counts nothing).
+  bool raising = want > own_ceiling && !ignore_other_runs;
   for (const BudgetRule& rule : rules) {
-    ScopeState state{rule, period_days(rule.period, run.day), {}, {}};
+    ScopeState state{rule, period_days(rule.period, run.day), {}, {}, {}};
     state.sums = txn.usage(rule.scope, state.days);
     Money others = state.sums.spent + state.sums.held - own_ceiling;
     state.headroom = rule.amount - (ignore_other_runs ? Money{} : others);
-    headrooms.push_back({rule.scope, state.headroom});
+    if (raising) {
+      state.other_runs = txn.count_unfinished(rule.scope, state.days) - (holding ? 1 : 0);
+    }
+    headrooms.push_back({rule.scope, state.headroom, state.other_runs});
     plan.scopes.push_back(state);
   }
   plan.run_budget = effective_run_budget(run.budget, rules);
@@ -141,8 +148,9 @@ GrantPlan plan_grant(StoreTxn& txn, const RunRecord& run, Money want, bool ignor
     plan.own = ScopeHeadroom{own_scope(run), *plan.run_budget.amount - plan.job_others};
     headrooms.push_back(*plan.own);
   }
+  Money need = std::min(want, near_term_need(spend, run.rate_per_hour, run.sync, run.reserve));
   plan.decision =
-      decide_grant(own_ceiling, holding ? run.allowed : Money{}, want, run.mode, headrooms);
+      decide_grant(own_ceiling, holding ? run.allowed : Money{}, want, run.mode, headrooms, need);
   return plan;
 }
 
@@ -150,7 +158,8 @@ std::vector<ScopeUse> scope_uses(const GrantPlan& plan, Money live_delta, Money 
   std::vector<ScopeUse> uses;
   for (const ScopeState& state : plan.scopes) {
     uses.push_back({state.rule.scope, state.rule.period, state.rule.amount,
-                    state.sums.spent + state.sums.live + live_delta, state.sums.held + held_delta});
+                    state.sums.spent + state.sums.live + live_delta, state.sums.held + held_delta,
+                    state.other_runs});
   }
   return uses;
 }
@@ -281,7 +290,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
     if (txn.find_run(start.id)) throw Error("run " + start.id, "is already in the ledger " + url());
     RunRecord run = new_record(start, now);
 
-    GrantPlan plan = plan_grant(txn, run, start.want, ignore_other_runs_, budget_caps_);
+    GrantPlan plan = plan_grant(txn, run, Money{}, start.want, ignore_other_runs_, budget_caps_);
     if (!plan.run_budget.amount && plan.scopes.empty()) {
       throw Error("run", kNoBudget, kNoBudgetHint);
     }
@@ -292,6 +301,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
     admission.lowered_by = plan.run_budget.lowered_by;
     admission.grant.allowed = plan.decision.allowed;
     admission.grant.binding = plan.decision.binding;
+    admission.grant.fair_share = plan.decision.fair_share;
 
     auto refuse = [&](std::string message, std::optional<Scope> scope, std::string reason) {
       admission.refusal = std::move(message);
@@ -355,6 +365,7 @@ Admission BudgetLedger::admission_from_server(const RunRecord& run, ServerGrant 
   admission.lowered_by = plan.run_budget.lowered_by;
   admission.grant.allowed = plan.decision.allowed;
   admission.grant.binding = plan.decision.binding;
+  admission.grant.fair_share = plan.decision.fair_share;
   auto unfinished = [&server](const ScopeState&) { return server.unfinished; };
   if (server.job_owner) {
     admission.refusal = job_taken_message(*server.job_owner, run);
@@ -402,6 +413,7 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
         return grant;
       }
       grant.binding = server->plan.decision.binding;
+      grant.fair_share = server->plan.decision.fair_share;
       grant.scopes = scope_uses(server->plan, server->live_delta, server->held_delta);
       return grant;
     }
@@ -410,7 +422,7 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
     double now = txn.now();
     reconcile(txn, now);
     RunRecord run = load_run_or_throw(txn, run_id, url());
-    GrantPlan plan = plan_grant(txn, run, want, ignore_other_runs_, budget_caps_);
+    GrantPlan plan = plan_grant(txn, run, spend, want, ignore_other_runs_, budget_caps_);
     Grant grant;
     grant.stop = txn.first_stop_order(stop_scopes(run));
     if (run.status != RunStatus::running) {  // final already: it holds nothing more
@@ -438,6 +450,7 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
     grant.ceiling = run.ceiling;
     grant.allowed = plan.decision.allowed;
     grant.binding = plan.decision.binding;
+    grant.fair_share = plan.decision.fair_share;
     grant.scopes = scope_uses(plan, live_delta, held_delta);
     return grant;
   });

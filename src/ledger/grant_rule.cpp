@@ -57,20 +57,44 @@ RunBudget effective_run_budget(std::optional<Money> budget, const std::vector<Bu
   return result;
 }
 
+Money near_term_need(Money spend, Money rate_per_hour, Nanos sync, Money reserve) {
+  return spend + cost_of_rounded_up(rate_per_hour, 2 * sync) + reserve;
+}
+
+Money fair_share(Money free, std::int64_t other_runs) {
+  if (free <= Money{}) return Money{};
+  return Money{free.micros / (std::max<std::int64_t>(other_runs, 0) + 2)};
+}
+
 GrantDecision decide_grant(Money old_ceiling, Money old_allowed, Money want, Mode mode,
-                           const std::vector<ScopeHeadroom>& headrooms) {
+                           const std::vector<ScopeHeadroom>& headrooms, Money need) {
   Money limit = want;
   std::optional<Scope> binding;
+  bool fair = false;
   for (const ScopeHeadroom& scope : headrooms) {
-    if (scope.headroom < limit) {
-      limit = scope.headroom;
+    Money scope_limit = scope.headroom;
+    bool cut = false;
+    if (scope.other_runs && want > old_ceiling) {
+      // headroom = free + the run's own ceiling (plan_grant excludes it from the held sum).
+      Money free = scope.headroom - old_ceiling;
+      if (want - old_ceiling > fair_share(free, *scope.other_runs) && need < scope.headroom) {
+        scope_limit = std::max(need, old_ceiling);
+        cut = true;
+      }
+    }
+    if (scope_limit < limit) {
+      limit = scope_limit;
       binding = scope.scope;
+      fair = cut;
     }
   }
   Money allowed = std::max(old_allowed, std::max(limit, Money{}));
-  if (allowed >= want) binding.reset();  // what it held already covers it: nothing limited it
-  if (mode == Mode::enforce) return {std::max(old_ceiling, allowed), allowed, binding};
-  return {std::max(old_ceiling, want), allowed, binding};
+  if (allowed >= want) {  // what it held already covers it: nothing limited it
+    binding.reset();
+    fair = false;
+  }
+  if (mode == Mode::enforce) return {std::max(old_ceiling, allowed), allowed, binding, fair};
+  return {std::max(old_ceiling, want), allowed, binding, fair};
 }
 
 }  // namespace spendcap

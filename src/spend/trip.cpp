@@ -12,6 +12,11 @@ Money claim_ahead(Money rate_per_hour, Nanos claim_horizon, Nanos sync, Money re
   return cost_of_rounded_up(rate_per_hour, std::max(claim_horizon, 2 * sync)) + reserve;
 }
 
+Nanos heartbeat_delay(Nanos sync, std::optional<Nanos> until_trip) {
+  if (!until_trip || *until_trip <= kAskBeforeTrip) return sync;
+  return std::min(sync, *until_trip - kAskBeforeTrip);
+}
+
 Money shutdown_reserve(Money rate_per_hour, const ShutdownTimes& times) {
   return cost_of_rounded_up(rate_per_hour, times.total());
 }

@@ -44,7 +44,14 @@ void HeartbeatPart::on_finish() {
 
 void HeartbeatPart::arm() {
   if (!ledger_) return;
-  timer_.expires_after(plan_.sync);
+  // A limited grant asks again just before the run would trip on it (heartbeat_delay): what a
+  // finished sibling released since the last heartbeat is then picked up in time.
+  std::optional<Nanos> until_trip;
+  if (binding_ && terms_.mode == Mode::enforce && !hooks_.tripped()) {
+    Nanos until = time_to_cost(terms_.rate_per_hour, ceiling_ - reserve_ - meter_.spend_at(now()));
+    if (until != Nanos::max()) until_trip = until;
+  }
+  timer_.expires_after(heartbeat_delay(plan_.sync, until_trip));
   timer_.async_wait([this](auto error) {
     if (error || finished_) return;
     heartbeat();
@@ -154,6 +161,7 @@ void HeartbeatPart::apply(const Grant& grant) {
   ceiling_ = grant.ceiling;
   allowed_ = grant.allowed;
   binding_ = grant.binding;
+  fair_share_ = grant.fair_share;
 }
 
 // A multi-node run stops as one: this node's own trip is placed as a stop order on the run (its

@@ -215,10 +215,10 @@ class Supervisor::Impl {
 
   void on_launched(TimePoint at) {
     meter_.launched(at);
-    reporter_.line(
-        start_line(plan_, StartFacts{plan_.label, plan_.isolation, plan_.ledger, plan_.on_trip,
-                                     reserve_, at, heartbeat_->ceiling(), heartbeat_->allowed(),
-                                     heartbeat_->binding(), plan_.grant.scopes}));
+    reporter_.line(start_line(
+        plan_, StartFacts{plan_.label, plan_.isolation, plan_.ledger, plan_.on_trip, reserve_, at,
+                          heartbeat_->ceiling(), heartbeat_->allowed(), heartbeat_->binding(),
+                          heartbeat_->fair_share(), plan_.grant.scopes}));
     arm_trip_timer();
     for (auto& part : parts_) part->on_launched(at);
     tell_guard();

@@ -56,8 +56,12 @@ class ConcurrentRunsTest(LedgerTest):
         self.assertGreater(len(refused), 0)
         for row in refused:
             self.assertIn("team:crowd", row["reason"])
+        # A claim ahead takes at most a fair share of the team (issue 40 item 4): more runs are
+        # admitted on their near-term need, and one that the team's releases keep going may
+        # reach its own $0.15 first.
         for row in stopped:
-            self.assertEqual(row["reason"], "budget:team:crowd")
+            self.assertIn(row["reason"], ("budget:team:crowd", "budget:run"))
+        self.assertIn("budget:team:crowd", [row["reason"] for row in stopped])
         self.assertEqual(sorted(codes), sorted([120] * len(refused) + [124] * len(stopped)))
         for n in range(16):
             status = self.read_json("status-%d.json" % n)
@@ -195,7 +199,10 @@ class LostRunTest(LedgerTest):
         lost = wait_until(lost_in_ps, 15, interval=0.2, what="ps to show the run lost")[0]
         self.assertAlmostEqual(lost["spend"], last_spend / MICROS, places=6)
         team = [b for b in self.spendcap_json(["budgets"]) if b["scope"] == "team:lost"][0]
-        self.assertAlmostEqual(team["held"], ceiling / MICROS, places=6)
+        # Its ceiling counts against the team; HELD is what it may still have spent beyond its
+        # last heartbeat's spend (USED counts that).
+        self.assertAlmostEqual(team["ceilings"], ceiling / MICROS, places=6)
+        self.assertAlmostEqual(team["held"], (ceiling - last_spend) / MICROS, places=6)
 
         # Once it could no longer be spending, it is charged exactly its ceiling.
         def reconciled():

@@ -239,14 +239,17 @@ class RolesTest(PostgresLedgerTest):
                         "SELECT %s.spendcap_plan_grant(r, 1, '[]', true) FROM %s.runs r" % (s, s),
                         "SELECT %s.spendcap_lock_scope('team', 'vision')" % s]:
                 self.assertIn("permission denied", self.refused(self.alice, sql), sql)
-            # Asking for $900 gets what the rule allows: the run budget, $0.40. (The spend: what
-            # 36/h allows by now plus a second: above anything her wrapper reported.)
+            # Asking for $900 gets what the rule allows: at most the run budget, $0.40, and here
+            # less: $900 is more than a fair share of the team beside bob's run, so the run holds
+            # its near-term need (issue 40 item 4, grant_rule.hpp). (The spend: what 36/h allows
+            # by now plus a second: above anything her wrapper reported.)
             most = ("(36 * %d * (extract(epoch FROM clock_timestamp()) - %r + 1) / 3600)::bigint"
                     % (MICROS, mine["started_at"]))
             answer = json.loads(psql(heartbeat(mine["id"], most, 900 * MICROS),
                                      user=self.alice).stdout)
             self.assertLessEqual(answer["ceiling"], 400000, answer)
-            self.assertEqual(answer["plan"]["binding_kind"], "run", answer)
+            self.assertEqual(answer["plan"]["binding_kind"], "team", answer)
+            self.assertTrue(answer["plan"]["fair_share"], answer)
             # An admission asking for $900 is held to the team's $1 less what the two hold.
             held = sum(r["ceiling_micros"] for r in self.pg_runs().values()
                        if r["status"] == "running")

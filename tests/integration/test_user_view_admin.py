@@ -169,7 +169,9 @@ class ReadLikeSlurmTest(LedgerTest):
             self.assertIn(column, header)
         (team,) = [b for b in self.spendcap_json(["budgets"]) if b["scope"] == "team:t1"]
         self.assertLess(team["used"], team["held"], "USED is what was spent, not what is held")
-        self.assertAlmostEqual(team["available"], 100 - team["spent"] - team["held"], places=4)
+        self.assertAlmostEqual(team["available"], 100 - team["spent"] - team["ceilings"], places=4)
+        # HELD is the ceilings less their spend so far: the columns sum to the budget.
+        self.assertAlmostEqual(team["used"] + team["held"] + team["available"], 100, places=4)
         # $1 a second: ps, read between heartbeats, is ahead of the last heartbeat.
         def ahead():
             (run,) = self.spendcap_json(["ps"])

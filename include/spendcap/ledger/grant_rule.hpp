@@ -45,20 +45,41 @@ RunBudget effective_run_budget(std::optional<Money> budget, const std::vector<Bu
 
 // How much one scope could still grant this run: its budget - what every other run spent or holds
 // in the period (the run's own ceiling excluded). May be negative after a budget was lowered.
+// `other_runs`: on a shared scope (team, experiment, project, user) that a raise is planned on, how
+// many other unfinished runs it has; nullopt on the run's own scope (run, job) and when the run
+// asks for no more than it holds (nothing to share then).
 struct ScopeHeadroom {
   Scope scope;
   Money headroom;
+  std::optional<std::int64_t> other_runs;
 };
 struct GrantDecision {
   Money ceiling;                 // what the run holds from now on
   Money allowed;                 // what enforce mode holds (== ceiling in enforce mode)
   std::optional<Scope> binding;  // the scope with the smallest headroom, when it limited `want`
+  // The binding scope is shared and the claim was more than a fair share of it: the run holds its
+  // near-term need instead, raised at each heartbeat (the scope still has more).
+  bool fair_share = false;
 };
-// The one grant rule (admission and raises). allowed = max(old allowed, min(want, every headroom)),
-// never below 0; enforce mode holds `allowed` (old_allowed == old_ceiling there). Warn mode holds
-// max(old ceiling, want), what it will really spend, and keeps `allowed` on its own track, so that
-// it learns when enforce mode would have stopped it.
+
+// What a run needs ahead to keep running until well past its next heartbeat: its spend, two
+// heartbeats (`sync`) of burn and its reserve (spend/trip.hpp's claim_ahead at no horizon).
+Money near_term_need(Money spend, Money rate_per_hour, Nanos sync, Money reserve);
+
+// The fair share of a shared scope's free amount (what no run holds) for a run that claims ahead:
+// the free amount divided among the scope's runs, this one, and one more to come (so that the
+// next run of a sweep started a moment later finds as much). Rounded down.
+Money fair_share(Money free, std::int64_t other_runs);
+
+// The one grant rule (admission and raises). allowed = max(old allowed, min(want, every limit)),
+// never below 0, where a scope's limit is its headroom, except on a shared scope whose fair share
+// is smaller than the raise asked for (want - old ceiling): there the limit is `need` (its spend,
+// two heartbeats of burn and its reserve: claim_ahead without the horizon), within the headroom.
+// A claim ahead thus never takes more than a fair share of a shared budget, and every run of a
+// sweep is admitted while the budget has its need. Enforce mode holds `allowed` (old_allowed ==
+// old_ceiling there). Warn mode holds max(old ceiling, want), what it will really spend, and
+// keeps `allowed` on its own track, so that it learns when enforce mode would have stopped it.
 GrantDecision decide_grant(Money old_ceiling, Money old_allowed, Money want, Mode mode,
-                           const std::vector<ScopeHeadroom>& headrooms);
+                           const std::vector<ScopeHeadroom>& headrooms, Money need = Money{});
 
 }  // namespace spendcap

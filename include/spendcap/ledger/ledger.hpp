@@ -135,6 +135,8 @@ struct ScopeUse {
   Money amount;  // the budget
   Money spent;   // finished runs' spend + unfinished runs' last reported spend
   Money held;    // ceilings of unfinished runs
+  // Other unfinished runs on the scope (a shared scope, when the grant was planned as a raise).
+  std::optional<std::int64_t> other_runs;
 };
 
 struct RunRecord;      // ledger_store.hpp
@@ -159,7 +161,10 @@ struct Grant {
   // What enforce mode would hold. Equal to ceiling in enforce mode; a warn-mode run holds what it
   // asks for (it is not stopped) and learns from `allowed` when it would have been.
   Money allowed;
-  std::optional<Scope> binding;   // the scope that limited `allowed` (none: granted in full)
+  std::optional<Scope> binding;  // the scope that limited `allowed` (none: granted in full)
+  // `binding` is shared and holds more: the run holds its near-term need, a fair share
+  // (GrantDecision::fair_share), raised at each heartbeat.
+  bool fair_share = false;
   std::vector<ScopeUse> scopes;   // every budgeted scope of the run
   std::optional<StopOrder> stop;  // an active stop order on one of the run's scopes
 };

@@ -104,6 +104,7 @@ struct ScopeState {
   DayRange days;
   Usage sums;
   Money headroom;
+  std::optional<std::int64_t> other_runs;  // ScopeHeadroom's: counted when a raise is planned
 };
 // The grant for a run asking for `want`, and the state of its budgeted scopes.
 struct GrantPlan {

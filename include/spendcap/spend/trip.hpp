@@ -36,6 +36,16 @@ Money shutdown_reserve(Money rate_per_hour, const ShutdownTimes& times);
 // outlasts the next heartbeat), plus its reserve.
 Money claim_ahead(Money rate_per_hour, Nanos claim_horizon, Nanos sync, Money reserve);
 
+// How long before its trip a run whose grant is limited asks the ledger once more: a sibling that
+// finished meanwhile may have released enough to go on. 1 s leaves the answer time to come back
+// before the trip (a late grant never cancels a trip); a local ledger answers in milliseconds.
+inline constexpr Nanos kAskBeforeTrip = std::chrono::seconds(1);
+
+// When the next heartbeat goes: after `sync`, or kAskBeforeTrip before the trip when that comes
+// sooner and the grant is limited (`until_trip`: how long until the run trips on what it holds;
+// nullopt when the grant was full or the run has tripped already).
+Nanos heartbeat_delay(Nanos sync, std::optional<Nanos> until_trip);
+
 // The moment spend + reserve reaches `ceiling`: the trip is computed, not found by polling.
 // nullopt when it never comes (rate 0). At or before `launched` when the ceiling is already short.
 std::optional<TimePoint> budget_trip_time(TimePoint launched, Money rate_per_hour, Money ceiling,

@@ -64,6 +64,7 @@ class HeartbeatPart final : public RunPart {
   Money ceiling() const { return ceiling_; }
   Money allowed() const { return allowed_; }
   const std::optional<Scope>& binding() const { return binding_; }
+  bool fair_share() const { return fair_share_; }
 
   // After a stop (job control), the grant is stale: ask at once rather than a sync later.
   void heartbeat_now();
@@ -102,6 +103,7 @@ class HeartbeatPart final : public RunPart {
   Hooks hooks_;
   Money ceiling_, allowed_;
   std::optional<Scope> binding_;
+  bool fair_share_ = false;
   bool in_flight_ = false;
   bool failing_ = false;
   bool finished_ = false;

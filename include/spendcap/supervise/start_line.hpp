@@ -21,9 +21,14 @@ struct StartFacts {
   TimePoint launched;
   Money ceiling, allowed;
   std::optional<Scope> binding;
+  bool fair_share = false;       // Grant::fair_share: binding holds more than the run claimed
   std::vector<ScopeUse> scopes;  // every budgeted scope of the run, from admission
 };
 
+// On a shared budget the trip counts the other runs: what they hold, and (with other runs on it)
+// no more than an equal part of what no run has spent yet, the fair share each run of a sweep
+// ends up with ("trips in ~15s at $0.15 (budget:experiment:sweep, a fair share with 2 other
+// runs)"); a run whose grant took all that was free "holds the rest".
 // "run 3f2a9c1e started: burn $3.60/h, budget $1.00; trips in 16m39s at $0.9990"; with
 // terms.verbose the whole of it: "run 3f2a9c1e started (team demo): burn $3.60/h, budget $1.00,
 // reserve ... (grace ...); its budget trips in ...; ceiling ...; isolation: ...; ledger ...".

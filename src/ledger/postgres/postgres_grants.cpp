@@ -135,9 +135,10 @@ END $$;
 
 -- plan_grant and decide_grant: takes the scopes' locks (unless `no_locks`: a heartbeat that asks
 -- for nothing more), reads what the grant depends on and returns the plan as JSON:
--- {"scopes": [{kind, name, amount, period, first, last, spent, held, live, headroom}],
---  "run_budget", "lowered_by_kind", "lowered_by_name", "own_kind", "own_name", "own_headroom",
---  "job_others", "ceiling", "allowed", "binding_kind", "binding_name"}.
+-- {"scopes": [{kind, name, amount, period, first, last, spent, held, live, headroom,
+--  other_runs}], "run_budget", "lowered_by_kind", "lowered_by_name", "own_kind", "own_name",
+--  "own_headroom", "job_others", "ceiling", "allowed", "binding_kind", "binding_name",
+--  "fair_share"}. r.spend_micros is the spend now (the heartbeat's report): near_term_need's.
 CREATE OR REPLACE FUNCTION spendcap_plan_grant(r runs, want bigint, caps json, no_locks boolean)
 RETURNS json
 LANGUAGE plpgsql AS $$
@@ -163,6 +164,17 @@ DECLARE
   binding_name text;
   allowed bigint;
   ceiling bigint;
+  -- The fair share (decide_grant): other runs are counted only for a raise.
+  raising boolean := want > own_ceiling;
+  need bigint := least(want, r.spend_micros + r.reserve_micros + CASE
+    WHEN r.rate_micros_per_hour <= 0 THEN 0
+    ELSE least(div(r.rate_micros_per_hour::numeric * (2 * r.sync_ms * 1000000)
+                   + 3599999999999, 3600000000000), 9223372036854775807)::bigint END);
+  other_runs bigint;
+  share bigint;
+  scope_lim bigint;
+  cut boolean;
+  fair boolean := false;
 BEGIN
   IF NOT no_locks THEN
     FOR s IN SELECT * FROM spendcap_named_scopes(r) LOOP
@@ -179,8 +191,20 @@ BEGIN
       FROM usage WHERE scope_kind = s.kind AND scope_name = s.name
         AND day BETWEEN days.first_day AND days.last_day;
     headroom := rule.amount - (sums.spent + sums.held - own_ceiling);
-    IF headroom < lim THEN
-      lim := headroom; binding_kind := s.kind; binding_name := s.name;
+    scope_lim := headroom;
+    cut := false;
+    other_runs := NULL;
+    IF raising THEN
+      other_runs := spendcap_count_unfinished(s.kind, s.name, days.first_day, days.last_day)
+                    - CASE WHEN holding THEN 1 ELSE 0 END;
+      -- fair_share(free, other_runs): free / (other runs + 2), free = headroom - own ceiling.
+      share := greatest(headroom - own_ceiling, 0) / (greatest(other_runs, 0) + 2);
+      IF want - own_ceiling > share AND need < headroom THEN
+        scope_lim := greatest(need, own_ceiling); cut := true;
+      END IF;
+    END IF;
+    IF scope_lim < lim THEN
+      lim := scope_lim; binding_kind := s.kind; binding_name := s.name; fair := cut;
     END IF;
     IF rule.max_run IS NOT NULL AND (run_budget IS NULL OR rule.max_run < run_budget) THEN
       run_budget := rule.max_run; lowered_kind := s.kind; lowered_name := s.name;
@@ -188,7 +212,7 @@ BEGIN
     scopes := scopes || json_build_object('kind', s.kind, 'name', s.name,
       'amount', rule.amount, 'period', rule.period, 'first', days.first_day,
       'last', days.last_day, 'spent', sums.spent, 'held', sums.held, 'live', sums.live,
-      'headroom', headroom);
+      'headroom', headroom, 'other_runs', other_runs);
   END LOOP;
   IF run_budget IS NOT NULL THEN
     IF COALESCE(r.job_key, '') <> '' THEN
@@ -201,18 +225,18 @@ BEGIN
     END IF;
     own_headroom := run_budget - job_others;
     IF own_headroom < lim THEN
-      lim := own_headroom; binding_kind := own_kind; binding_name := own_name;
+      lim := own_headroom; binding_kind := own_kind; binding_name := own_name; fair := false;
     END IF;
   END IF;
   allowed := greatest(old_allowed, greatest(lim, 0));
-  IF allowed >= want THEN binding_kind := NULL; binding_name := NULL; END IF;
+  IF allowed >= want THEN binding_kind := NULL; binding_name := NULL; fair := false; END IF;
   ceiling := CASE WHEN r.mode = 'enforce' THEN greatest(own_ceiling, allowed)
                   ELSE greatest(own_ceiling, want) END;
   RETURN json_build_object('scopes', array_to_json(scopes), 'run_budget', run_budget,
     'lowered_by_kind', lowered_kind, 'lowered_by_name', lowered_name, 'own_kind', own_kind,
     'own_name', own_name, 'own_headroom', own_headroom, 'job_others', job_others,
     'ceiling', ceiling, 'allowed', allowed, 'binding_kind', binding_kind,
-    'binding_name', binding_name);
+    'binding_name', binding_name, 'fair_share', fair);
 END $$;
 
 -- The oldest active stop order on any scope of the run (stop_scopes), as JSON, or NULL.
@@ -393,6 +417,8 @@ BEGIN
       USING ERRCODE = 'insufficient_privilege';
   END IF;
   raise_needed := o.status <> 'running' OR want > o.allowed_micros OR want > o.ceiling_micros;
+  -- The plan's near-term need counts the spend reported now (o is not written back whole).
+  o.spend_micros := spend;
   plan := spendcap_plan_grant(o, want, caps, NOT raise_needed);
   stop := spendcap_first_stop_order(o);
   IF o.status <> 'running' THEN
@@ -506,6 +532,9 @@ GrantPlan plan_of(const nlohmann::json& p) {
     state.days = {s.at("first").get<std::int64_t>(), s.at("last").get<std::int64_t>()};
     state.sums = {micros_of(s.at("spent")), micros_of(s.at("held")), micros_of(s.at("live"))};
     state.headroom = micros_of(s.at("headroom"));
+    if (s.contains("other_runs") && !s.at("other_runs").is_null()) {
+      state.other_runs = s.at("other_runs").get<std::int64_t>();
+    }
     plan.scopes.push_back(std::move(state));
   }
   if (!p.at("run_budget").is_null()) plan.run_budget.amount = micros_of(p.at("run_budget"));
@@ -517,6 +546,7 @@ GrantPlan plan_of(const nlohmann::json& p) {
   plan.decision.ceiling = micros_of(p.at("ceiling"));
   plan.decision.allowed = micros_of(p.at("allowed"));
   plan.decision.binding = scope_of(p.at("binding_kind"), p.at("binding_name"));
+  plan.decision.fair_share = p.value("fair_share", false);
   return plan;
 }
 

@@ -251,6 +251,10 @@ INSERT INTO scope_lock_salt (salt) VALUES (gen_random_uuid()::text || gen_random
     // the command's (exit_code). spendcap_finish and spendcap_update_run write it with the other
     // mutable columns (kMutableRunColumns).
     "ALTER TABLE runs ADD COLUMN spendcap_exit_code INTEGER;\n",
+    // v23 (the 22nd entry; issue 40 item 4): nothing changes in the tables; routines() replaces
+    // spendcap_plan_grant by one with the fair share of a shared budget (decide_grant) and
+    // spendcap_heartbeat by one that plans with the spend it reports.
+    "SELECT 1;\n",
 };
 
 const char* const kRunColumns =

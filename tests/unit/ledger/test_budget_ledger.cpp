@@ -35,11 +35,11 @@ TEST_CASE("BudgetLedger: admission refused names the binding scope and holds not
   FakeLedger t;
   t.budget(kVision, 10);
   t.budget(kSweep, 1);
-  RunStart first = run_start("r1", "vision", usd(0.99));
+  RunStart first = claim_start("r1", "vision", usd(0.99));
   first.experiment = "sweep";
   REQUIRE(t.ledger.begin_run(first).admitted);
 
-  RunStart second = run_start("r2", "vision", usd(1));
+  RunStart second = claim_start("r2", "vision", usd(1));
   second.experiment = "sweep";
   Admission refused = t.ledger.begin_run(second);
   CHECK_FALSE(refused.admitted);
@@ -61,8 +61,8 @@ TEST_CASE("BudgetLedger: admission refused names the binding scope and holds not
 TEST_CASE("BudgetLedger: a heartbeat's raise is capped by the headroom, and moves only deltas") {
   FakeLedger t;
   t.budget(kVision, 2);
-  REQUIRE(t.ledger.begin_run(run_start("r1", "vision", usd(0.5))).admitted);
-  REQUIRE(t.ledger.begin_run(run_start("r2", "vision", usd(1.2))).admitted);
+  REQUIRE(t.ledger.begin_run(claim_start("r1", "vision", usd(0.5))).admitted);
+  REQUIRE(t.ledger.begin_run(claim_start("r2", "vision", usd(1.2))).admitted);
 
   t.clock.advance(5);
   Grant grant = t.ledger.heartbeat("r1", usd(0.25), usd(5));
@@ -80,8 +80,9 @@ TEST_CASE("BudgetLedger: a heartbeat's raise is capped by the headroom, and move
   const RunRecord& row = t.data().runs.at("r1");
   CHECK(row.ceiling == usd(0.8));
   CHECK(row.heartbeat_at == t.clock.now());
-  // $0.55 left at $3.60/h lasts 550 s, then 10 s of shutdown.
-  CHECK(row.reconcile_at == doctest::Approx(t.clock.now() + 550 + 10));
+  // $0.55 left at $3.60/h lasts 550 s, then 10 s of shutdown; claim_start's 2 h sync is stale
+  // only after 6 h, which is later.
+  CHECK(row.reconcile_at == doctest::Approx(t.clock.now() + 6 * 3600));
   CHECK(FakeLedgerStore::inconsistencies(t.data()).empty());
 }
 

@@ -170,14 +170,14 @@ TEST_CASE_TEMPLATE("Ledger conformance: a partial grant names the scope that bou
   t.set_budget(ScopeKind::team, "vision", 10, Period::month);
   t.set_budget(ScopeKind::experiment, "sweep", 0.5, Period::total);
 
-  CHECK(t.ledger->begin_run(run_start("r1", "vision", usd(9.5))).grant.ceiling == usd(9.5));
-  Admission team_bound = t.ledger->begin_run(run_start("r2", "vision", usd(1)));
+  CHECK(t.ledger->begin_run(claim_start("r1", "vision", usd(9.5))).grant.ceiling == usd(9.5));
+  Admission team_bound = t.ledger->begin_run(claim_start("r2", "vision", usd(1)));
   CHECK(team_bound.admitted);
   CHECK(team_bound.grant.ceiling == usd(0.5));
   CHECK(team_bound.grant.binding == kVision);
 
   t.ledger->finish_run(run_final("r1", usd(2)));  // frees 7.5 of the team's budget
-  RunStart sweep = run_start("r3", "vision", usd(1));
+  RunStart sweep = claim_start("r3", "vision", usd(1));
   sweep.experiment = "sweep";
   Admission experiment_bound = t.ledger->begin_run(sweep);
   CHECK(experiment_bound.grant.ceiling == usd(0.5));
@@ -337,7 +337,7 @@ TEST_CASE_TEMPLATE(
   LedgerFixture t(Backend::make());
   t.set_budget(ScopeKind::team, "vision", 1, Period::month);
   auto warn_run = [](const std::string& id, double want) {
-    RunStart run = run_start(id, "vision", usd(want));
+    RunStart run = claim_start(id, "vision", usd(want));
     run.mode = Mode::warn;
     return run;
   };
@@ -350,7 +350,7 @@ TEST_CASE_TEMPLATE(
   CHECK(over.grant.binding == kVision);
 
   // The warn run's real hold counts: an enforce run finds nothing left.
-  Admission enforced = t.ledger->begin_run(run_start("e1", "vision", usd(0.5)));
+  Admission enforced = t.ledger->begin_run(claim_start("e1", "vision", usd(0.5)));
   CHECK_FALSE(enforced.admitted);
   CHECK(enforced.refusal.starts_with("team:vision budget $1.00 (month) has $0.0000 left"));
 
@@ -387,7 +387,7 @@ TEST_CASE_TEMPLATE("Ledger conformance: heartbeats raise the ceiling and never l
                    LEDGER_BACKENDS) {
   LedgerFixture t(Backend::make());
   t.set_budget(ScopeKind::team, "vision", 10, Period::month);
-  t.ledger->begin_run(run_start("r1", "vision", usd(1)));
+  t.ledger->begin_run(claim_start("r1", "vision", usd(1)));
 
   t.clock.advance(5);
   Grant raised = t.ledger->heartbeat("r1", usd(0.4), usd(2));
@@ -408,7 +408,7 @@ TEST_CASE_TEMPLATE("Ledger conformance: heartbeats raise the ceiling and never l
   CHECK(view.held == usd(2));
   CHECK(view.spent == Money{});
 
-  t.ledger->begin_run(run_start("r2", "vision", usd(7)));
+  t.ledger->begin_run(claim_start("r2", "vision", usd(7)));
   Grant bound = t.ledger->heartbeat("r1", usd(0.6), usd(5));
   CHECK(bound.ceiling == usd(3));
   CHECK(bound.binding == kVision);
@@ -458,11 +458,11 @@ TEST_CASE_TEMPLATE("Ledger conformance: a run belongs to the period it started i
   SUBCASE("day") {
     t.set_budget(ScopeKind::team, "vision", 1, Period::day);
     t.clock.set(unix_time(2024, 1, 31, 23, 59, 50));
-    t.ledger->begin_run(run_start("yesterday", "vision", usd(0.9)));
+    t.ledger->begin_run(claim_start("yesterday", "vision", usd(0.9)));
     t.clock.set(unix_time(2024, 2, 1));
     t.ledger->heartbeat("yesterday", usd(0.01), usd(0.9));  // still running
     t.clock.set(unix_time(2024, 2, 1, 0, 0, 5));
-    CHECK(t.ledger->begin_run(run_start("today", "vision", usd(1))).grant.ceiling == usd(1));
+    CHECK(t.ledger->begin_run(claim_start("today", "vision", usd(1))).grant.ceiling == usd(1));
     BudgetView view = view_of(*t.ledger, kVision);
     CHECK(view.period_start == unix_time(2024, 2, 1));
     CHECK(view.held == usd(1));
@@ -473,13 +473,13 @@ TEST_CASE_TEMPLATE("Ledger conformance: a run belongs to the period it started i
   SUBCASE("calendar month") {
     t.set_budget(ScopeKind::team, "vision", 1, Period::month);
     t.clock.set(unix_time(2024, 1, 31, 23, 59, 0));
-    t.ledger->begin_run(run_start("r1", "vision", usd(0.9)));
+    t.ledger->begin_run(claim_start("r1", "vision", usd(0.9)));
     t.clock.set(unix_time(2024, 1, 31, 23, 59, 30));
     t.ledger->finish_run(run_final("r1", usd(0.9)));
     t.clock.set(unix_time(2024, 1, 31, 23, 59, 50));
-    CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
+    CHECK(t.ledger->begin_run(claim_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
     t.clock.set(unix_time(2024, 2, 1, 0, 0, 10));
-    CHECK(t.ledger->begin_run(run_start("r3", "vision", usd(1))).grant.ceiling == usd(1));
+    CHECK(t.ledger->begin_run(claim_start("r3", "vision", usd(1))).grant.ceiling == usd(1));
     BudgetView view = view_of(*t.ledger, kVision);
     CHECK(view.period_start == unix_time(2024, 2, 1));
     CHECK(view.spent == Money{});
@@ -489,22 +489,22 @@ TEST_CASE_TEMPLATE("Ledger conformance: a run belongs to the period it started i
   SUBCASE("ISO week, from Monday") {
     t.set_budget(ScopeKind::team, "vision", 1, Period::week);
     t.clock.set(unix_time(2024, 1, 29, 0, 0, 1));  // Monday
-    t.ledger->begin_run(run_start("monday", "vision", usd(0.5)));
+    t.ledger->begin_run(claim_start("monday", "vision", usd(0.5)));
     t.ledger->finish_run(run_final("monday", usd(0.5)));
     t.clock.set(unix_time(2024, 2, 4, 23, 59, 0));  // Sunday, same week
-    CHECK(t.ledger->begin_run(run_start("sunday", "vision", usd(1))).grant.ceiling == usd(0.5));
+    CHECK(t.ledger->begin_run(claim_start("sunday", "vision", usd(1))).grant.ceiling == usd(0.5));
     t.ledger->finish_run(run_final("sunday", usd(0.5)));
     t.clock.set(unix_time(2024, 2, 5, 0, 0, 1));  // the next Monday
-    CHECK(t.ledger->begin_run(run_start("next", "vision", usd(1))).grant.ceiling == usd(1));
+    CHECK(t.ledger->begin_run(claim_start("next", "vision", usd(1))).grant.ceiling == usd(1));
     CHECK(view_of(*t.ledger, kVision).period_start == unix_time(2024, 2, 5));
   }
 
   SUBCASE("total") {
     t.set_budget(ScopeKind::team, "vision", 1, Period::total);
-    t.ledger->begin_run(run_start("r1", "vision", usd(0.9)));
+    t.ledger->begin_run(claim_start("r1", "vision", usd(0.9)));
     t.ledger->finish_run(run_final("r1", usd(0.9)));
     t.clock.set(unix_time(2025, 6, 1));
-    CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
+    CHECK(t.ledger->begin_run(claim_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
     CHECK(view_of(*t.ledger, kVision).period_start == 0);
   }
   CHECK(t.inconsistencies().empty());
@@ -514,7 +514,11 @@ TEST_CASE_TEMPLATE("Ledger conformance: a stale heartbeat makes a run lost; it k
                    Backend, LEDGER_BACKENDS) {
   LedgerFixture t(Backend::make());
   t.set_budget(ScopeKind::team, "vision", 1, Period::month);
-  t.ledger->begin_run(run_start("r1", "vision", usd(0.9)));  // sync 5 s: stale after 15 s
+  // sync 5 s: stale after 15 s. Its reserve ($0.89) makes its near-term need cover its claim
+  // (the fair share of the team would cut it: grant_rule.hpp).
+  RunStart r1 = run_start("r1", "vision", usd(0.9));
+  r1.reserve = usd(0.89);
+  t.ledger->begin_run(r1);
 
   t.clock.advance(15);
   CHECK(active_run(*t.ledger, "r1")->status == RunStatus::running);
@@ -525,7 +529,7 @@ TEST_CASE_TEMPLATE("Ledger conformance: a stale heartbeat makes a run lost; it k
   CHECK_FALSE(lost->reconciled);
   CHECK(t.ledger->find_run("r1")->status == RunStatus::lost);
 
-  CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
+  CHECK(t.ledger->begin_run(claim_start("r2", "vision", usd(1))).grant.ceiling == usd(0.1));
 
   t.ledger->heartbeat("r1", usd(0.1), usd(0.9));  // it was only slow
   CHECK(active_run(*t.ledger, "r1")->status == RunStatus::running);
@@ -587,10 +591,12 @@ TEST_CASE_TEMPLATE("Ledger conformance: every transaction reconciles first", Bac
                    LEDGER_BACKENDS) {
   LedgerFixture t(Backend::make());
   t.set_budget(ScopeKind::team, "vision", 1, Period::month);
-  t.ledger->begin_run(run_start("r1", "vision", usd(0.5)));
+  RunStart r1 = run_start("r1", "vision", usd(0.5));
+  r1.reserve = usd(0.49);  // its near-term need covers its claim: no fair-share cut
+  t.ledger->begin_run(r1);
   t.clock.advance(15 + 500 + 10);  // $0.50 at $3.60/h lasts 500 s
   // The admission itself charges r1 before it looks at the budget.
-  CHECK(t.ledger->begin_run(run_start("r2", "vision", usd(1))).grant.ceiling == usd(0.5));
+  CHECK(t.ledger->begin_run(claim_start("r2", "vision", usd(1))).grant.ceiling == usd(0.5));
   CHECK(t.ledger->find_run("r1")->reconciled);
   CHECK(t.inconsistencies().empty());
 }
@@ -675,11 +681,11 @@ TEST_CASE_TEMPLATE("Ledger conformance: budgets are applied, replaced and remove
 
   // A new amount binds new grants only.
   t.set_budget(ScopeKind::team, "vision", 10, Period::month);
-  t.ledger->begin_run(run_start("r1", "vision", usd(8)));
+  t.ledger->begin_run(claim_start("r1", "vision", usd(8)));
   t.set_budget(ScopeKind::team, "vision", 5, Period::month);
   CHECK(t.ledger->find_run("r1")->ceiling == usd(8));
   CHECK(t.ledger->heartbeat("r1", usd(1), usd(9)).ceiling == usd(8));
-  CHECK_FALSE(t.ledger->begin_run(run_start("r2", "vision", usd(1))).admitted);
+  CHECK_FALSE(t.ledger->begin_run(claim_start("r2", "vision", usd(1))).admitted);
   CHECK(t.inconsistencies().empty());
 }
 

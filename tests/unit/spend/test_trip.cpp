@@ -87,3 +87,14 @@ TEST_CASE("exit codes of trips and of the command") {
   CHECK(command_exit_status(3 << 8) == 3);  // exited 3
   CHECK(command_exit_status(9) == 137);     // killed by SIGKILL
 }
+
+TEST_CASE("a limited grant asks again a second before its trip, else at the sync interval") {
+  const Nanos sync = seconds(5);
+  CHECK(heartbeat_delay(sync, std::nullopt) == sync);      // granted in full, or tripped
+  CHECK(heartbeat_delay(sync, seconds(30)) == sync);       // the trip is far: the usual heartbeat
+  CHECK(heartbeat_delay(sync, seconds(3)) == seconds(2));  // kAskBeforeTrip before it
+  CHECK(heartbeat_delay(sync, milliseconds(1500)) == milliseconds(500));
+  // Within the last second the trip comes first: no burst of heartbeats.
+  CHECK(heartbeat_delay(sync, milliseconds(900)) == sync);
+  CHECK(heartbeat_delay(sync, Nanos{}) == sync);
+}

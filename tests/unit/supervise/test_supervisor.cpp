@@ -610,6 +610,29 @@ TEST_CASE("start line: what trips the run first, and when") {
   CHECK(shared_brief.size() <= 100);
   terms.verbose = true;
 
+  // A fair share of a shared budget: the trip counts the other runs (an equal part of what no
+  // run spent, $0.0300 of $0.0600 with 1 other run), "~" as it depends on them.
+  team.amount = Money{60'000};
+  team.other_runs = 1;
+  facts.scopes = {team};
+  facts.binding = team.scope;
+  facts.fair_share = true;
+  std::string fair = start_line(terms, facts);
+  CHECK(fair.find("trips in ~") != std::string::npos);
+  CHECK(fair.find("(budget:team:vision: a fair share of its $0.0600 left with 1 other run; holds "
+                  "$0.1000 so far, raised at each heartbeat)") != std::string::npos);
+  terms.verbose = false;
+  CHECK(start_line(terms, facts).find("(budget:team:vision, a fair share with 1 other run)") !=
+        std::string::npos);
+  // The grant took all that was free: it holds the rest.
+  facts.fair_share = false;
+  CHECK(start_line(terms, facts).find("(budget:team:vision: holds the rest)") != std::string::npos);
+  terms.verbose = true;
+  facts.binding.reset();
+  team.amount = Money{50'000};
+  team.other_runs.reset();
+  facts.scopes = {team};
+
   terms.mode = Mode::warn;
   facts.isolation = "pid namespace";
   std::string warn = start_line(terms, facts);

@@ -95,6 +95,46 @@ TEST_CASE("Ledger math: the grant decision") {
   SUBCASE("asking for less than it holds is not bound") {
     CHECK_FALSE(decide_grant(usd(2), usd(2), usd(1), Mode::enforce, {{team, usd(0.5)}}).binding);
   }
+  SUBCASE("on a shared scope a claim ahead takes at most a fair share, else its need") {
+    const Scope experiment{ScopeKind::experiment, "sweep"};
+    // Alone on $0.50: a $3.04 claim is more than the fair share free / (0 + 2) = $0.25, so the
+    // run holds its need ($0.14): the next runs of the sweep find room.
+    GrantDecision first =
+        decide_grant(none, none, usd(3.04), Mode::enforce, {{experiment, usd(0.50), 0}}, usd(0.14));
+    CHECK(first.ceiling == usd(0.14));
+    CHECK(first.binding == experiment);
+    CHECK(first.fair_share);
+    // The third run: $0.22 free, 2 others: $0.055 fair; it holds its need.
+    GrantDecision third =
+        decide_grant(none, none, usd(3.04), Mode::enforce, {{experiment, usd(0.22), 2}}, usd(0.14));
+    CHECK(third.ceiling == usd(0.14));
+    // Less free than its need: it holds the rest, which is not a fair-share cut.
+    GrantDecision rest =
+        decide_grant(none, none, usd(3.04), Mode::enforce, {{experiment, usd(0.08), 2}}, usd(0.14));
+    CHECK(rest.ceiling == usd(0.08));
+    CHECK(rest.binding == experiment);
+    CHECK_FALSE(rest.fair_share);
+    // A claim within the fair share is granted whole (a large budget: few ledger writes).
+    GrantDecision big =
+        decide_grant(none, none, usd(20), Mode::enforce, {{experiment, usd(5000), 10}}, usd(0.14));
+    CHECK(big.ceiling == usd(20));
+    CHECK_FALSE(big.binding);
+    // A raise: the fair share is of what is free beside the run's own ceiling ($0.10 held of
+    // headroom $0.30: $0.20 free, 1 other run: $0.0666); the need (spend + $0.14) is granted.
+    GrantDecision raise = decide_grant(usd(0.10), usd(0.10), usd(3.10), Mode::enforce,
+                                       {{experiment, usd(0.30), 1}}, usd(0.20));
+    CHECK(raise.ceiling == usd(0.20));
+    CHECK(raise.fair_share);
+    // A need below what it holds: the ceiling stands (never lowered).
+    CHECK(decide_grant(usd(0.25), usd(0.25), usd(3.10), Mode::enforce, {{experiment, usd(0.30), 1}},
+                       usd(0.20))
+              .ceiling == usd(0.25));
+    // The run's own scope (no count) is never cut.
+    CHECK(decide_grant(none, none, usd(3), Mode::enforce, {{run, usd(5)}}, usd(0.1)).ceiling ==
+          usd(3));
+    CHECK(fair_share(usd(0.30), 1) == usd(0.10));
+    CHECK(fair_share(Money{-5}, 1) == Money{});
+  }
   SUBCASE("warn mode holds what it asks; allowed keeps its own track") {
     GrantDecision d = decide_grant(usd(2), usd(1), usd(3), Mode::warn, {{team, usd(0.5)}});
     CHECK(d.ceiling == usd(3));
@@ -513,7 +553,8 @@ TEST_CASE("Ledger spool: once a row fails against the ledger, the rest wait for 
   TestClock clock(unix_time(2024, 1, 31, 12));
   std::string path = dir.file("ledger.db");
   SqliteLedger ledger(path, clock_options(clock), {milliseconds(200), std::nullopt});
-  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(5), Period::month, {}}}, true);
+  // $10: each $1 claim is within a fair share of the team (free / (other runs + 2)).
+  ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, {}}}, true);
   for (const char* id : {"r1", "r2", "r3"}) {
     RunStart run = run_start(id, "vision", usd(1));
     run.host = SpoolReplayer::current().host;
