@@ -1,5 +1,6 @@
 """Runs that end by themselves, the job's environment and fds, and every refusal and error code
 (issue 2, tests 4 and 7)."""
+import json
 import os
 import stat
 import subprocess
@@ -154,6 +155,15 @@ class ErrorCodesTest(SpendcapTest):
                       result.stderr)
         self.assertEqual(self.read_json("s.json")["status"], "refused")
         self.assertEqual(self.read_json("s.json")["reason"], "reserve-exceeds-budget")
+        # The history says the reserve too, as the user reads it (issue 40: main's binary
+        # recorded "refused: budget run:<uuid>", the run's own id as if another budget refused it).
+        run_id = self.read_json("s.json")["run_id"]
+        runs = json.loads(self.run_ok(["runs", "--json"]).stdout)
+        self.assertEqual([r["reason"] for r in runs],
+                         ["refused: shutdown reserve exceeds the run budget"])
+        shown = self.run_ok(["show", run_id[:8]]).stdout
+        self.assertIn("refused: shutdown reserve exceeds the run budget", shown)
+        self.assertNotIn("run:" + run_id, shown)
 
 
 
