@@ -252,7 +252,7 @@ std::string checkpoint_text(const std::optional<RunCheckpoint>& checkpoint, bool
 }  // namespace
 
 int show_command(const LedgerChoice& choice, const std::string& run_id, bool json) {
-  LedgerSession session = open_ledger_session(choice);
+  LedgerSession session = open_ledger_session(for_reading(choice));
   std::unique_ptr<Ledger>& ledger = session.ledger;
   const std::string& currency = session.currency;
   // Any unique prefix: the 8 characters `ps`, `runs` and the end line print.

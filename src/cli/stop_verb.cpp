@@ -126,7 +126,7 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
     if (requested_scope(request) || request.clear) {
       throw Error("stop --list", "lists the active stop orders: give no scope and no --clear");
     }
-    return list_stop_orders(*open_ledger_session(choice).ledger);
+    return list_stop_orders(*open_ledger_session(for_reading(choice)).ledger);
   }
   auto scope = requested_scope(request);
   if (!scope) {
