@@ -63,8 +63,9 @@ std::string percent_used(const BudgetView& view) {
 }
 
 LoadedPolicy load_chosen_policy(const LedgerChoice& choice) {
-  return load_policy(PolicySearch::from_environment(choice.policy),
-                     PolicyLayer{"command line", nlohmann::json::object()});
+  return (choice.reading ? load_policy_for_reading : load_policy)(
+      PolicySearch::from_environment(choice.policy),
+      PolicyLayer{"command line", nlohmann::json::object()});
 }
 
 double utc_now() {

@@ -16,7 +16,8 @@ std::string age(double seconds);
 // What a budget has spent: finished runs, and running runs so far (their last heartbeats).
 Money used(const BudgetView& view);
 std::string percent_used(const BudgetView& view);
-// The policy --policy (else the search order) chooses, with no flags layered over it.
+// The policy --policy (else the search order) chooses, with no flags layered over it; for a
+// reading choice (for_reading) a broken ./spendcap.json is warned about and skipped.
 LoadedPolicy load_chosen_policy(const LedgerChoice& choice);
 // Whole seconds since the epoch.
 double utc_now();

@@ -62,7 +62,7 @@ static std::string used_text(const BudgetView& view, const std::string& currency
 }
 
 int budgets_command(const LedgerChoice& choice, bool json) {
-  LedgerSession session = open_ledger_session(choice, OwnerRules::read);
+  LedgerSession session = open_ledger_session(for_reading(choice), OwnerRules::read);
   std::unique_ptr<Ledger>& ledger = session.ledger;
   const std::string& currency = session.currency;
   const std::vector<BudgetRule>& policy_rules = session.owner_rules;

@@ -109,7 +109,7 @@ int report_command(const ReportRequest& request) {
   options.team = request.team;
   options.experiment = request.experiment;
 
-  LoadedPolicy loaded = load_chosen_policy(request.choice);
+  LoadedPolicy loaded = load_chosen_policy(for_reading(request.choice));
   const Policy& policy = loaded.policy;
   auto experiments = policy.budgets.find(ScopeKind::experiment);
   if (experiments != policy.budgets.end()) {
@@ -151,7 +151,7 @@ int report_command(const ReportRequest& request) {
                       "add --format csv or --format focus, or leave it out");
   }
   const CsvCells cells = request.csv_raw ? CsvCells::raw : CsvCells::safe;
-  std::unique_ptr<Ledger> ledger = open_ledger_session(request.choice).ledger;
+  std::unique_ptr<Ledger> ledger = open_ledger_session(for_reading(request.choice)).ledger;
   if (request.format == "focus") {
     // One row per run and charge period, streamed: nothing is grouped.
     if (!request.by.empty() || request.baseline) {

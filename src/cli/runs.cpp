@@ -143,9 +143,7 @@ int runs_command(const RunsRequest& request) {
   // One more than asked: whether there were more is said below the table.
   query.limit =
       request.limit == std::numeric_limits<int>::max() ? request.limit : request.limit + 1;
-  LedgerChoice choice = request.choice;
-  choice.reading = true;  // a broken ./spendcap.json must not hide the history
-  LedgerSession session = open_ledger_session(choice);
+  LedgerSession session = open_ledger_session(for_reading(request.choice));
   std::unique_ptr<Ledger>& ledger = session.ledger;
   const std::string& currency = session.currency;
   std::vector<ListedRun> listed = ledger->list_runs(query);

@@ -232,12 +232,31 @@ void print_field(const std::string& name, const std::string& value) {
   }
 }
 
-std::string checkpoint_text(const std::optional<RunCheckpoint>& checkpoint, bool running) {
+// The signal the command died of where spendcap did not send it (a hangup reaches the job too):
+// 128+N for a signal N other than the checkpoint signal, SIGTERM and SIGKILL; "" otherwise.
+std::string died_of_another_signal(const RunCheckpoint& c, std::optional<int> command_exit) {
+  if (!command_exit || *command_exit <= 128 || *command_exit >= 128 + 65) return "";
+  std::string died_of = signal_name(*command_exit - 128);
+  if (died_of == c.signal || died_of == "SIGTERM" || died_of == "SIGKILL") return "";
+  return died_of;
+}
+
+std::string checkpoint_text(const std::optional<RunCheckpoint>& checkpoint, bool running,
+                            std::optional<int> command_exit) {
   if (!checkpoint) {
     return running ? "-" : "- (no checkpoint signal: spendcap did not stop the run)";
   }
   const RunCheckpoint& c = *checkpoint;
   std::string at = " after " + seconds_text(c.signal_seconds);
+  // What happened, not what the kill path found left (issue 40: after a hangup the job had died
+  // of SIGHUP, and "SIGUSR1 caught by no process" blamed the job's handler).
+  if (std::string died_of = died_of_another_signal(c, command_exit); !died_of.empty()) {
+    std::string text =
+        "the job died of " + died_of + " (command's exit " + std::to_string(*command_exit) + ")";
+    if (c.signal == "none") return text + "; the run has no checkpoint signal";
+    text += ", not by spendcap's stop (" + c.signal + at + ")";
+    return text + (c.written_seconds ? "; checkpoint written" : "; no checkpoint written");
+  }
   if (c.signal == "none") return "none sent (the run has no checkpoint signal); stopped" + at;
   if (c.signalled == 0) return c.signal + " caught by no process: grace skipped; stopped" + at;
   std::string text = c.signal + " sent to " + std::to_string(c.signalled) +
@@ -252,7 +271,7 @@ std::string checkpoint_text(const std::optional<RunCheckpoint>& checkpoint, bool
 }  // namespace
 
 int show_command(const LedgerChoice& choice, const std::string& run_id, bool json) {
-  LedgerSession session = open_ledger_session(choice);
+  LedgerSession session = open_ledger_session(for_reading(choice));
   std::unique_ptr<Ledger>& ledger = session.ledger;
   const std::string& currency = session.currency;
   // Any unique prefix: the 8 characters `ps`, `runs` and the end line print.
@@ -290,7 +309,7 @@ int show_command(const LedgerChoice& choice, const std::string& run_id, bool jso
   field("exit code", spendcap_exit_of(*run) ? std::to_string(*spendcap_exit_of(*run)) : "-");
   field("command's exit", run->exit_code ? std::to_string(*run->exit_code) : "-");
   field("stopped by", run->reason.empty() ? "-" : run->reason);
-  field("checkpoint", checkpoint_text(run->checkpoint, running));
+  field("checkpoint", checkpoint_text(run->checkpoint, running, run->exit_code));
   // Money.
   std::string spend = format_money(run->spend, currency) + " at " +
                       format_money(run->rate_per_hour, currency) + "/h" +

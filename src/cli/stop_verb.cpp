@@ -126,7 +126,7 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
     if (requested_scope(request) || request.clear) {
       throw Error("stop --list", "lists the active stop orders: give no scope and no --clear");
     }
-    return list_stop_orders(*open_ledger_session(choice).ledger);
+    return list_stop_orders(*open_ledger_session(for_reading(choice)).ledger);
   }
   auto scope = requested_scope(request);
   if (!scope) {
@@ -154,8 +154,9 @@ int stop_command(const LedgerChoice& choice, const StopRequest& request) {
   int affected = 0;
   for (const RunView& run : ledger->active_runs()) affected += in_scope(run, *scope);
   std::cout << "stop order placed on " << escape_for_terminal(to_string(*scope)) << ": " << affected
-            << " running wrapper" << (affected == 1 ? "" : "s")
-            << " in scope stop within one sync interval";
+            << (affected == 1 ? " running wrapper in scope stops"
+                              : " running wrappers in scope stop")
+            << " within one sync interval";
   if (scope->kind != ScopeKind::run) {
     std::cout << "; new runs are refused until `spendcap stop --clear " << escape_for_terminal(flag)
               << "`";

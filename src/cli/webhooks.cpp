@@ -41,7 +41,7 @@ std::string destination_display(const std::string& destination) {
 }  // namespace
 
 int outbox_list_command(const LedgerChoice& choice, bool json) {
-  std::unique_ptr<Ledger> ledger = open_ledger_session(choice).ledger;
+  std::unique_ptr<Ledger> ledger = open_ledger_session(for_reading(choice)).ledger;
   // Root (the runner's administrator) lists every user's entries, each with its user; a user
   // lists their own. Flushing stays per user: the URL and secret are in the user's environment.
   const bool everyone = ::geteuid() == 0;

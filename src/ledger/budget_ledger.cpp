@@ -191,6 +191,15 @@ std::string refusal_message(const RunRecord& run, const GrantPlan& plan,
          " cannot cover the shutdown reserve " + format_money(run.reserve);
 }
 
+// The refused row's reason: the scope whose budget is short, or, when it is the run's own budget
+// (--budget, or max_run), the shutdown reserve it cannot hold: no other run is to blame (issue
+// 40). As spendcap_admit's (postgres_grants.cpp).
+std::string refusal_reason(const std::optional<Scope>& binding) {
+  if (!binding) return "refused: budget";
+  if (binding->kind == ScopeKind::run) return "refused: shutdown reserve exceeds the run budget";
+  return "refused: budget " + to_string(*binding);
+}
+
 std::function<std::int64_t(const ScopeState&)> count_in(StoreTxn& txn) {
   return [&txn](const ScopeState& state) {
     return txn.count_unfinished(state.rule.scope, state.days);
@@ -328,8 +337,7 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
     bool fits = plan.decision.allowed > start.reserve;
     if (!fits && start.mode == Mode::enforce) {
       std::optional<Scope> by = plan.decision.binding;
-      return refuse(refusal_message(run, plan, count_in(txn)), by,
-                    "refused: budget" + (by ? " " + to_string(*by) : std::string()));
+      return refuse(refusal_message(run, plan, count_in(txn)), by, refusal_reason(by));
     }
     if (!fits) {  // warn mode: admitted, and the ledger says it would have been refused
       admission.refusal = refusal_message(run, plan, count_in(txn));

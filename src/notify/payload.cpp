@@ -49,6 +49,9 @@ nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
   if (event.ended) p["ended_at"] = rfc3339_utc(at);
   if (event.exit_code) p["exit_code"] = *event.exit_code;
   if (event.command_exit_code) p["command_exit_code"] = *event.command_exit_code;
+  if (event.checkpoint) p["checkpoint"] = *event.checkpoint;
+  if (event.last_step) p["last_step"] = *event.last_step;
+  if (event.total_steps) p["total_steps"] = *event.total_steps;
   return p;
 }
 

@@ -480,13 +480,17 @@ LoadedPolicy load_policy_for_reading(const PolicySearch& search, const PolicyLay
     bool project_file = error.subject().starts_with(source) ||
                         (!search.cwd_path.empty() && error.subject().starts_with(search.cwd_path));
     if (search.flag_path || search.env_path || !project_file) throw;
-    std::cerr << "spendcap: warning: " << escape_for_terminal(format_error(error));
-    for (const std::string& detail : error.details) {
-      std::cerr << "\n  " << escape_for_terminal(detail);
+    static bool warned = false;  // one CLI verb per process
+    if (!warned) {
+      warned = true;
+      std::cerr << "spendcap: warning: " << escape_for_terminal(format_error(error));
+      for (const std::string& detail : error.details) {
+        std::cerr << "\n  " << escape_for_terminal(detail);
+      }
+      std::cerr << "\nspendcap: warning: reading without " << escape_for_terminal(source)
+                << " (the policies after it in the search order apply; a ledger it names is not "
+                   "read): fix it before the next run\n";
     }
-    std::cerr << "\nspendcap: warning: reading without " << escape_for_terminal(source)
-              << " (the policies after it in the search order apply; a ledger it names is not "
-                 "read): fix it before the next run\n";
     PolicySearch without = search;
     without.cwd_path.clear();
     return load_policy(without, flags);

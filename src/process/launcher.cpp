@@ -260,6 +260,11 @@ std::string resolve_executable(const std::string& name, const std::string& path_
       throw Error(name, "command not found: " + errno_text(err), "check the path",
                   ExitCode::not_found);
     }
+    // 126 as the shell gives, but chmod would not help a directory (issue 40).
+    if (err == EISDIR) {
+      throw Error(name, "a directory, not a program", "give the program to run, not its directory",
+                  ExitCode::not_executable);
+    }
     throw Error(name, "not executable: " + errno_text(err),
                 "chmod +x it, or run it through its interpreter", ExitCode::not_executable);
   }
@@ -279,6 +284,10 @@ std::string resolve_executable(const std::string& name, const std::string& path_
     bool seen = ::stat(candidate.c_str(), &st) == 0;
     if (seen && !first_error) first_error = err;
     start = end + 1;
+  }
+  if (first_error == EISDIR) {
+    throw Error(name, "found in PATH as a directory, not a program",
+                "check the name, or give its path", ExitCode::not_executable);
   }
   if (first_error) {
     throw Error(name, "found in PATH but not executable: " + errno_text(first_error),

@@ -63,6 +63,8 @@ const char* const kColumns[] = {
     "x_GpuUtilisation",
     "x_Running",
     "x_Pricing",
+    "x_ExitCode",
+    "x_CommandExitCode",
 };
 
 constexpr std::int64_t kDay = 86400;
@@ -243,6 +245,11 @@ void append_focus_rows(std::string& out, const ReportRow& row, const FocusContex
   const std::string what = row.id + (row.experiment.empty() ? "" : " of " + row.experiment) +
                            (row.team.empty() ? "" : " (" + row.team + ")");
   const std::string pricing = pricing_name(row.pricing);
+  // Both exit statuses, as `runs` names them (issue 40): spendcap's (124 for a budget trip) and
+  // the command's own (0 after a checkpoint on that trip); empty where none was recorded.
+  auto exit_text = [](std::optional<int> code) { return code ? std::to_string(*code) : ""; };
+  const std::string exit_code = exit_text(row.exit_code);
+  const std::string command_exit_code = exit_text(row.command_exit_code);
 
   std::vector<Charge> charges;
   const Money storage = row.storage_spend.value_or(Money{});
@@ -362,6 +369,8 @@ void append_focus_rows(std::string& out, const ReportRow& row, const FocusContex
           utilisation,
           row.status == RunStatus::running ? "true" : "false",
           pricing,
+          exit_code,
+          command_exit_code,
       };
       out += csv_line(row_cells);
       period = period_end;

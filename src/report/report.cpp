@@ -39,6 +39,8 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
   row.pricing = run.pricing;        // none: unknown (a run recorded before schema v11)
   row.commitment = run.commitment;  // none: no commitment, or a run recorded before v16
   row.elapsed_seconds = run.elapsed_seconds;
+  row.exit_code = spendcap_exit_of(run.spendcap_exit_code, run.status, run.exit_code);
+  row.command_exit_code = run.exit_code;
   row.id = run.id;
   row.team = run.team;
   row.experiment = run.experiment;

@@ -184,6 +184,16 @@ std::vector<RunEvent> end_events(const RunOutcome& outcome, const RunEnd& run_en
     end.command_exit_code = shell_status(*outcome.command_signal);
   }
   if (outcome.gpu) end.gpu_utilisation = outcome.gpu->summary.mean_utilisation();
+  if (!outcome.checkpoint_signal.empty()) {  // spendcap stopped it (issue 40: say what was kept)
+    end.checkpoint = outcome.checkpoint_signal == "none"        ? "no-signal"
+                     : outcome.checkpoint_written_after_seconds ? "written"
+                     : outcome.checkpoint_signalled == 0        ? "not-caught"
+                                                                : "not-written";
+  }
+  if (outcome.progress) {
+    end.last_step = outcome.progress->step;
+    end.total_steps = outcome.progress->total_steps;
+  }
   end.ended = true;
   end.message =
       to_string(outcome.status) + " (" + outcome.reason + ") after " + format_duration(elapsed);

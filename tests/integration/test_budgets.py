@@ -120,7 +120,7 @@ class StopOrderTest(LedgerTest):
         wait_until(lambda: len(self.spendcap_json(["ps"])) == 2, 10, what="both runs in ps")
         result = self.run_spendcap(["stop", "--team", "t5", "--reason", "budget review"])
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("2 running wrappers", result.stdout)
+        self.assertIn("2 running wrappers in scope stop within", result.stdout)
         ordered = time.monotonic()
         for process in processes:
             process.communicate(timeout=30)
@@ -140,6 +140,19 @@ class StopOrderTest(LedgerTest):
         after = self.run_spendcap(["run", "--team", "t5", "--rate", "1", "--budget", "1", "--",
                                    "true"])
         self.assertEqual(after.returncode, 0, after.stderr)
+
+    def test_one_running_wrapper_stops(self):
+        """Issue 40: the count agrees with its verb ("1 running wrapper in scope stops", "2
+        running wrappers in scope stop"); main's binary said "1 running wrapper in scope stop"."""
+        process = self.start_spendcap(["run", "--team", "t5one", "--rate", "1", "--budget", "10",
+                                       "--sync", "1s", "--grace", "0s", "--kill-after", "1s"]
+                                      + sleeper(120))
+        wait_until(lambda: len(self.spendcap_json(["ps"])) == 1, 10, what="the run in ps")
+        result = self.run_spendcap(["stop", "--team", "t5one"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(": 1 running wrapper in scope stops within one sync interval", result.stdout)
+        self.assertEqual(process.wait(timeout=30), 123)
+        self.run_ok(["stop", "--clear", "--team", "t5one"])
 
 
 class StopOrderPermissionTest(LedgerTest):

@@ -1,7 +1,7 @@
 """One exit code, named the same everywhere (issue 40 item 3): a budget trip whose job checkpoints
 and exits 0 makes spendcap exit 124; `runs` and `show` (table, csv, json) give spendcap's exit as
-`exit_code` (124, as the status file does) and the command's as `command_exit_code` (0), on the
-SQLite ledger and, with a server (SPENDCAP_TEST_PG_URL), on PostgreSQL.
+`exit_code` (124, as the status file does) and the command's as `command_exit_code` (0), the
+FOCUS export as x_ExitCode and x_CommandExitCode, on the SQLite ledger and, with a server (SPENDCAP_TEST_PG_URL), on PostgreSQL.
 
 Negative control: before schema v22 the ledger kept only the command's exit, and `runs --json`
 gave `exit_code` 0 for this run while spendcap had exited 124."""
@@ -48,6 +48,14 @@ class ExitCodesTest(LedgerTest):
         rows = list(csv.DictReader(io.StringIO(self.run_ok(
             ["runs"] + self.ledger_args + ["--team", team, "--format", "csv"]).stdout)))
         self.assertEqual((rows[0]["exit_code"], rows[0]["command_exit_code"]), ("124", "0"))
+
+        # The FOCUS export carries both as custom columns (x_ prefix, FOCUS 1.2); main's binary
+        # had neither column.
+        focus = list(csv.DictReader(io.StringIO(self.run_ok(
+            ["report"] + self.ledger_args + ["--team", team, "--format", "focus"]).stdout)))
+        self.assertTrue(focus)
+        for row in focus:
+            self.assertEqual((row["x_ExitCode"], row["x_CommandExitCode"]), ("124", "0"), row)
 
     def test_sqlite(self):
         self.check()

@@ -140,6 +140,32 @@ class BrokenProjectFileTest(LedgerTest):
         self.assertIn("spendcap.json: invalid policy", run.stderr)
         self.assertIn("line 1, column", run.stderr)
 
+    def test_every_reading_verb_warns_and_reads_past_a_broken_file(self):
+        """Issue 40: not only `runs`: show, report (table and FOCUS), budgets, stop --list and
+        outbox list warn once and read; main's binary refused all but `runs` (125)."""
+        self.run_ok(["run", "--rate", "1", "--budget", "1", "--team", "t",
+                     "--status-file", self.path("s.json"), "--", "true"])
+        run_id = self.read_json("s.json")["run_id"]
+        with open(self.path("spendcap.json"), "w") as f:
+            f.write('{\n  // the team\n  "defaults": {"team": "x"}\n}\n')
+        verbs = {"show": ["show", run_id[:8]], "report": ["report", "--by", "team"],
+                 "focus": ["report", "--format", "focus"], "budgets": ["budgets"],
+                 "stop --list": ["stop", "--list"], "outbox list": ["outbox", "list"]}
+        for name, args in verbs.items():
+            with self.subTest(verb=name):
+                result = self.run_spendcap(args)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertEqual(result.stderr.count("warning: spendcap.json: invalid policy"), 1,
+                                 result.stderr)
+                self.assertIn("comments are not allowed in JSON", result.stderr)
+                self.assertIn("reading without ./spendcap.json", result.stderr)
+        self.assertIn(run_id, self.run_ok(["show", run_id[:8]]).stdout)
+        self.assertIn("t ", self.run_ok(["report", "--by", "team"]).stdout)
+        # Estimate answers with the project's terms: it still refuses, as run does.
+        estimate = self.run_spendcap(["estimate", "--rate", "1", "--step-time", "1s", "--steps", "10"])
+        self.assertEqual(estimate.returncode, 125, estimate.stdout)
+        self.assertIn("spendcap: spendcap.json: invalid policy", estimate.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,5 +1,6 @@
 """Runs that end by themselves, the job's environment and fds, and every refusal and error code
 (issue 2, tests 4 and 7)."""
+import json
 import os
 import stat
 import subprocess
@@ -94,12 +95,28 @@ class ErrorCodesTest(SpendcapTest):
         with open(script, "w") as f:
             f.write("#!/bin/sh\necho hi\n")
         os.chmod(script, stat.S_IRUSR | stat.S_IWUSR)
-        for target in (script, self.tmp):
+        # (Even root may not execute a file that has no execute bit at all.)
+        result = self.run_spendcap(UNDER_BUDGET + ["--", script])
+        self.assertEqual(result.returncode, 126, result.stderr)
+        self.assertIn("not executable", result.stderr)
+
+    def test_126_a_directory_is_not_a_program(self):
+        """Issue 40: a directory as the command is 126, as the shell gives, and the message says
+        it is a directory; main's binary hinted "chmod +x it", which cannot help."""
+        os.mkdir(self.path("experiments"))
+        for target in (self.tmp, "./experiments"):
             with self.subTest(target=target):
-                # (Even root may not execute a file that has no execute bit at all.)
                 result = self.run_spendcap(UNDER_BUDGET + ["--", target])
                 self.assertEqual(result.returncode, 126, result.stderr)
-                self.assertIn("not executable", result.stderr)
+                self.assertIn(target + ": a directory, not a program (give the program to run",
+                              result.stderr)
+                self.assertNotIn("chmod", result.stderr)
+        # Found only as a directory in PATH: named so too.
+        result = self.run_spendcap(UNDER_BUDGET + ["--", "experiments"],
+                                   extra_env={"PATH": self.tmp + ":" + os.environ["PATH"]})
+        self.assertEqual(result.returncode, 126, result.stderr)
+        self.assertIn("experiments: found in PATH as a directory, not a program", result.stderr)
+        self.assertNotIn("chmod", result.stderr)
 
     def test_125_bad_input_names_the_input(self):
         cases = [
@@ -138,6 +155,15 @@ class ErrorCodesTest(SpendcapTest):
                       result.stderr)
         self.assertEqual(self.read_json("s.json")["status"], "refused")
         self.assertEqual(self.read_json("s.json")["reason"], "reserve-exceeds-budget")
+        # The history says the reserve too, as the user reads it (issue 40: main's binary
+        # recorded "refused: budget run:<uuid>", the run's own id as if another budget refused it).
+        run_id = self.read_json("s.json")["run_id"]
+        runs = json.loads(self.run_ok(["runs", "--json"]).stdout)
+        self.assertEqual([r["reason"] for r in runs],
+                         ["refused: shutdown reserve exceeds the run budget"])
+        shown = self.run_ok(["show", run_id[:8]]).stdout
+        self.assertIn("refused: shutdown reserve exceeds the run budget", shown)
+        self.assertNotIn("run:" + run_id, shown)
 
 
 

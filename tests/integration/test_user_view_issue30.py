@@ -295,8 +295,23 @@ class HangupTest(UserLedgerTest):
         shell.wait_for(r"spendcap: run [0-9a-f]{8} started", 30)
         self.wait_for_file("ready")
         shell.hang_up()
-        self.check_recorded()
+        status = self.check_recorded()
         wait_until(lambda: not processes_with_marker(self.marker), 15, what="nothing left")
+        # `show` says what happened (issue 40). The kernel's SIGHUP and spendcap's stop race for
+        # the job: where the SIGHUP killed it (command's exit 129, most tries), `show` says so;
+        # main's binary said "SIGUSR1 caught by no process" there, as if the job had lacked a
+        # handler. Where spendcap's SIGTERM came first (143) the job indeed caught no SIGUSR1.
+        shown = self.run_spendcap(["show", status["run_id"]])
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+        checkpoint = " ".join(shown.stdout.split("checkpoint:")[1].split("\n  ")[0].split())
+        if status["command_signal"] == "SIGHUP":
+            self.assertRegex(shown.stdout, r"command's exit: +129\b")
+            self.assertIn("the job died of SIGHUP (command's exit 129), not by spendcap's stop "
+                          "(SIGUSR1 after", checkpoint)
+            self.assertNotIn("caught by no process", shown.stdout)
+        else:
+            self.assertEqual(status["command_signal"], "SIGTERM", status)
+            self.assertIn("SIGUSR1 caught by no process", checkpoint)
 
 
 ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"

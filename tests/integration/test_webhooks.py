@@ -147,6 +147,35 @@ class WebhookTest(LedgerTest):
         self.assertNotIn("HOOK_URL", job_env)
         self.assertNotIn(SECRET, json.dumps(job_env))
 
+    def test_1b_killed_event_says_what_became_of_the_checkpoint(self):
+        """Issue 40: the killed event carries the checkpoint's outcome and the last step the job
+        reported, and validates against the schema; main's binary sent neither."""
+        endpoint = self.endpoint()
+        self.policy_with({"url_env": "HOOK_URL"})
+        job = ("import json, os, signal, sys, time\n"
+               "def done(*_):\n"
+               "    open(os.environ['SPENDCAP_CHECKPOINT_DONE'], 'w').close()\n"
+               "    sys.exit(0)\n"
+               "signal.signal(signal.SIGUSR1, done)\n"
+               "for step in range(1, 100000):\n"
+               "    with open(os.environ['SPENDCAP_PROGRESS'], 'a') as f:\n"
+               "        f.write(json.dumps({'step': step, 'total_steps': 1000}) + '\\n')\n"
+               "    time.sleep(0.05)\n")
+        # $36/h, reserve $0.07 (grace 5s + kill-after 1s + 1s): the trip comes at about 3 s.
+        result = self.run_spendcap(
+            ["run", "--team", "vision", "--rate", "36", "--budget", "0.1", "--grace", "5s",
+             "--status-file", self.path("status.json"), "--", "python3", "-c", job],
+            extra_env={"HOOK_URL": endpoint.url})
+        self.assertEqual(result.returncode, 124, result.stderr)
+        (event,) = [e for e in endpoint.events() if e["event"] == "killed"]
+        self.assertEqual(event["checkpoint"], "written", event)
+        self.assertEqual(event["command_exit_code"], 0, event)
+        self.assertEqual(event["total_steps"], 1000, event)
+        self.assertGreaterEqual(event["last_step"], 10, event)
+        import jsonschema
+        with open(EVENT_SCHEMA) as f:
+            jsonschema.validate(event, json.load(f))
+
     def test_2_slack_text(self):
         endpoint = self.endpoint()
         self.policy_with({"url_env": "HOOK_URL", "format": "slack"})

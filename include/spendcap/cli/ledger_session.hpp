@@ -27,10 +27,18 @@ namespace spendcap {
 struct LedgerChoice {
   std::optional<std::string> policy;  // --policy
   std::optional<std::string> ledger;  // --ledger
-  // A verb that only reads (`runs`): a broken ./spendcap.json is warned about and skipped
+  // A verb that only reads (for_reading): a broken ./spendcap.json is warned about and skipped
   // (load_policy_for_reading), not refused.
   bool reading = false;
 };
+
+// The choice of a reading verb (runs, show, report, budgets, outbox list, stop --list): a broken
+// ./spendcap.json must not hide the history (issue 40). `run`, `estimate` (its answer is the
+// project's terms) and the writing verbs still refuse it.
+inline LedgerChoice for_reading(LedgerChoice choice) {
+  choice.reading = true;
+  return choice;
+}
 
 struct LedgerSession {
   std::unique_ptr<Ledger> ledger;

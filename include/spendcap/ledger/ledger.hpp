@@ -254,10 +254,14 @@ struct RunView : RunIdentity {
 
 // spendcap's exit status for a run (`runs`, `show`: the status the shell saw, 124 for a budget
 // trip), as recorded; a run before schema v21 that ended by itself exited as its command did.
-inline std::optional<int> spendcap_exit_of(const RunView& run) {
-  if (run.spendcap_exit_code) return run.spendcap_exit_code;
-  if (run.status == RunStatus::succeeded || run.status == RunStatus::failed) return run.exit_code;
+inline std::optional<int> spendcap_exit_of(std::optional<int> recorded, RunStatus status,
+                                           std::optional<int> command_exit) {
+  if (recorded) return recorded;
+  if (status == RunStatus::succeeded || status == RunStatus::failed) return command_exit;
   return std::nullopt;
+}
+inline std::optional<int> spendcap_exit_of(const RunView& run) {
+  return spendcap_exit_of(run.spendcap_exit_code, run.status, run.exit_code);
 }
 
 struct BudgetView {

@@ -5,6 +5,7 @@
 // loaded, nothing is done.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,10 @@ struct RunEvent {
   std::optional<int> command_exit_code;   // the command's own, when it exited (128+N: signal N)
   bool ended = false;                     // the run is over: its end time is now
   std::optional<double> gpu_utilisation;  // 0..1, only where measured
+  // Where spendcap stopped the run: what became of its checkpoint ("written", "not-written",
+  // "not-caught": no process catches the signal, "no-signal": the run has none); none otherwise.
+  std::optional<std::string> checkpoint;
+  std::optional<std::int64_t> last_step, total_steps;  // the progress channel's last, if any
 };
 
 class Notifier {

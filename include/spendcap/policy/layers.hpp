@@ -47,10 +47,10 @@ struct LoadedPolicy {
   std::optional<Policy> locked_policy;  // the locked policy alone, without the layers above it
 };
 
-// load_policy for the verbs that only read the ledger (`runs`): a project's ./spendcap.json that
-// is broken is warned about on stderr and skipped, so that history stays readable while it is
-// fixed; `run` and every verb that writes still refuse it. --policy, $SPENDCAP_POLICY and a
-// locked policy are never skipped.
+// load_policy for the verbs that only read the ledger (`runs`, `report`, ...): a project's
+// ./spendcap.json that is broken is warned about on stderr (once per process: `report` reads the
+// policy twice) and skipped, so that history stays readable while it is fixed; `run` and every verb
+// that writes still refuse it. --policy, $SPENDCAP_POLICY and a locked policy are never skipped.
 LoadedPolicy load_policy_for_reading(const PolicySearch& search, const PolicyLayer& flags);
 
 // Finds and layers the policy files, then `flags` (source "command line"). Throws PolicyError for

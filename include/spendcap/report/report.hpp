@@ -56,6 +56,8 @@ struct ReportRow {
   std::optional<Money> commitment;
   // Launch until the tree was empty (the ledger's elapsed_seconds); none: not finished.
   std::optional<double> elapsed_seconds;
+  // spendcap's exit status (spendcap_exit_of) and the command's own; none: none recorded.
+  std::optional<int> exit_code, command_exit_code;
 };
 
 // What the ledger holds today; the rest stays unmeasured.

@@ -355,8 +355,11 @@ BEGIN
     n.reason := 'refused: stop order on ' || (stop->>'kind') || ':' || (stop->>'name');
     n.finished_at := now;
   ELSIF NOT fits AND n.mode = 'enforce' THEN
-    n.reason := 'refused: budget' || COALESCE(' ' || (plan->>'binding_kind') || ':'
-                                              || (plan->>'binding_name'), '');
+    -- As refusal_reason (budget_ledger.cpp): the run's own budget short is its reserve.
+    n.reason := CASE WHEN plan->>'binding_kind' = 'run'
+                THEN 'refused: shutdown reserve exceeds the run budget'
+                ELSE 'refused: budget' || COALESCE(' ' || (plan->>'binding_kind') || ':'
+                                                   || (plan->>'binding_name'), '') END;
     n.finished_at := now;
   ELSE
     n.status := 'running';

@@ -228,7 +228,8 @@ TEST_CASE_TEMPLATE("Ledger conformance: the run budget, and max_run lowering it"
     CHECK(refused.run_budget == usd(0.02));
     CHECK(refused.refused_by == Scope{ScopeKind::run, "r1"});
     CHECK(refused.refusal == "the run budget $0.0200 cannot cover the shutdown reserve $0.0300");
-    CHECK(t.ledger->find_run("r1")->reason == "refused: budget run:r1");
+    // The reserve, not "budget run:r1" (issue 40).
+    CHECK(t.ledger->find_run("r1")->reason == "refused: shutdown reserve exceeds the run budget");
   }
 
   SUBCASE("max_run lowers --budget, and stands in for a missing one") {
