@@ -147,9 +147,9 @@ struct PreforkedEnds {
 };
 PreforkedEnds prefork_guard(const PreforkedGuard& setup);
 
-// In the exec'd supervisor (the split runner, shared_runner/adoption.hpp): the guard the runner preforked
-// before the exec, its pipes' ends inherited (made close-on-exec here); start_guard then hands it
-// the spec as above.
+// In the exec'd supervisor (the split runner, shared_runner/adoption.hpp): the guard the runner
+// preforked before the exec, its pipes' ends inherited (made close-on-exec here); start_guard then
+// hands it the spec as above.
 void adopt_preforked_guard(pid_t pid, int spec_fd, int events_fd, int control_fd);
 
 // Writes one order to the guard's control pipe (non-blocking; a full pipe or a gone guard drops
