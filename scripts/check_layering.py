@@ -18,6 +18,9 @@ includes them.
 
     check_layering.py --map build/layering.txt --root .     # the check
     check_layering.py --negative-control                     # proves the check can fail
+
+One rule more: the setuid-root spendcap-runner links only the areas in ROOT_IMAGE (what runs as
+root); the front and the supervisor's adoption (shared_runner/) and everything above stay out.
 """
 
 import argparse
@@ -28,6 +31,8 @@ import tempfile
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 SOURCE_SUFFIXES = (".cpp", ".hpp", ".h", ".cc")
+# The setuid runner's image and the areas it may link (with what they link PUBLIC).
+ROOT_IMAGE = ("spendcap-runner", {"process", "base"})
 
 
 def read_map(path):
@@ -108,8 +113,20 @@ def walk(root, top):
                 yield full, os.path.relpath(full, base).replace(os.sep, "/")
 
 
+def check_root_image(layering):
+    name, allowed = ROOT_IMAGE
+    if name not in layering.by_name:
+        return []
+    linked = set()
+    for dep in layering.by_name[name]["private"]:
+        linked |= layering.public_closure(dep)
+    extra = sorted(linked - allowed)
+    return [f"{name} links {', '.join(extra)}: the setuid runner may link only "
+            f"{', '.join(sorted(allowed))} (what runs as root)"] if extra else []
+
+
 def check(root, layering):
-    problems = []
+    problems = check_root_image(layering)
 
     def check_file(path, shown, unit, header, local_dirs, seen):
         allowed = layering.allowed(unit, header)

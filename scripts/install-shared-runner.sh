@@ -16,7 +16,7 @@
 # runner PATH (default /usr/local/lib/spendcap/spendcap-runner, setuid root, root:GROUP 4755: the
 # one setuid file), and names them in /etc/spendcap/runner.json (root 0644). Runs then have their
 # supervisor and guard under the service user, out of the users' reach, and the job as the user
-# (process/privileged_run.hpp).
+# (shared_runner/entry.hpp).
 # It creates DIR (default /var/lib/spendcap) root:GROUP 2770 and the ledger DIR/ledger.db
 # root:GROUP 0660, writes POLICY (default policies/shared-runner.json) as the locked LOCKED
 # (default /etc/spendcap/policy.json, root 0644) with its "ledger" set to that file, and applies

@@ -16,15 +16,15 @@
 #include "spendcap/cli/command_tree.hpp"
 #include "spendcap/cli/verbs.hpp"
 #include "spendcap/process/launcher.hpp"
-#include "spendcap/process/privileged_run.hpp"
 #include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/summary.hpp"
+#include "spendcap/shared_runner/entry.hpp"
 
 using spendcap::ExitCode;
 
 static int main_body(int argc, char** argv) {
   // A shared-runner install: the front, the runner's keeper, or the runner's supervisor, already
-  // dropped to the service user (process/privileged_run.hpp).
+  // dropped to the service user (shared_runner/entry.hpp).
   if (std::optional<int> done = spendcap::enter_shared_runner(argc, argv)) return *done;
   // Installed setgid for a shared ledger: act as the caller until the ledger is opened
   // (run/ledger_group.hpp).

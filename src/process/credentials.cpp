@@ -51,45 +51,7 @@ bool ids_are(uid_t ruid, uid_t euid, uid_t suid, gid_t rgid, gid_t egid, gid_t s
 
 }  // namespace
 
-// ---- the setgid ledger group ----
-
-const StartGroups& start_groups() {
-  static StartGroups groups = [] {
-    StartGroups g;
-    g.real = ::getgid();
-    g.ledger = ::getegid();
-    return g;
-  }();
-  return groups;
-}
-
-void set_aside_group() {
-  if (::setegid(start_groups().real) != 0) fail("setgid install", "cannot set the group aside");
-}
-
-void raise_group() {
-  if (::setegid(start_groups().ledger) != 0) {
-    fail("setgid install", "cannot raise the group to open the ledger");
-  }
-}
-
-// Root may regain any group (it has CAP_SETGID), so the "no way back" check is for everyone else.
-void drop_group_for_good() {
-  const StartGroups& g = start_groups();
-  if (::setresgid(g.real, g.real, g.real) != 0) fail("setgid install", "cannot drop the group");
-  gid_t real = 0, effective = 0, saved = 0;
-  if (::getresgid(&real, &effective, &saved) != 0 || real != g.real || effective != g.real ||
-      saved != g.real) {
-    fail("setgid install", "the group was not dropped");
-  }
-  if (::geteuid() != 0 && !(effective_capabilities() & cap_bit(CAP_SETGID)) &&
-      ::setegid(g.ledger) == 0) {
-    errno = EPERM;
-    fail("setgid install", "the group could be regained after the drop");
-  }
-}
-
-// ---- the privileged runner ----
+// ---- the runner and the guard ----
 
 Identity caller_identity() {
   Identity caller;
@@ -119,6 +81,39 @@ bool lower_capabilities(std::uint64_t keep) noexcept {
     return false;
   }
   return true;
+}
+
+std::uint64_t hold_only(const Identity& caller, std::uint64_t keep) {
+  const char* what = "privileged runner";
+  std::uint64_t permitted = 0, effective = 0, inheritable = 0;
+  if (!get_capabilities(&permitted, &effective, &inheritable)) fail(what, "capget");
+  keep &= permitted;
+  ::setfsgid(caller.gid);
+  ::setfsuid(caller.uid);
+  std::uint64_t on_files = caller.uid == 0 ? keep : keep & ~kFilesystemCapabilities;
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+    fail(what, "clearing the ambient capabilities");
+  }
+  if (!set_capabilities(keep, on_files)) fail(what, "capset");
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
+  errno = EPERM;
+  if (!get_capabilities(&permitted, &effective, &inheritable) || permitted != keep ||
+      effective != on_files || inheritable != 0) {
+    fail(what, "the capabilities are not as asked after the cut");
+  }
+  if (static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) != caller.uid ||
+      static_cast<gid_t>(::setfsgid(static_cast<gid_t>(-1))) != caller.gid) {
+    fail(what, "the filesystem ids are not the caller's");
+  }
+  return keep;
+}
+
+void set_filesystem_uid(uid_t uid) {
+  ::setfsuid(uid);
+  errno = EPERM;
+  if (static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) != uid) {
+    fail("privileged runner", "cannot take the filesystem uid " + std::to_string(uid));
+  }
 }
 
 void switch_to_service(const Identity& caller, uid_t service_uid, gid_t service_gid,
@@ -164,21 +159,7 @@ void switch_to_service(const Identity& caller, uid_t service_uid, gid_t service_
   }
 }
 
-void reduce_to_setgid(const Identity& caller, gid_t ledger_gid) {
-  const char* what = "privileged runner";
-  if (::setresgid(caller.gid, ledger_gid, ledger_gid) != 0) fail(what, "setresgid");
-  if (::setresuid(caller.uid, caller.uid, caller.uid) != 0) fail(what, "setresuid");
-  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
-  errno = EPERM;
-  if (!ids_are(caller.uid, caller.uid, caller.uid, caller.gid, ledger_gid, ledger_gid)) {
-    fail(what, "the ids are not the caller's after the switch");
-  }
-  if (caller.uid != 0 && (effective_capabilities() != 0 || ::setuid(0) == 0)) {
-    fail(what, "root could be regained after the switch");
-  }
-}
-
-// ---- the split runner ----
+// ---- the keeper and the supervisor ----
 
 namespace {
 
@@ -213,6 +194,8 @@ void limit_bounding_set(std::uint64_t keep) {
 void reduce_keeper(std::uint64_t keep) {
   const char* what = "privileged runner (keeper)";
   if (::setgroups(0, nullptr) != 0 || ::setresgid(0, 0, 0) != 0) fail(what, "root's groups");
+  // The runner's filesystem uid was the caller's: the keeper removes the run's cgroup as root.
+  set_filesystem_uid(0);
   limit_bounding_set(keep);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(what, "PR_SET_NO_NEW_PRIVS");
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
@@ -261,21 +244,6 @@ void switch_to_service_for_exec(const Identity& caller, uid_t service_uid, gid_t
       effective != ambient || inheritable != ambient ||
       ::getgroups(0, nullptr) != static_cast<int>(caller.groups.size())) {
     fail(what, "the ids or capabilities are not as asked after the switch");
-  }
-}
-
-void settle_supervisor(uid_t caller_uid, std::uint64_t keep) {
-  const char* what = "runner's supervisor";
-  ::setfsuid(caller_uid);
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) fail(what, "ambient");
-  if (!lower_capabilities(keep)) fail(what, "lowering the capabilities");
-  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(what, "PR_SET_DUMPABLE");
-  errno = EPERM;
-  if (static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))) != caller_uid) {
-    fail(what, "the filesystem uid is not the caller's");
-  }
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, CAP_SETUID, 0, 0) != 0 || ::setuid(0) == 0) {
-    fail(what, "root could be regained");
   }
 }
 

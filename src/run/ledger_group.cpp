@@ -1,5 +1,6 @@
 #include "spendcap/run/ledger_group.hpp"
 
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,15 +13,64 @@
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/notify/runner_files.hpp"
 #include "spendcap/process/credentials.hpp"
-#include "spendcap/process/privileged_run.hpp"
+#include "spendcap/shared_runner/adoption.hpp"
 
 namespace spendcap {
 
 namespace {
 
-const StartGroups& groups() {
-  return start_groups();
+[[noreturn]] void fail(const std::string& what) {
+  throw Error("setgid install", what + ": " + errno_text(errno),
+              "check the install (scripts/install-shared-runner.sh)");
 }
+
+// ---- the ledger's group: the syscalls ----
+
+// The gids spendcap was started with, captured at the first call: the real one and the one the
+// binary's setgid bit (or the runner) gave: equal when not installed setgid.
+struct StartGroups {
+  gid_t real = 0;
+  gid_t ledger = 0;
+};
+
+const StartGroups& groups() {
+  static StartGroups start = [] {
+    StartGroups g;
+    g.real = ::getgid();
+    g.ledger = ::getegid();
+    return g;
+  }();
+  return start;
+}
+
+// Effective gid the caller's; the saved gid keeps the ledger's group.
+void set_aside_group() {
+  if (::setegid(groups().real) != 0) fail("cannot set the group aside");
+}
+
+// Effective gid the ledger's group again (for one open).
+void raise_group() {
+  if (::setegid(groups().ledger) != 0) fail("cannot raise the group to open the ledger");
+}
+
+// Real, effective and saved gid the caller's, checked. Root may regain any group (it has
+// CAP_SETGID), so the "no way back" check is for everyone else.
+void drop_group_for_good() {
+  const StartGroups& g = groups();
+  if (::setresgid(g.real, g.real, g.real) != 0) fail("cannot drop the group");
+  gid_t real = 0, effective = 0, saved = 0;
+  if (::getresgid(&real, &effective, &saved) != 0 || real != g.real || effective != g.real ||
+      saved != g.real) {
+    fail("the group was not dropped");
+  }
+  if (::geteuid() != 0 && !(effective_capabilities() & cap_bit(CAP_SETGID)) &&
+      ::setegid(g.ledger) == 0) {
+    errno = EPERM;
+    fail("the group could be regained after the drop");
+  }
+}
+
+// ---- the rules ----
 
 // Variables that point spendcap at other code, files or behaviour. Under the setgid install they
 // would let a user steer a process that holds the ledger's group.
@@ -82,7 +132,7 @@ void settle_runner_process() {
   }
   if (keeps_the_group()) {
     if (std::optional<std::string> spool = runner_spool()) {
-      use_runner_spool(*spool, start_groups().ledger);
+      use_runner_spool(*spool, groups().ledger);
     }
   }
 }

@@ -6,7 +6,6 @@
 #include <cerrno>
 
 #include "spendcap/base/text.hpp"
-#include "spendcap/process/privileged_run.hpp"
 #include "spendcap/run/admission.hpp"
 #include "spendcap/run/dry_run.hpp"
 #include "spendcap/run/estimate_fit.hpp"
@@ -17,6 +16,7 @@
 #include "spendcap/run/run_dir.hpp"
 #include "spendcap/run/run_notifier.hpp"
 #include "spendcap/run/settings.hpp"
+#include "spendcap/shared_runner/adoption.hpp"
 #include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/metrics_part_writer.hpp"
 #include "spendcap/supervise/reporter.hpp"

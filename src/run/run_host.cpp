@@ -12,8 +12,8 @@
 #include "spendcap/notify/payload.hpp"
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/output_relay.hpp"
-#include "spendcap/process/privileged_run.hpp"
 #include "spendcap/run/run_notifier.hpp"
+#include "spendcap/shared_runner/adoption.hpp"
 
 namespace spendcap {
 

@@ -1,20 +1,26 @@
 // spendcap-runner: the shared runner's one setuid-root program (README "Installing a shared
-// runner", "Threat model"; process/privileged_run.hpp has the whole protocol). Small on purpose,
-// as bubblewrap is: it links the process and base areas only (no SQLite, libcurl, libpq, NVML,
-// CLI11, JSON library; tests/integration/test_runner_binary.py checks), and reads as named steps:
+// runner", "Threat model"; shared_runner/entry.hpp has the whole protocol). Small on purpose, as
+// bubblewrap is: it links the process and base areas only (no SQLite, libcurl, libpq, NVML, CLI11,
+// JSON library, nor the front's or the supervisor's code; tests/integration/test_runner_binary.py
+// and scripts/check_layering.py check), and reads as named steps:
 //
-//   acquire       the caller's state captured, then reset (process_state.hpp); the environment
-//                 cleared; root as the real uid; /etc/spendcap/runner.json read;
+//   acquire       root as the real uid; at once the caller's filesystem uid and gid and only the
+//                 capabilities below (hold_only: every path a later step opens is opened with the
+//                 caller's rights); the caller's state captured, then reset (process_state.hpp),
+//                 and the reset's two capabilities dropped; the environment cleared;
+//                 /etc/spendcap/runner.json read;
 //   a front call  (`--front-fds ENV,CTL run ...`, from the plain spendcap of `spendcap run`):
-//     check       the environment a sealed memfd, the control fd a pipe, the subcommand run;
-//     make cgroup the run's cgroup under the caller's, root-owned; itself moved out of reach;
+//     check       the environment a sealed memfd, the control fd a pipe, the subcommand run; the
+//                 memfd parsed, with the rights acquire left;
+//     make cgroup the run's cgroup under the caller's, root-owned; itself moved out of reach
+//                 (as_root_on_files: the one kind of step that takes the filesystem uid 0 again);
 //     fork        the keeper (this process) and the supervisor (its child);
 //     keeper      reduced to CAP_KILL (to signal the supervisor) and CAP_DAC_OVERRIDE (to remove
 //                 the run's cgroup from the caller's cgroup directory), root's ids, bounding set
 //                 cut, no_new_privs; relays the front's signals, mirrors stops, removes the cgroup;
-//     guard       forked by the supervisor while root, into the run's PID and mount namespaces
-//                 (tree_guard.hpp): the service user with CAP_KILL, CAP_SETUID and CAP_SETGID
-//                 until it has launched the job as the caller;
+//     guard       forked by the supervisor (as_root_on_files) into the run's PID and mount
+//                 namespaces (tree_guard.hpp): the service user with CAP_KILL, CAP_SETUID and
+//                 CAP_SETGID until it has launched the job as the caller;
 //     drop, exec  the supervisor becomes the service user with CAP_KILL and CAP_SETUID ambient
 //                 (the bounding set cut to those, no_new_privs) and execs the ordinary spendcap,
 //                 which sets its filesystem uid to the caller's and keeps CAP_KILL alone;
@@ -64,6 +70,19 @@ constexpr int kKeeperIgnores[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGTSTP, S
 // What the front passes on over the control pipe.
 constexpr int kRelayed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr std::uint64_t kKeeperCaps = cap_bit(CAP_KILL) | cap_bit(CAP_DAC_OVERRIDE);
+// Every capability the steps after acquire use; acquire drops all the others.
+constexpr std::uint64_t kRunnerCaps =
+    cap_bit(CAP_SETUID) |   // the service user's uids (supervisor, guard), the guard's fsuid
+    cap_bit(CAP_SETGID) |   // setgroups and setresgid: the supervisor's, the guard's, the keeper's
+    cap_bit(CAP_SETPCAP) |  // the keeper's and the supervisor's bounding sets cut
+    cap_bit(CAP_KILL) |     // the keeper's relay to the supervisor; the guard's to the tree
+    cap_bit(CAP_SYS_ADMIN) |    // clone(CLONE_NEWPID | CLONE_NEWNS) of the guard, its /proc mount
+    cap_bit(CAP_DAC_OVERRIDE);  // the run's cgroup made in (and removed from) the caller's
+                                // cgroup directory, which systemd delegates to the caller; in
+                                // the effective set only while as_root_on_files
+// reset_process_state's, dropped right after it: raising a hard limit the caller lowered, and the
+// nice value and scheduling policy back from what the caller set.
+constexpr std::uint64_t kResetCaps = cap_bit(CAP_SYS_RESOURCE) | cap_bit(CAP_SYS_NICE);
 constexpr std::uint64_t kSupervisorAmbient = cap_bit(CAP_KILL) | cap_bit(CAP_SETUID);
 
 struct Service {
@@ -105,9 +124,6 @@ Service service_of(const RunnerConfig& config, const Identity& caller) {
 
 Start acquire() {
   Start start;
-  // Before anything else: what the caller set (ulimit, trap, nice, umask, cd) steers no step.
-  start.caller_state = Inherited::capture();
-  start.cwd_fd = reset_process_state();
   start.caller_environ = environ;
   environ = nullptr;
   if (::geteuid() != 0) {
@@ -117,11 +133,17 @@ Start acquire() {
   }
   start.caller = caller_identity();
   // A setuid exec leaves the real uid the caller's, and kill(2) lets a sender whose uid matches
-  // the target's real uid signal it: root as the real and saved uid before anything else.
+  // the target's real uid signal it: root as the real and saved uid before anything else. (This
+  // also sets the filesystem uid to 0, so it comes before hold_only.)
   uid_t r = 1, e = 1, s = 1;
   if (::setresuid(0, 0, 0) != 0 || ::getresuid(&r, &e, &s) != 0 || r != 0 || e != 0 || s != 0) {
     throw Error(kWhat, "cannot take root as the real uid: " + errno_text(errno));
   }
+  hold_only(start.caller, kRunnerCaps | kResetCaps);
+  // What the caller set (ulimit, trap, nice, umask, cd) steers no later step.
+  start.caller_state = Inherited::capture();
+  start.cwd_fd = reset_process_state();
+  hold_only(start.caller, kRunnerCaps);
   std::optional<RunnerConfig> config = read_runner_config();
   if (!config) {
     throw Error(kRunnerConfigPath, "missing: this setuid runner is not configured",
@@ -137,6 +159,29 @@ Start acquire() {
   start.service = service_of(start.config, start.caller);
   return start;
 }
+
+// A step that makes or removes what root must own (the run's cgroup and the runner's own, the
+// guard's namespaces and /proc): the filesystem uid 0 for its length, then the caller's again.
+// The kernel puts the permitted CAP_DAC_OVERRIDE back into the effective set while the fsuid is 0
+// and takes it out again after. Its paths are the kernel's (mountinfo, /proc/self/cgroup, the
+// cgroup filesystem has no links), so no user can aim it elsewhere.
+class AsRootOnFiles {
+ public:
+  explicit AsRootOnFiles(const Identity& caller) : caller_(caller) { set_filesystem_uid(0); }
+  ~AsRootOnFiles() {
+    // Fails closed: a runner left with root's filesystem uid goes no further.
+    try {
+      set_filesystem_uid(caller_.uid);
+    } catch (...) {
+      ::_exit(to_int(ExitCode::internal));
+    }
+  }
+  AsRootOnFiles(const AsRootOnFiles&) = delete;
+  AsRootOnFiles& operator=(const AsRootOnFiles&) = delete;
+
+ private:
+  const Identity& caller_;
+};
 
 // ---- make cgroup ----
 
@@ -173,8 +218,9 @@ void move_out_of_reach(const std::string& mount) {
   ::close(self);
 }
 
-// The run's cgroups, made as root. Paths are the kernel's (mountinfo, /proc/self/cgroup) and the
-// cgroup filesystem has no links, so no user can aim these steps elsewhere.
+// The run's cgroups, made as root (as_root_on_files). Paths are the kernel's (mountinfo,
+// /proc/self/cgroup) and the cgroup filesystem has no links, so no user can aim these steps
+// elsewhere.
 RunCgroups make_cgroups() {
   std::string mount, own, why_not;
   if (!locate_cgroup_v2(&mount, &own, &why_not)) {
@@ -275,7 +321,11 @@ bool relayed(int signal) {
   guard.cgroup_procs_fd = cgroups.procs_fd;
   guard.cgroup_kill_fd = cgroups.kill_fd;
   guard.inherited = start.caller_state;
-  PreforkedEnds ends = prefork_guard(guard);
+  PreforkedEnds ends;
+  {
+    AsRootOnFiles as_root(start.caller);
+    ends = prefork_guard(guard);
+  }
   ::close(cgroups.procs_fd);
 
   SupervisorCall call;
@@ -330,12 +380,18 @@ int run_for_the_front(Start& start, int argc, char** argv) {
   }
   ::fcntl(front.environment, F_SETFD, FD_CLOEXEC);
   ::fcntl(front.control, F_SETFD, FD_CLOEXEC);
+  // Up to 16 MiB the caller wrote, parsed with what acquire left: the caller's filesystem uid,
+  // kRunnerCaps permitted, no CAP_DAC_OVERRIDE effective (test_runner_state checks it here).
   std::map<std::string, std::string> environment = read_environment_fd(front.environment);
   // What the job inherits: the front's fds (make's jobserver, Slurm's PMI), none of the runner's.
   Inherited now = Inherited::capture();
   start.caller_state.fds = now.fds;
   start.caller_state.closed_standard = front.closed_standard;
-  RunCgroups cgroups = make_cgroups();
+  RunCgroups cgroups;
+  {
+    AsRootOnFiles as_root(start.caller);
+    cgroups = make_cgroups();
+  }
 
   pid_t supervisor = ::fork();
   if (supervisor < 0) throw Error(kWhat, "fork: " + errno_text(errno));
@@ -367,7 +423,10 @@ int run_for_the_front(Start& start, int argc, char** argv) {
     throw Error(kWhat, "no cgroup v2 hierarchy: " + why_not,
                 "the privileged runner needs cgroup v2 (mounted at /sys/fs/cgroup or unified)");
   }
-  move_out_of_reach(mount);
+  {
+    AsRootOnFiles as_root(start.caller);
+    move_out_of_reach(mount);
+  }
   for (int signal : {SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(signal, SIG_IGN);
   if (start.cwd_fd >= 0 && ::fchdir(start.cwd_fd) != 0) {
     throw Error(kWhat, "cannot enter the working directory: " + errno_text(errno));

@@ -1,8 +1,10 @@
 """The shared runner's setuid program is small (issue 29, item 6): spendcap-runner, built beside
 spendcap, links no SQLite, libcurl, libpq, NVML, CLI11 or JSON library (neither as a shared
 library it needs, nor linked in statically: its symbols and strings name none of them), and its
-own code (src/runner/) stays under a thousand lines. The negative control: the same checks find
-SQLite, CLI11 and nlohmann in the spendcap binary, so they can fail."""
+own code (src/runner/) stays under a thousand lines. Nor is the ordinary binary's own part of the
+shared runner in it (issue 39, item 6): the front, the supervisor's and a runner call's adoption
+(shared_runner/), the setgid install's group. The negative control: the same checks find SQLite,
+CLI11 and nlohmann, and those functions, in the spendcap binary, so they can fail."""
 import glob
 import os
 import shutil
@@ -17,6 +19,14 @@ RUNNER = os.path.join(os.path.dirname(os.path.abspath(SPENDCAP)), "spendcap-runn
 FORBIDDEN_LIBRARIES = ("sqlite", "curl", "libpq", "nvidia-ml", "nvml")
 FORBIDDEN_SYMBOLS = ("sqlite3_", "curl_easy", "PQconnect", "nvmlInit", "CLI::", "nlohmann::")
 OWN_LINES_LIMIT = 1000
+# Code that runs only in the ordinary spendcap, never as root (shared_runner/, run/ledger_group).
+ORDINARY_ONLY = ("spendcap::enter_shared_runner(", "spendcap::run_front(",
+                 "spendcap::become_supervisor(", "spendcap::settle_runner_call(",
+                 "spendcap::runner_run()", "spendcap::open_ledger_as_installed(")
+# What process/credentials.cpp linked into the runner before (the ordinary binary's last drops,
+# the setgid install's group, the old protocol's reduce_to_setgid): gone from its image.
+FORMERLY_IN_THE_RUNNER = ("settle_supervisor(", "drop_group_for_good(", "raise_group(",
+                          "reduce_to_setgid(")
 
 
 def needed(binary):
@@ -59,6 +69,13 @@ class RunnerBinaryTest(unittest.TestCase):
         found = findings(SPENDCAP)
         for expected in ("sqlite3_", "CLI::", "nlohmann::"):
             self.assertIn(expected, found)
+
+    def test_the_front_and_the_adoption_are_not_in_the_runner(self):
+        runner, spendcap = symbols(RUNNER), symbols(SPENDCAP)
+        self.assertEqual([name for name in ORDINARY_ONLY if name in runner], [])
+        self.assertEqual([name for name in ORDINARY_ONLY if name not in spendcap], [],
+                         "the negative control: spendcap lacks them")
+        self.assertEqual([name for name in FORMERLY_IN_THE_RUNNER if name in runner], [])
 
     def test_the_runners_own_code_is_small(self):
         files = glob.glob(os.path.join(REPO, "src", "runner", "*.cpp"))

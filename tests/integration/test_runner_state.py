@@ -12,11 +12,20 @@ test_shared_runner.py makes:
   write the ledger; deleted (the owner's sqlite3 does, closing last), they come back the service
   user's with the ledger's group and mode, and runs start while the owner's sqlite3 reads.
 
-Needs what test_shared_runner needs (root, useradd, setpriv, nsenter, mount namespaces)."""
+- the setuid runner takes the caller's filesystem uid and drops every capability but the six its
+  later steps use before it reads anything the caller wrote (issue 39, item 6): held by strace at
+  its read of the front's environment memfd, it is root with the caller's fsuid and fsgid,
+  CAP_SETUID, CAP_SETGID, CAP_SETPCAP, CAP_KILL and CAP_SYS_ADMIN effective, CAP_DAC_OVERRIDE
+  permitted only, none inheritable or ambient, and the bounding set whole (the job's sudo). The
+  negative control: the runner before the change (full root there) fails the same check.
+
+Needs what test_shared_runner needs (root, useradd, setpriv, nsenter, mount namespaces); the runner's
+rights case needs strace too."""
 import json
 import os
+import platform
 import random
-import signal
+import shutil
 import subprocess
 import threading
 import time
@@ -253,6 +262,74 @@ class RunnerStateTest(trust.LedgerTrustTest):
         self.assertEqual(failed, [])
         self.assertGreater(len(reads), 40, "the reader hardly ran: the race was not tried")
         self.assertEqual(set(reads), {0})
+
+
+# The runner's rights after acquire (src/runner/main.cpp kRunnerCaps), as /proc shows them.
+CAPS = {"CAP_DAC_OVERRIDE": 1, "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8,
+        "CAP_SYS_ADMIN": 21}
+RUNNER_PERMITTED = sum(1 << bit for bit in CAPS.values())
+RUNNER_EFFECTIVE = RUNNER_PERMITTED & ~(1 << CAPS["CAP_DAC_OVERRIDE"])  # only while fsuid is 0
+# The memfd as /proc (and strace's -P) names it.
+MEMFD = "/memfd:spendcap-environment"
+PREAD64 = {"x86_64": 17, "aarch64": 67}.get(platform.machine())
+
+
+def held_at_the_memfd(runner):
+    """The pid of RUNNER stopped by strace on its pread64 of the front's memfd, else None."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink("/proc/%s/exe" % entry) != runner:
+                continue
+            with open("/proc/%s/syscall" % entry) as f:
+                call = f.read().split()
+            if len(call) < 2 or (PREAD64 is not None and call[0] != str(PREAD64)):
+                continue
+            if os.readlink("/proc/%s/fd/%d" % (entry, int(call[1], 16))).startswith(MEMFD):
+                return int(entry)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+@unittest.skipIf(shared.WHY_NOT, shared.WHY_NOT or "")
+@unittest.skipUnless(shutil.which("strace"), "needs strace (it holds the runner at the memfd)")
+class RunnerRightsTest(shared.SharedRunnerSetup):
+    # ---- issue 39, item 6: the runner's rights from its first step ----
+
+    def test_the_runner_reads_the_memfd_with_the_callers_fsuid_and_six_capabilities(self):
+        user = self.users[0]
+        uid = self.inside(["id", "-u", user]).stdout.strip()
+        gid = self.inside(["id", "-g", user]).stdout.strip()
+        # strace (root, so the runner's setuid bit holds) delays every pread64 of the memfd by 3 s:
+        # the runner's, then the supervisor's. The run itself goes on as without it.
+        run = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "strace", "-f", "-qq", "-o",
+             "/dev/null", "-u", user, "-P", MEMFD, "-e", "trace=pread64", "-e",
+             "inject=pread64:delay_enter=3000000", self.bin, "run", "--team", "vision",
+             "--budget", "1", "--", "true"],
+            env=self.user_env(user), cwd=self.tmp, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: run.poll() is None and run.kill())
+        pid = wait_until(lambda: held_at_the_memfd(self.runner) or run.poll() is not None, 30,
+                         what="the runner held at its read of the memfd")
+        if run.poll() is not None:
+            self.fail("the run ended before the runner read the memfd: " + run.communicate()[1])
+        status = proc_status(pid)
+        self.assertIsNotNone(status, "the held runner is gone")
+        # Root's uids (the runner's steps need them), the caller's filesystem uid and gid.
+        self.assertEqual(status["Uid"], ["0", "0", "0", uid])
+        self.assertEqual(status["Gid"][3], gid)
+        self.assertEqual(int(status["CapPrm"][0], 16), RUNNER_PERMITTED,
+                         "permitted %s, not %s" % (status["CapPrm"][0], hex(RUNNER_PERMITTED)))
+        self.assertEqual(int(status["CapEff"][0], 16), RUNNER_EFFECTIVE,
+                         "effective %s, not %s" % (status["CapEff"][0], hex(RUNNER_EFFECTIVE)))
+        self.assertEqual(int(status["CapInh"][0], 16), 0)
+        self.assertEqual(int(status["CapAmb"][0], 16), 0)
+        with open("/proc/self/status") as f:
+            bounding = [line.split()[1] for line in f if line.startswith("CapBnd:")][0]
+        self.assertEqual(status["CapBnd"][0], bounding, "the bounding set was cut (the job's sudo)")
+        out, err = run.communicate(timeout=120)
+        self.assertEqual(run.returncode, 0, err)
 
 
 # The inherited cases run in test_ledger_trust.py: here only this file's own.

@@ -1,5 +1,5 @@
 // The user spendcap acts for, and the access checks made as that user. Under the privileged
-// runner (process/privileged_run.hpp) the supervisor's real and effective uid are the service
+// runner (shared_runner/entry.hpp) the supervisor's real and effective uid are the service
 // user's and only its filesystem uid is the caller's; elsewhere all of them are the caller's. So
 // spendcap names, records and checks as the filesystem uid, never the real one: access(2) checks
 // with the real ids, faccessat(AT_EACCESS) with the filesystem ones, as open(2) will.

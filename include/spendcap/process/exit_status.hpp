@@ -1,7 +1,7 @@
 // How a spendcap process ends as what it waited for ended: by the same signal, re-raised on
 // itself, so that a calling shell loop stops as it would for the bare command (DESIGN.md "The kill
 // path", step 6). The run's end (run/summary.hpp) and the privileged runner's front and keeper
-// (privileged_run.hpp) end this way.
+// (shared_runner/entry.hpp) end this way.
 #pragma once
 
 namespace spendcap {

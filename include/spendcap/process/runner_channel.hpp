@@ -1,4 +1,4 @@
-// What passes between the shared runner's three programs (privileged_run.hpp): the root-owned
+// What passes between the shared runner's three programs (shared_runner/entry.hpp): the root-owned
 // /etc/spendcap/runner.json; the front's call of the setuid spendcap-runner (`--front-fds ENV,CTL
 // run ...`, the environment in a sealed memfd); and the runner's exec of the unprivileged spendcap
 // as the run's supervisor (`--runner-supervisor ...`). Every parser here is pure (no I/O but the

@@ -123,7 +123,7 @@ struct GuardHandle {
 // made, the guard is forked without one and GuardHandle::why_not_isolated says why.
 GuardHandle start_guard(const LaunchSpec& spec, const Cgroup* cgroup, const GuardOptions& options);
 
-// The privileged runner's guard (process/privileged_run.hpp). Forked by the runner while it is
+// The privileged runner's guard (shared_runner/entry.hpp). Forked by the runner while it is
 // still root, into its own PID and mount namespaces, it becomes the service user at once
 // (credentials.hpp), keeping CAP_KILL, and CAP_SETUID and CAP_SETGID until the launch, and waits;
 // start_guard then sends it the spec over a pipe instead of forking. Whom the command runs as,
@@ -147,9 +147,9 @@ struct PreforkedEnds {
 };
 PreforkedEnds prefork_guard(const PreforkedGuard& setup);
 
-// In the exec'd supervisor (the split runner, privileged_run.hpp): the guard the runner preforked
-// before the exec, its pipes' ends inherited (made close-on-exec here); start_guard then hands it
-// the spec as above.
+// In the exec'd supervisor (the split runner, shared_runner/adoption.hpp): the guard the runner
+// preforked before the exec, its pipes' ends inherited (made close-on-exec here); start_guard then
+// hands it the spec as above.
 void adopt_preforked_guard(pid_t pid, int spec_fd, int events_fd, int control_fd);
 
 // Writes one order to the guard's control pipe (non-blocking; a full pipe or a gone guard drops

@@ -16,10 +16,10 @@
 // refuses the test and redirect variables, and a locked /etc/spendcap/policy.json must name the
 // ledger (a --ledger other than its ledger is refused by the policy layering).
 //
-// The syscalls themselves are process/credentials.hpp's (start_groups, set_aside_group,
-// raise_group, drop_group_for_good). Under the privileged runner (process/privileged_run.hpp) the
-// supervisor starts with the same gids (real the caller's, effective and saved the ledger's), so
-// everything here works there unchanged.
+// The syscalls themselves (setegid, setresgid, each checked) are ledger_group.cpp's own. Under the
+// privileged runner (shared_runner/entry.hpp) the supervisor and a runner call start with the same
+// gids (real the caller's, effective and saved the ledger's), so everything here works there
+// unchanged.
 // Process-wide credentials: call from the main thread before any thread is started.
 #pragma once
 
@@ -35,7 +35,7 @@
 namespace spendcap {
 
 // First in main, in a process of the shared runner: a runner call's last step
-// (process/privileged_run.hpp settle_runner_call, by the locked policy's ledger kind), and the
+// (shared_runner/adoption.hpp settle_runner_call, by the locked policy's ledger kind), and the
 // runner's spool in place of the user's (ledger/spool.hpp use_runner_spool) wherever the process
 // stays the runner's. A no-op elsewhere. Throws Error.
 void settle_runner_process();

@@ -28,7 +28,7 @@
 
 namespace spendcap {
 
-struct RunnerRun;   // process/privileged_run.hpp
+struct RunnerRun;   // shared_runner/adoption.hpp
 class OutputRelay;  // process/output_relay.hpp
 
 // The guard once forked: the link the supervisor drives it by, and what the run says about it.

@@ -3,6 +3,7 @@
 // check that failed, by name, over a pipe.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <sys/fsuid.h>
@@ -136,15 +137,40 @@ TEST_CASE("the drop refuses root or the caller as the service user") {
         }) == "threw");
 }
 
-TEST_CASE("another subcommand: the setgid install's ids, no capability") {
-  if (not_root) SPENDCAP_SKIP("needs root: the drops setresuid to other users");
-  CHECK(in_child([]() -> const char* {
-          ::setgroups(1, &kCallerGroup);
-          spendcap::reduce_to_setgid(caller(), kServiceGroup);
-          if (!ids(kCaller, kCaller, kCaller, kCallerGroup, kServiceGroup, kServiceGroup)) {
-            return "ids";
+TEST_CASE("the runner's first step: the caller's filesystem ids, only the capabilities kept") {
+  if (not_root) SPENDCAP_SKIP("needs root: the cut starts from root's capabilities");
+  // A file of the service user's that only CAP_DAC_OVERRIDE (or its owner) may read.
+  std::string path = "/tmp/spendcap-hold-only-" + std::to_string(::getpid());
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  REQUIRE(::chown(path.c_str(), kService, kServiceGroup) == 0);
+  CHECK(in_child([&path]() -> const char* {
+          int bounding_before = ::prctl(PR_CAPBSET_READ, CAP_SYS_MODULE);
+          std::uint64_t keep = cap_bit(CAP_SETUID) | cap_bit(CAP_KILL) | cap_bit(CAP_DAC_OVERRIDE);
+          if (spendcap::hold_only(caller(), keep) != keep) return "permitted";
+          if (spendcap::effective_capabilities() != (keep & ~spendcap::kFilesystemCapabilities)) {
+            return "effective";
           }
-          if (spendcap::effective_capabilities() != 0) return "capabilities";
+          if (static_cast<uid_t>(::setfsuid(-1)) != kCaller) return "filesystem uid";
+          if (static_cast<gid_t>(::setfsgid(-1)) != kCallerGroup) return "filesystem gid";
+          if (!ids(0, 0, 0, 0, 0, 0)) return "the uids and gids are root's no more";
+          if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, CAP_KILL, 0, 0) != 0) return "ambient";
+          if (::prctl(PR_CAPBSET_READ, CAP_SYS_MODULE) != bounding_before) return "bounding set";
+          if (::open(path.c_str(), O_RDONLY | O_CLOEXEC) >= 0) return "read as root on files";
+          // A root-on-files step: the kernel puts CAP_DAC_OVERRIDE back while the fsuid is 0.
+          spendcap::set_filesystem_uid(0);
+          int opened = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+          if (opened < 0) return "not read with the filesystem uid 0";
+          ::close(opened);
+          spendcap::set_filesystem_uid(kCaller);
+          if (::open(path.c_str(), O_RDONLY | O_CLOEXEC) >= 0) return "read after the step";
+          // Cut again with less: CAP_DAC_OVERRIDE is then gone for the root-on-files steps too.
+          spendcap::hold_only(caller(), cap_bit(CAP_KILL));
+          spendcap::set_filesystem_uid(0);
+          if (spendcap::effective_capabilities() != cap_bit(CAP_KILL)) return "second cut";
+          if (::setuid(kService) == 0) return "CAP_SETUID left";
           return nullptr;
         }) == "");
+  ::unlink(path.c_str());
 }
