@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import unittest
 import urllib.parse
 import uuid
@@ -186,6 +187,57 @@ class RolesTest(PostgresLedgerTest):
         psql("UPDATE %s.budgets SET amount_micros = 2000000" % s, user=self.owner)
         self.assertEqual(self.pg_rows("SELECT amount_micros FROM %s.budgets" % s),
                          [{"amount_micros": 2000000}])
+
+    def test_refused_runs_are_counted_per_role_and_user_past_10_a_minute(self):
+        """Issue 38 item 4 on PostgreSQL: a loop of 200 refused runs at the input limits (admitted
+        and refused in spendcap_admit) stores at most 10 rows a minute per role and user, and sends
+        as many `refused` webhooks; the rest are counted in refused_counts, which a runner can read
+        but not write. Before (main's binary): one row of ~12 KB and one webhook a refusal."""
+        from test_input_limits import tags_at_the_limits
+        from test_webhooks import Endpoint
+        receiver = Endpoint()
+        self.addCleanup(receiver.close)
+        self.write_policy({"budgets": {"team": {"full": {"amount": 0.000001, "period": "day"}}},
+                           "webhooks": [{"url_env": "HOOK", "events": ["refused"]}]})
+        self.env["HOOK"] = receiver.url
+        applied = self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        loop = 200
+        args = ["run", "--team", "full", "--rate", "1"] + tags_at_the_limits() + [
+            "--ledger", ledger_url(self.schema, self.alice), "--", "true"]
+        last = None
+        for _ in range(loop):
+            last = self.run_spendcap(args)
+            self.assertEqual(last.returncode, 120, last.stderr)
+        s = self.schema
+        stored = self.pg_rows("SELECT count(*) AS n, COALESCE(sum(pg_column_size(r.*)), 0) AS "
+                              "bytes FROM %s.runs r WHERE status = 'refused'" % s)[0]
+        webhook_bytes = sum(len(r["body"]) for r in receiver.requests)
+        try:
+            counted = self.pg_rows("SELECT db_role, refused, recorded FROM %s.refused_counts" % s)
+        except AssertionError:
+            counted = []  # no such table: the negative control
+        print("\nPostgreSQL, %d refused runs: %d rows of %d bytes (%.0f a run); receiver %d "
+              "requests, %d bytes (%.0f a run); counts %s" %
+              (loop, stored["n"], stored["bytes"], stored["bytes"] / loop, len(receiver.requests),
+               webhook_bytes, webhook_bytes / loop, counted), file=sys.stderr)
+        self.assertEqual(sum(c["refused"] for c in counted), loop, "every refusal counted")
+        self.assertTrue(all(c["db_role"] == self.alice for c in counted))
+        self.assertLessEqual(len(counted), 3, "the loop takes well under two minutes")
+        self.assertEqual(stored["n"], sum(c["recorded"] for c in counted))
+        self.assertLessEqual(stored["n"], 10 * len(counted))
+        self.assertEqual(len(receiver.requests), stored["n"], "one webhook per stored row")
+        self.assertIn("past 10 a minute the ledger counts refused runs instead of recording each",
+                      last.stderr)
+        # The count is the server's: a runner reads it, never writes it, nor gives its clock.
+        self.assertEqual(len(psql("SELECT * FROM %s.refused_counts" % s, user=self.alice)
+                             .stdout.splitlines()), len(counted))
+        for sql in ["DELETE FROM %s.refused_counts" % s,
+                    "UPDATE %s.refused_counts SET recorded = 0" % s,
+                    "SELECT %s.spendcap_tally_refusal('x', 0)" % s]:
+            self.assertIn("permission denied", self.refused(self.alice, sql), sql)
+        self.assertIn("ledger's clock", self.refused(
+            self.alice, "SELECT %s.spendcap_count_refusal('x', 0)" % s))
 
     def test_a_runner_calling_the_grant_functions_cannot_choose_its_grant(self):
         """Issue 23: the grant rule runs in the server. psql in alice's hands calls the functions
