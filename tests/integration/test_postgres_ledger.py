@@ -479,6 +479,38 @@ class BackendsAgreeTest(PostgresLedgerTest):
         finally:
             connection.close()
 
+    def test_pg_dump_restores_into_a_fresh_database_with_the_same_totals(self):
+        """Issue 38 item 9: the backup docs/guide/shared-runner.md gives (pg_dump -Fc as the
+        owner, pg_restore) restores into a fresh database, and `report` and `budgets` read the
+        same totals there as in the ledger it was taken from."""
+        pg = ledger_url(self.schema)
+        self.write_policy(self.POLICY)
+        applied = self.run_spendcap(["budgets", "apply", "--ledger", pg,
+                                     self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        self.seed(pg)
+        dump = self.path("spendcap.dump")
+        database = "restore_" + self.suffix
+        subprocess.run(["pg_dump", "-Fc", "-n", self.schema, "-f", dump], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run(["createdb", database], check=True, capture_output=True, timeout=60)
+        self.addCleanup(subprocess.run, ["dropdb", "--if-exists", database],
+                        capture_output=True, timeout=60)
+        subprocess.run(["pg_restore", "-d", database, dump], check=True, capture_output=True,
+                       timeout=120)
+        parts = urllib.parse.urlsplit(pg)
+        restored = urllib.parse.urlunsplit(parts._replace(path="/" + database))
+        views = []
+        for ledger in (pg, restored):
+            report = self.run_spendcap(["report", "--ledger", ledger, "--by", "experiment",
+                                        "--format", "json"])
+            self.assertEqual(report.returncode, 0, report.stderr)
+            views.append((json.loads(report.stdout),
+                          self.spendcap_json(["budgets", "--ledger", ledger])))
+        self.assertEqual(views[0], views[1], "the restored ledger reads the same totals")
+        self.assertIn("e2", json.dumps(views[1][0]), "the report has the seeded runs")
+        self.assertGreater(sum(v["spent"] for v in views[1][1]), 0)
+
     def test_copy_from_sqlite_keeps_every_total(self):
         self.write_policy(self.POLICY)
         sqlite = self.path("ledger.db")
