@@ -19,14 +19,15 @@ struct RunEvent {
   std::string reason;   // "budget:run", "stop-order", "exited", "50% of the run budget", ...
   std::string scope;    // the scope that tripped or warned ("run", "team:vision"); "" when none
   std::string message;  // a line for people
-  std::optional<Money> spend;  // the run's spend at the event
-  // A shared scope's warning (`scope` team:vision...): that scope's spend and budget, of every run
-  // that charges it (the run's own are `spend` and the facts' budget).
-  std::optional<Money> scope_spend, scope_budget;
+  std::optional<Money> spend;             // the run's spend at the event
   std::optional<int> exit_code;           // spendcap's exit code, once the run ended
   std::optional<int> command_exit_code;   // the command's own, when it exited (128+N: signal N)
   bool ended = false;                     // the run is over: its end time is now
   std::optional<double> gpu_utilisation;  // 0..1, only where measured
+  // Last, so that positional initialisers above keep their meaning. A shared scope's warning
+  // (`scope` team:vision...): that scope's spend and budget, of every run that charges it (the
+  // run's own are `spend` and the facts' budget).
+  std::optional<Money> scope_spend, scope_budget;
 };
 
 class Notifier {
