@@ -26,7 +26,12 @@ int ledger_copy_command(const std::string& from_url, const std::string& to_url) 
   CopiedLedger copied = copy_ledger(*from, *to);
   std::cout << "copied " << copied.runs << " runs, " << copied.budgets << " budgets and "
             << copied.stop_orders << " active stop orders from " << from->url() << " to "
-            << to->url() << "\n";
+            << to->url();
+  if (copied.finished_run_orders) {
+    std::cout << " (and " << copied.finished_run_orders
+              << " orders on runs that have finished, kept but not active)";
+  }
+  std::cout << "\n";
   return 0;
 }
 

@@ -318,7 +318,8 @@ Admission BudgetLedger::begin_run(const RunStart& start) {
       run.reason = std::move(reason);
       run.finished_at = now;
       admission.grant.scopes = scope_uses(plan, Money{}, Money{});
-      txn.insert_run(run);
+      admission.refusal_count = txn.count_refusal(run.user, now);
+      if (admission.refusal_count.recorded) txn.insert_run(run);
       return admission;
     };
     if (!run.job_key.empty()) {
@@ -375,6 +376,7 @@ Admission BudgetLedger::admission_from_server(const RunRecord& run, ServerGrant 
   admission.grant.binding = plan.decision.binding;
   admission.grant.fair_share = plan.decision.fair_share;
   auto unfinished = [&server](const ScopeState&) { return server.unfinished; };
+  admission.refusal_count = server.refusal_count;
   if (server.job_owner) {
     admission.refusal = job_taken_message(*server.job_owner, run);
     admission.refused_by = Scope{ScopeKind::job, run.job_key};
@@ -490,14 +492,16 @@ CommandHistory BudgetLedger::command_history(const std::string& fingerprint,
   });
 }
 
-void BudgetLedger::record_refused(const RunStart& start, const std::string& reason) {
+RefusalCount BudgetLedger::record_refused(const RunStart& start, const std::string& reason) {
   if (start.id.empty()) throw Error("run", "has no id");
-  transact(Access::write, [&](StoreTxn& txn) {
+  return transact(Access::write, [&](StoreTxn& txn) {
     double now = txn.now();
     RunRecord run = new_record(start, now);  // refused, nothing held
     run.reason = reason;
     run.finished_at = now;
-    txn.insert_run(run);
+    RefusalCount count = txn.count_refusal(run.user, now);
+    if (count.recorded) txn.insert_run(run);
+    return count;
   });
 }
 

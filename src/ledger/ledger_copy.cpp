@@ -45,7 +45,13 @@ CopiedLedger copy_ledger(LedgerStore& from, LedgerStore& to) {
     }
     for (const StopOrder& order : orders) {
       txn.insert_stop_order(order.scope, order.reason, order.placed_by, order.placed_at);
-      ++copied.stop_orders;
+      // Every run is finished here: an order on one run can stop nothing more, and `stop --list`
+      // does not count it as active (it is copied: it still refuses that id).
+      if (order.scope.kind == ScopeKind::run) {
+        ++copied.finished_run_orders;
+      } else {
+        ++copied.stop_orders;
+      }
     }
   });
   return copied;

@@ -42,6 +42,8 @@ nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
   if (!event.message.empty()) p["message"] = event.message;
   if (event.spend) p["spend"] = to_decimal(*event.spend);
   if (facts.budget) p["budget"] = to_decimal(*facts.budget);
+  if (event.scope_spend) p["scope_spend"] = to_decimal(*event.scope_spend);
+  if (event.scope_budget) p["scope_budget"] = to_decimal(*event.scope_budget);
   p["currency"] = facts.currency;
   p["burn_rate_per_hour"] = to_decimal(facts.rate_per_hour);
   if (event.gpu_utilisation) p["gpu_utilisation"] = *event.gpu_utilisation;
@@ -128,6 +130,10 @@ nlohmann::json slack_payload(const nlohmann::json& p) {
     spend = money(field("spend"));
     if ((scope.empty() || scope == "run") && !field("budget").empty()) {
       spend += " of the run budget " + money(field("budget"));
+    } else if (!scope.empty() && !field("scope_spend").empty()) {
+      // A shared scope's warning: the scope's figures first, then this run's share.
+      spend = money(field("scope_spend")) + " of the " + scope + " budget " +
+              money(field("scope_budget")) + " (this run " + spend + ")";
     } else if (!scope.empty()) {
       spend += " (budget " + scope + ")";
     }

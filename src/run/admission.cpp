@@ -102,6 +102,14 @@ int refuse(const RunSettings& settings, const Admission& admission, const Report
               format_money(*admission.run_budget, settings.loaded.policy.currency) +
               " (lower --grace or raise --budget)";
   }
+  const RefusalCount& count = admission.refusal_count;
+  if (!count.recorded) {
+    refusal += " (refused run " + std::to_string(count.this_minute) + " of " +
+               settings.identity.user + " this minute: past " +
+               std::to_string(kRecordedRefusalsPerMinute) +
+               " a minute the ledger counts refused runs instead of recording each, and sends "
+               "no refused webhook)";
+  }
   reporter.error("refused: " + refusal);
   RunOutcome refused;
   refused.run_id = settings.identity.id;
@@ -253,7 +261,7 @@ int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start
     return 0;
   }
   if (verdict.refuse) {
-    ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
+    RefusalCount count = ledger.record_refused(start, std::string("refused: ") + kCrashLoopReason);
     // The `refused` event goes out once per window (verdict.send_refused_event): a job knocking
     // again and again does not flood the channel.
     verdict.message += " (failures counted: " + join(counted, ", ") +
@@ -263,7 +271,8 @@ int check_crash_loop(RunHost& host, const RunSettings& settings, RunStart& start
     refused.refusal =
         verdict.message + (verdict.send_refused_event ? "" : " (refused before in this window)");
     refused.run_budget = settings.budget;
-    if (verdict.send_refused_event && !webhooks.empty()) {
+    refused.refusal_count = count;
+    if (verdict.send_refused_event && count.recorded && !webhooks.empty()) {
       tell_refused(host, std::move(webhooks), run_facts(settings, refused), ledger, env, reporter,
                    kCrashLoopReason, "", verdict.message);
     }

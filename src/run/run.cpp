@@ -104,7 +104,8 @@ int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& ho
   tell_lost_runs(*ledger, settings.loaded.policy.currency);
   RunFacts facts = run_facts(settings, admission);
   if (!admission.admitted) {
-    if (!webhooks.empty()) {
+    // Past the user's refusals recorded this minute, counted only: no webhook either.
+    if (!webhooks.empty() && admission.refusal_count.recorded) {
       tell_refused(host, std::move(webhooks), facts, *ledger, env, reporter, admission.refusal,
                    admission.refused_by ? to_string(*admission.refused_by) : "", admission.refusal);
     }

@@ -124,8 +124,10 @@ void HeartbeatPart::on_heartbeat(const std::string& error, const Grant& grant) {
       // The reason is the line up to its figures ("80% of the team:vision budget (month)
       // spent"), not up to the scope's own colon.
       std::string reason = line.substr(0, line.find(" spent: ") + std::string(" spent").size());
-      announce(use, crossed,
-               RunEvent{"warning", reason, to_string(use.scope), line, meter_.spend_at(now())});
+      RunEvent warning{"warning", reason, to_string(use.scope), line, meter_.spend_at(now())};
+      warning.scope_spend = use.spent;
+      warning.scope_budget = use.amount;
+      announce(use, crossed, warning);
     }
   }
   hooks_.granted(grant);

@@ -118,7 +118,13 @@ class ManyNetnsHostsTest(LedgerTest):
                               "SELECT row_to_json(r) FROM crowd.runs r"], env=env,
                              capture_output=True, text=True, timeout=60)
         rows = [json.loads(line) for line in out.stdout.splitlines() if line]
-        self.assertEqual(len(rows), 24, "every run has a row: %s" % errors[:2])
+        # Past 10 refused runs of a user in a minute, a refusal is only counted (issue 38 item 4).
+        counted_only = subprocess.run(
+            ["psql", "-X", "-At", "-c",
+             "SELECT COALESCE(sum(refused - recorded), 0) FROM crowd.refused_counts"], env=env,
+            capture_output=True, text=True, timeout=60).stdout.strip()
+        self.assertEqual(len(rows) + int(counted_only or 0), 24,
+                         "every run has a row or was counted: %s" % errors[:2])
         self.assertTrue(all(r["status"] != "running" for r in rows), "every row is final")
         self.assertEqual(sorted({r["host"] for r in rows}),
                          ["netnode%d" % i for i in range(self.HOSTS)])

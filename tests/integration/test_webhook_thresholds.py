@@ -65,6 +65,14 @@ class TeamThresholdsOnce:
         self.assertEqual(len(set(passed)), len(passed), detail)  # no threshold announced twice
         self.assertGreaterEqual(min(passed), 1, detail)
         self.assertEqual(max(passed), 2, detail)
+        # A team's warning carries the team's figures beside the run's own (issue 38 item 9:
+        # it carried the run's spend as the team's): the percent of its reason is the team's.
+        for event, figure in zip(sorted(warnings, key=lambda e: float(e["reason"][:-len(suffix)])),
+                                 figures):
+            self.assertEqual(float(event["scope_budget"]), 10, detail)
+            self.assertAlmostEqual(100 * float(event["scope_spend"]) / 10, figure, delta=1,
+                                   msg=detail)
+            self.assertGreaterEqual(float(event["scope_spend"]), float(event["spend"]), detail)
         return warnings
 
 

@@ -65,7 +65,7 @@ class BudgetLedger : public Ledger {
                             const std::string& accepted_by) override;
   std::vector<AcceptedResult> accepted_results() override;
   CommandHistory command_history(const std::string& fingerprint, double window_seconds) override;
-  void record_refused(const RunStart& run, const std::string& reason) override;
+  RefusalCount record_refused(const RunStart& run, const std::string& reason) override;
 
  protected:
   LedgerStore& store() { return *store_; }

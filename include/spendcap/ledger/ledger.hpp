@@ -156,6 +156,18 @@ struct StopOrder {
   double placed_at = 0;  // unix seconds, the ledger's clock
 };
 
+// Refused runs are rate-limited per user: the first kRecordedRefusalsPerMinute of a user in a
+// minute of the ledger's clock are stored one row each (and told to the `refused` webhooks);
+// later ones are only counted, in one row per user and minute (the refused_counts table), so that
+// a loop of refused runs grows neither the shared ledger nor the owner's webhook receiver without
+// bound. 10 a minute keeps every refusal of a person retrying by hand; a script looping on a
+// refusal is told from the 11th on. PostgreSQL's spendcap_count_refusal holds the same number.
+inline constexpr int kRecordedRefusalsPerMinute = 10;
+struct RefusalCount {
+  std::int64_t this_minute = 1;  // the user's refused runs this minute, this one included
+  bool recorded = true;          // stored as a row; false: counted only
+};
+
 struct Grant {
   Money ceiling;  // what the run holds now; never lower than before
   // What enforce mode would hold. Equal to ceiling in enforce mode; a warn-mode run holds what it
@@ -180,6 +192,7 @@ struct Admission {
   // (so that the end line can give the job's total and a changed --budget can be said).
   std::optional<Money> job_spent_before;
   std::optional<Money> job_budget_before;
+  RefusalCount refusal_count;  // a refused run: whether it was recorded or only counted
 };
 
 // preempted: stopped because the scheduler or the cloud took the machine back (SIGTERM to
@@ -461,8 +474,9 @@ class Ledger {
   // crash-loop verdict (each user's earlier successes left out: ledger_store.hpp's
   // runs_of_fingerprint), oldest first, and the ledger's clock now (unix seconds).
   virtual CommandHistory command_history(const std::string& fingerprint, double window_seconds) = 0;
-  // Records a run refused before admission (runaway:crash-loop): a refused row that holds nothing.
-  virtual void record_refused(const RunStart& run, const std::string& reason) = 0;
+  // Records a run refused before admission (runaway:crash-loop): a refused row that holds nothing,
+  // or, past kRecordedRefusalsPerMinute of its user, only counted.
+  virtual RefusalCount record_refused(const RunStart& run, const std::string& reason) = 0;
 };
 
 // Who asks the ledger to stop or accept runs (ledger/stop_rule.hpp). `user` is the Unix user name

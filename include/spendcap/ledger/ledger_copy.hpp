@@ -8,7 +8,9 @@
 namespace spendcap {
 
 struct CopiedLedger {
-  int runs = 0, budgets = 0, stop_orders = 0;
+  int runs = 0, budgets = 0;
+  int stop_orders = 0;          // active: on a team, experiment, project, user or job
+  int finished_run_orders = 0;  // on one run, which has finished (as `stop --list` leaves out)
 };
 
 // Copies every run, every budget and the active stop orders of `from` into `to`, in one write

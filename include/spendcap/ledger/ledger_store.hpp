@@ -129,6 +129,7 @@ struct ServerGrant {
   std::optional<Money> job_budget_before;
   std::optional<StopOrder> stop;
   std::optional<RunRecord> job_owner;  // admission: the job key is this run's (id, team, user)
+  RefusalCount refusal_count;          // admission, refused: recorded or only counted
   Money live_delta, held_delta;        // heartbeat: what it added to its scopes' sums
   Money ceiling, allowed;              // heartbeat: what the run holds now
 };
@@ -204,6 +205,14 @@ class StoreTxn {
                               const std::string& run_id, double at) {
     (void)scope, (void)period_day, (void)percent, (void)run_id, (void)at;
     return true;
+  }
+
+  // ---- refused runs, rate-limited per user (ledger.hpp's kRecordedRefusalsPerMinute) ----
+  // Counts a refused run of `user` in the minute of `now`; recorded: the caller stores its row.
+  // The default keeps no count and records every one.
+  virtual RefusalCount count_refusal(const std::string& user, double now) {
+    (void)user, (void)now;
+    return {};
   }
 
   // ---- the webhook outbox ----

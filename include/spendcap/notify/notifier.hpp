@@ -29,6 +29,10 @@ struct RunEvent {
   // "not-caught": no process catches the signal, "no-signal": the run has none); none otherwise.
   std::optional<std::string> checkpoint;
   std::optional<std::int64_t> last_step, total_steps;  // the progress channel's last, if any
+  // Last, so that positional initialisers above keep their meaning. A shared scope's warning
+  // (`scope` team:vision...): that scope's spend and budget, of every run that charges it (the
+  // run's own are `spend` and the facts' budget).
+  std::optional<Money> scope_spend, scope_budget;
 };
 
 class Notifier {

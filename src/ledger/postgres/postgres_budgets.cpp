@@ -108,6 +108,13 @@ bool PostgresStore::Impl::insert_warning(const Scope& scope, std::int64_t period
              .rows() > 0;
 }
 
+// Counted by the server's clock (spendcap_count_refusal): `now` is the transaction's reading of it.
+RefusalCount PostgresStore::Impl::count_refusal(const std::string& user, double now) {
+  (void)now;
+  return postgres_schema::refusal_count_of_json(
+      exec("SELECT spendcap_count_refusal($1, $2)", {user, clock_param()}).text(0, 0));
+}
+
 std::int64_t PostgresStore::Impl::insert_outbox(const OutboxEntry& e) {
   return exec(
              "INSERT INTO outbox (event_id, event, run_id, user_name, destination, format, "

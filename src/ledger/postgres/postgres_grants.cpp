@@ -265,11 +265,38 @@ BEGIN
       WHEN 'project' THEN project WHEN 'user' THEN user_name END = name);
 END $$;
 
+-- Refused runs, rate-limited per login role and user (ledger.hpp's kRecordedRefusalsPerMinute,
+-- SQLite's count_refusal): counts one in the minute of `now`; "recorded": the caller stores its
+-- row. The row's lock orders two refusals of the same user in the same minute.
+CREATE OR REPLACE FUNCTION spendcap_tally_refusal(who text, now double precision) RETURNS json
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  c refused_counts;
+BEGIN
+  INSERT INTO refused_counts AS t (db_role, user_name, minute, refused, recorded, last_at)
+    VALUES (session_user, who, floor(now / 60)::bigint, 1, 1, now)
+  ON CONFLICT (db_role, user_name, minute) DO UPDATE SET refused = t.refused + 1,
+    recorded = t.recorded + CASE WHEN t.recorded < )sql" +
+         std::to_string(kRecordedRefusalsPerMinute) + R"sql( THEN 1 ELSE 0 END,
+    last_at = excluded.last_at
+  RETURNING * INTO c;
+  RETURN json_build_object('this_minute', c.refused, 'recorded', c.refused = c.recorded);
+END $$;
+
+-- A run refused before it reached the ledger (record_refused), counted by the server's clock.
+CREATE OR REPLACE FUNCTION spendcap_count_refusal(who text, at double precision) RETURNS json
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN spendcap_tally_refusal(who, spendcap_clock(at));
+END $$;
+
 -- Admission (BudgetLedger::begin_run) in one call. `r` is the run's record as the client built
 -- it (run_json); the server sets its clock, status, ceiling and login role. Returns
 -- {"error"} ("exists", "no budget") or {"now", "admitted", "fits", "plan", "stop",
--- "unfinished", "job_spent_before", "job_budget_before", "job_owner"}. A refused run is recorded refused, with
--- the reason; the message is the client's (refusal_message), from what this returns.
+-- "unfinished", "job_spent_before", "job_budget_before", "job_owner", "refusal"}. A refused run
+-- is recorded refused, with the reason, unless its user is past the minute's limit ("refusal":
+-- spendcap_tally_refusal's answer; null when admitted); the message is the client's
+-- (refusal_message), from what this returns.
 CREATE OR REPLACE FUNCTION spendcap_admit(r json, want bigint, caps json, at double precision)
 RETURNS json
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -285,6 +312,7 @@ DECLARE
   key_owner runs;
   job_owner json;
   sc json;
+  tally json;
 BEGIN
   IF want < 0 OR n.rate_micros_per_hour < 0 OR n.reserve_micros < 0
      OR COALESCE(n.budget_micros, 0) < 0 THEN
@@ -368,11 +396,16 @@ BEGIN
     n.reconcile_at := spendcap_reconcile_at(now, n.ceiling_micros, 0, n.rate_micros_per_hour,
                                             n.shutdown_ms, n.sync_ms);
   END IF;
-  IF n.status <> 'running' THEN n.reconcile_at := 0; END IF;
-  INSERT INTO runs SELECT n.*;
+  IF n.status <> 'running' THEN
+    n.reconcile_at := 0;
+    tally := spendcap_tally_refusal(n.user_name, now);
+  END IF;
+  IF tally IS NULL OR (tally->>'recorded')::boolean THEN
+    INSERT INTO runs SELECT n.*;
+  END IF;
   RETURN json_build_object('now', now, 'admitted', n.status = 'running', 'fits', fits,
     'plan', plan, 'stop', stop, 'unfinished', unfinished, 'job_spent_before', job_spent,
-    'job_budget_before', job_budget, 'job_owner', job_owner);
+    'job_budget_before', job_budget, 'job_owner', job_owner, 'refusal', tally);
 END $$;
 
 -- A heartbeat (BudgetLedger::heartbeat) in one call: the spend reported, the ceiling raised by
@@ -567,6 +600,11 @@ std::string caps_json(const std::vector<BudgetRule>& caps) {
   return list.dump();
 }
 
+RefusalCount refusal_count_of_json(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  return RefusalCount{j.at("this_minute").get<std::int64_t>(), j.at("recorded").get<bool>()};
+}
+
 ServerGrant server_grant_of_json(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text);
   ServerGrant grant;
@@ -591,6 +629,9 @@ ServerGrant server_grant_of_json(const std::string& text) {
     owner.team = o.at("team").is_null() ? "" : o.at("team").get<std::string>();
     owner.user = o.at("user").is_null() ? "" : o.at("user").get<std::string>();
     grant.job_owner = owner;
+  }
+  if (j.contains("refusal") && !j.at("refusal").is_null()) {
+    grant.refusal_count = refusal_count_of_json(j.at("refusal").dump());
   }
   if (j.contains("stop") && !j.at("stop").is_null()) {
     const nlohmann::json& s = j.at("stop");

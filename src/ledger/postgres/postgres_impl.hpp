@@ -376,6 +376,7 @@ struct PostgresStore::Impl final : StoreTxn {
   std::vector<StopOrder> active_stop_orders() override;
   bool insert_warning(const Scope& scope, std::int64_t period_day, int percent,
                       const std::string& run_id, double at) override;
+  RefusalCount count_refusal(const std::string& user, double now) override;
   std::int64_t insert_outbox(const OutboxEntry& e) override;
   std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
   void delete_outbox(std::int64_t id) override;

@@ -251,10 +251,23 @@ INSERT INTO scope_lock_salt (salt) VALUES (gen_random_uuid()::text || gen_random
     // the command's (exit_code). spendcap_finish and spendcap_update_run write it with the other
     // mutable columns (kMutableRunColumns).
     "ALTER TABLE runs ADD COLUMN spendcap_exit_code INTEGER;\n",
-    // v23 (the 22nd entry; issue 40 item 4): nothing changes in the tables; routines() replaces
-    // spendcap_plan_grant by one with the fair share of a shared budget (decide_grant) and
-    // spendcap_heartbeat by one that plans with the spend it reports.
-    "SELECT 1;\n",
+    // v23 (the 22nd entry; issues 38 item 4 and 40 item 4): as SQLite's v23, refused runs counted
+    // per user and minute, keyed by the login role too (a role's user names are its client's
+    // word), written only by spendcap_tally_refusal (postgres_grants.cpp); runners read it. And
+    // routines() replaces spendcap_plan_grant by one with the fair share of a shared budget
+    // (decide_grant) and spendcap_heartbeat by one that plans with the spend it reports.
+    R"sql(
+CREATE TABLE refused_counts (
+  db_role TEXT NOT NULL,
+  user_name TEXT NOT NULL,
+  minute BIGINT NOT NULL,
+  refused BIGINT NOT NULL,
+  recorded BIGINT NOT NULL,
+  last_at DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (db_role, user_name, minute)
+);
+REVOKE ALL ON refused_counts FROM PUBLIC;
+)sql",
 };
 
 const char* const kRunColumns =
@@ -520,7 +533,8 @@ BEGIN
     spendcap_admit(json, bigint, json, double precision),
     spendcap_heartbeat(text, bigint, bigint, json, double precision, json),
     spendcap_finish(json, double precision), spendcap_schema_version(),
-    spendcap_lock_scopes(text[], double precision) TO spendcap_runner;
+    spendcap_lock_scopes(text[], double precision),
+    spendcap_count_refusal(text, double precision) TO spendcap_runner;
   -- The id and db_role come from their defaults; of a stored entry only a failed flush's
   -- attempts and error change, and who claimed it for delivery until when.
   GRANT SELECT, DELETE ON outbox TO spendcap_runner;
@@ -531,6 +545,10 @@ BEGIN
   -- Budget warnings announced (v15): a runner records the thresholds its run announced.
   IF to_regclass('budget_warnings') IS NOT NULL THEN
     GRANT SELECT, INSERT ON budget_warnings TO spendcap_runner;
+  END IF;
+  -- Refused runs counted (v23): read by runners, written through spendcap_count_refusal.
+  IF to_regclass('refused_counts') IS NOT NULL THEN
+    GRANT SELECT ON refused_counts TO spendcap_runner;
   END IF;
 END $$;
 REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
@@ -544,7 +562,9 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_lock_scopes(text[], double precision),
   spendcap_reconcile_due(double precision), spendcap_rule_in_force(text, text, json),
   spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
-  spendcap_count_unfinished(text, text, bigint, bigint) FROM PUBLIC;
+  spendcap_count_unfinished(text, text, bigint, bigint),
+  spendcap_tally_refusal(text, double precision),
+  spendcap_count_refusal(text, double precision) FROM PUBLIC;
 )sql" + access_grants();
 }
 

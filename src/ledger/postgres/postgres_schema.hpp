@@ -35,5 +35,6 @@ std::string grant_routines();
 // their JSON answer as BudgetLedger reads it.
 std::string caps_json(const std::vector<BudgetRule>& caps);
 ServerGrant server_grant_of_json(const std::string& text);
+RefusalCount refusal_count_of_json(const std::string& text);  // spendcap_count_refusal's
 
 }  // namespace spendcap::postgres_schema

@@ -2,6 +2,8 @@
 // ledger_store.hpp.
 #include "sqlite_impl.hpp"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "spendcap/base/json_text.hpp"
@@ -127,6 +129,22 @@ bool SqliteStore::Impl::insert_warning(const Scope& scope, std::int64_t period_d
       .bind_all(to_string(scope.kind), scope.name, period_day, percent, run_id, at)
       .run();
   return changes() > 0;
+}
+
+// One row per user and minute. `recorded` stops at the limit, so this refusal is recorded exactly
+// when the two counts are still equal; a write transaction holds the whole file.
+RefusalCount SqliteStore::Impl::count_refusal(const std::string& user, double now) {
+  auto minute = static_cast<std::int64_t>(std::floor(now / 60));
+  query(
+      "INSERT INTO refused_counts (user_name, minute, refused, recorded, last_at) "
+      "VALUES (?, ?, 1, 1, ?) ON CONFLICT (user_name, minute) DO UPDATE SET "
+      "refused = refused + 1, recorded = recorded + (recorded < ?), last_at = excluded.last_at")
+      .bind_all(user, minute, now, kRecordedRefusalsPerMinute)
+      .run();
+  auto q = query("SELECT refused, recorded FROM refused_counts WHERE user_name = ? AND minute = ?");
+  q.bind_all(user, minute);
+  q.step();
+  return RefusalCount{q.i64(0), q.i64(0) == q.i64(1)};
 }
 
 StopOrder SqliteStore::Impl::insert_stop_order(const Scope& scope, const std::string& reason,

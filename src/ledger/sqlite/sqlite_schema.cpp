@@ -245,6 +245,20 @@ ALTER TABLE runs ADD COLUMN checkpoint_signal_seconds REAL;  -- after launch
 ALTER TABLE runs ADD COLUMN checkpoint_written_seconds REAL; -- after launch; NULL: not written
 )sql";
 
+// Schema version 23 (issue 38 item 4), as PostgreSQL's (which adds db_role to the key): a user's
+// refused runs in a minute of the ledger's clock (minute = floor(unix seconds / 60)), and how many
+// of them were stored as rows (at most kRecordedRefusalsPerMinute, ledger.hpp).
+constexpr const char* kRefusedCounts = R"sql(
+CREATE TABLE refused_counts (
+  user_name TEXT NOT NULL,
+  minute BIGINT NOT NULL,
+  refused BIGINT NOT NULL,             -- refused runs of the user in that minute
+  recorded BIGINT NOT NULL,            -- of which stored as runs rows
+  last_at DOUBLE PRECISION NOT NULL,   -- the last one, unix seconds
+  PRIMARY KEY (user_name, minute)
+);
+)sql";
+
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = [] {
     std::vector<std::string> texts(std::begin(kMigrations), std::end(kMigrations));
@@ -276,9 +290,10 @@ const std::vector<std::string>& migrations() {
     // (exit_code): a budget trip exits 124 after a job that checkpointed and exited 0. NULL: a
     // run before v22, or unfinished.
     texts.push_back("ALTER TABLE runs ADD COLUMN spendcap_exit_code INTEGER;\n");
-    // v23 (schema version 23; issue 40 item 4): nothing changes here (PostgreSQL's grant function
-    // takes the fair share of a shared budget); the number keeps both backends' versions equal.
-    texts.push_back("SELECT 1;\n");
+    // v23 (schema version 23; issues 38 item 4 and 40 item 4): refused runs counted per user and
+    // minute (StoreTxn::count_refusal), shared with PostgreSQL's v23, whose grant function also
+    // takes the fair share of a shared budget there.
+    texts.push_back(kRefusedCounts);
     return texts;
   }();
   return all;

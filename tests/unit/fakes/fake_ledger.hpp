@@ -116,7 +116,9 @@ class FakeLedger : public Ledger {
   CommandHistory command_history(const std::string&, double) override {
     return none<CommandHistory>();
   }
-  void record_refused(const RunStart&, const std::string&) override { none<void>(); }
+  RefusalCount record_refused(const RunStart&, const std::string&) override {
+    return none<RefusalCount>();
+  }
 
  private:
   template <class T>
