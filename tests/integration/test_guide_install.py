@@ -140,6 +140,27 @@ class GuideTest(unittest.TestCase):
         self.bin = os.path.join(self.tmp, "bin", "spendcap")
         self.runner = os.path.join(self.tmp, "lib", "spendcap-runner")
 
+    def start_long_run(self, user, team):
+        """The user's `spendcap run -- sleep 120` in the team, once `ps --json` lists it: (the
+        front, ps's rows)."""
+        front = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", user,
+             "--regid", user, "--init-groups", self.bin, "run", "--team", team, "--", "sleep",
+             "120"], env=self.user_env(user), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        self.addCleanup(front.kill)
+        running = []
+
+        def listed():
+            result = self.spendcap(user, ["ps", "--json"])
+            self.assertEqual(result.returncode, 0, result.stderr)
+            running[:] = json.loads(result.stdout)
+            return bool(running) or front.poll() is not None
+        wait_until(listed, 60, what=user + "'s run in ps")
+        if front.poll() is not None:
+            self.fail(user + "'s run ended early: " + front.communicate()[1])
+        return front, running
+
     def install_command(self):
         """The guide's `scripts/install-shared-runner.sh`, with the install's paths in the test's
         directory, not /usr/local."""
@@ -204,22 +225,7 @@ class GuideSqliteInstallTest(GuideTest):
         for user, team in ((alice, "nlp"), (bob, "robotics")):
             result = self.spendcap(user, ["run", "--team", team, "--", "true"])
             self.assertEqual(result.returncode, 0, result.stderr)
-        front = subprocess.Popen(
-            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", alice,
-             "--regid", alice, "--init-groups", self.bin, "run", "--team", "nlp", "--", "sleep",
-             "120"], env=self.user_env(alice), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
-        self.addCleanup(front.kill)
-        running = []
-
-        def listed():
-            result = self.spendcap(alice, ["ps", "--json"])
-            self.assertEqual(result.returncode, 0, result.stderr)
-            running[:] = json.loads(result.stdout)
-            return bool(running) or front.poll() is not None
-        wait_until(listed, 60, what="alice's run in ps")
-        if front.poll() is not None:
-            self.fail("alice's run ended early: " + front.communicate()[1])
+        front, running = self.start_long_run(alice, "nlp")
         for user in (alice, bob):
             for args in (["ps"], ["budgets"], ["report"]):
                 result = self.spendcap(user, args)
@@ -344,22 +350,7 @@ class GuideInstallTest(GuideTest):
             with open(seen) as f:
                 self.check_no_secret(f.read(), user + "'s job (environment or /proc)")
         # A run that lasts, for ps and stop.
-        front = subprocess.Popen(
-            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", alice,
-             "--regid", alice, "--init-groups", self.bin, "run", "--team", "nlp", "--", "sleep",
-             "120"], env=self.user_env(alice), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
-        self.addCleanup(front.kill)
-        running = []
-
-        def listed():
-            result = self.spendcap(alice, ["ps", "--json"])
-            self.assertEqual(result.returncode, 0, result.stderr)
-            running[:] = json.loads(result.stdout)
-            return bool(running) or front.poll() is not None
-        wait_until(listed, 60, what="alice's run in ps")
-        if front.poll() is not None:
-            self.fail("alice's run ended early: " + front.communicate()[1])
+        front, running = self.start_long_run(alice, "nlp")
         self.check_no_secret(json.dumps(running), "ps")
         # While it runs: the processes users can read hold no secret either.
         for user in (alice, bob):
