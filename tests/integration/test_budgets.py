@@ -3,14 +3,12 @@ keys, stop orders, lost runs and their reconciliation, warn mode."""
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import time
 import unittest
 
-from spendcap_testlib import (FIXTURES, SPENDCAP, LedgerTest, alive, processes_with_marker,
-                              wait_until)
+from spendcap_testlib import SPENDCAP, LedgerTest, wait_until
 
 MICROS = 1_000_000
 

@@ -7,7 +7,6 @@ Negative control: before schema v22 the ledger kept only the command's exit, and
 gave `exit_code` 0 for this run while spendcap had exited 124."""
 import csv
 import io
-import json
 import os
 import unittest
 import uuid

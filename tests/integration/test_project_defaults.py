@@ -6,7 +6,6 @@ sources and the admission verdict and starts nothing; `runs` reads past a broken
 Negative control: before this change `defaults.team` was an unknown key (the run was refused,
 125) and --dry-run was an unknown flag; test_the_project_file_is_found_up_to_the_repository_root
 fails when the walk up is removed (the subdirectory run has no team and no rate)."""
-import json
 import os
 import subprocess
 import unittest

@@ -5,7 +5,6 @@ budgets and the metrics; `show` with the whole record and `runs` with EXIT and t
 a terminal hangup handled as Ctrl-C is. Real runs of the real binary on a real SQLite ledger."""
 import csv
 import io
-import json
 import os
 import re
 import select

@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from spendcap_testlib import LedgerTest, wait_until
+from spendcap_testlib import LedgerTest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENT_SCHEMA = os.path.join(HERE, "..", "..", "policies", "webhook-event.schema.json")
