@@ -78,7 +78,8 @@ void add_run_options(CLI::App& run, RunRequest& request) {
   run.add_option("--interval", request.interval, "refresh of live figures (default 1s)");
   run.add_option("--sync", request.sync, "ledger heartbeat interval (default 5s)");
   run.add_option("--claim-horizon", request.claim_horizon,
-                 "how far ahead a ceiling is claimed from shared budgets (default 5m)");
+                 "how far ahead a ceiling is claimed from shared budgets, within a fair share of "
+                 "what is left (default 5m)");
   run.add_option(
       "--isolation", request.isolation,
       "pid (default where the kernel allows it: the job cannot signal spendcap) or none");

@@ -51,7 +51,9 @@ Docs build_docs() {
       {"/defaults/interval", {"duration > 0", "", "how often live figures are refreshed"}},
       {"/defaults/sync", {"duration, 1s to 1h", "", "how often a run heartbeats to the ledger"}},
       {"/defaults/claim_horizon",
-       {"duration, 1s to 24h", "", "how far ahead a run's ceiling is claimed from shared budgets"}},
+       {"duration, 1s to 24h", "",
+        "how far ahead a run's ceiling is claimed from shared budgets, within a "
+        "fair share of what they have left"}},
       {"/defaults/checkpoint_signal",
        {"signal (\"SIGUSR1\", \"USR2\", \"10\") or \"none\"", "",
         "sent to the processes that catch it when a run trips; none skips the grace"}},
