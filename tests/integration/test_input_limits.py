@@ -37,7 +37,7 @@ class InputLimitsTest(LedgerTest):
                                  list(command))
 
     def sql(self, query):
-        connection = sqlite3.connect(self.ledger_file(), timeout=30)
+        connection = sqlite3.connect(self.ledger_file(), timeout=30, isolation_level=None)
         try:
             return connection.execute(query).fetchall()
         finally:
@@ -98,6 +98,9 @@ class InputLimitsTest(LedgerTest):
 
 
 class RefusedRateLimitTest(LedgerTest):
+    sql = InputLimitsTest.sql
+    ledger_bytes = InputLimitsTest.ledger_bytes
+
     """A loop of 200 refused runs at the limits, its `refused` webhook delivered to a real receiver:
     the ledger and the receiver grow by at most 10 refused runs a minute, whatever the loop."""
 
@@ -110,17 +113,6 @@ class RefusedRateLimitTest(LedgerTest):
         self.write_policy({"budgets": {"team": {"full": {"amount": 0.000001, "period": "day"}}},
                            "webhooks": [{"url_env": "HOOK", "events": ["refused"]}]})
         self.env["HOOK"] = self.receiver.url
-
-    def sql(self, query):
-        connection = sqlite3.connect(self.ledger_file(), timeout=30, isolation_level=None)
-        try:
-            return connection.execute(query).fetchall()
-        finally:
-            connection.close()
-
-    def ledger_bytes(self):
-        self.sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        return os.path.getsize(self.ledger_file())
 
     def counts(self):
         """(minute, refused, recorded) rows; none before schema 23 (the negative control)."""
