@@ -23,8 +23,8 @@ namespace spendcap {
 
 // Opens the ledger, replays what earlier runs on this host spooled, and, on a personal ledger (the
 // caller's own file), applies the policy's budgets: loading the owner's policy applies it.
-std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestSwitches& switches,
-                                        const Reporter& reporter) {
+std::shared_ptr<Ledger> open_run_ledger(RunHost& host, const RunSettings& settings,
+                                        const TestSwitches& switches, const Reporter& reporter) {
   LedgerOptions options;
   options.ignore_other_runs = switches.no_ceilings;
   if (settings.loaded.locked_policy) {
@@ -32,7 +32,7 @@ std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestS
   }
   options.postgres_password =
       ledger_password_as_installed(settings.loaded.policy, settings.loaded.locked_policy);
-  std::shared_ptr<Ledger> ledger = open_ledger_as_installed(settings.ledger_url, options);
+  std::shared_ptr<Ledger> ledger = host.open_ledger(settings.ledger_url, options);
   // The switches weaken what spendcap enforces: only on a ledger that is the caller's alone.
   if (switches.any() && !ledger->is_personal()) {
     throw Error("SPENDCAP_TEST_SWITCHES",

@@ -92,7 +92,7 @@ int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& ho
     metrics_sink = start_runner_metrics_writer(*settings.loaded.policy.metrics_dir);
   }
 
-  std::shared_ptr<Ledger> ledger = open_run_ledger(settings, switches, reporter);
+  std::shared_ptr<Ledger> ledger = open_run_ledger(host, settings, switches, reporter);
   require_estimate_fits(settings, *ledger);  // --estimate-steps (estimate_fit.hpp)
   require_membership(*ledger, named_scopes(settings.identity), "charge runs to it");
   RunStart start = make_run_start(settings);

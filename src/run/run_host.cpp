@@ -12,6 +12,7 @@
 #include "spendcap/notify/payload.hpp"
 #include "spendcap/process/cgroup.hpp"
 #include "spendcap/process/output_relay.hpp"
+#include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/run_notifier.hpp"
 #include "spendcap/shared_runner/adoption.hpp"
 
@@ -43,6 +44,11 @@ class SystemRunHost final : public RunHost {
     return run ? run->environment : current_environment();
   }
   const RunnerRun* runner() const override { return runner_run(); }
+
+  std::shared_ptr<Ledger> open_ledger(const std::string& url,
+                                      const LedgerOptions& options) override {
+    return open_ledger_as_installed(url, options);
+  }
 
   std::string make_cgroup(const std::string& name, bool wanted) override {
     // The privileged runner's (made as root; the keeper removes it), else the run's own.

@@ -19,8 +19,8 @@ namespace spendcap {
 
 // Opens the ledger, replays what earlier runs on this host spooled, and, on a personal ledger (the
 // caller's own file), applies the policy's budgets: loading the owner's policy applies it.
-std::shared_ptr<Ledger> open_run_ledger(const RunSettings& settings, const TestSwitches& switches,
-                                        const Reporter& reporter);
+std::shared_ptr<Ledger> open_run_ledger(RunHost& host, const RunSettings& settings,
+                                        const TestSwitches& switches, const Reporter& reporter);
 
 // What the ledger is asked to admit: the run's identity, its rate, reserve and first claim.
 RunStart make_run_start(const RunSettings& settings);

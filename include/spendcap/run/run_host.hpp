@@ -1,10 +1,11 @@
 // What a run asks of the host it runs on (issue 39, item 2): the clock, the job's environment, the
-// run's cgroup, spendcap made a subreaper, the guard forked (behind a GuardLink), the tree and the
-// terminal the supervisor watches, and the webhooks' notifier. The steps of a run (run/run.hpp,
-// admission, execution) reach the machine only through it, so unit tests drive a whole run, from
-// its flags to its final row, through a fake (tests/unit/fakes/fake_run_host.hpp: a FakeClock, a
-// FakeGuardLink on the same clock, a fake tree) over a real SQLite ledger, in milliseconds.
-// system_run_host() is today's code: what execute_run did inline.
+// run's cgroup, spendcap made a subreaper, the ledger opened, the guard forked (behind a
+// GuardLink), the tree and the terminal the supervisor watches, and the webhooks' notifier. The
+// steps of a run (run/run.hpp, admission, execution) reach the machine only through it, so unit
+// tests drive a whole run, from its flags to its final row, through a fake
+// (tests/unit/fakes/fake_run_host.hpp: a FakeClock, a FakeGuardLink on the same clock, a fake tree)
+// over a real SQLite ledger, in milliseconds. system_run_host() is today's code: what execute_run
+// did inline.
 #pragma once
 
 #include <sys/types.h>
@@ -55,6 +56,12 @@ class RunHost {
   // what the privileged runner set up (null elsewhere).
   virtual Environment environment() const = 0;
   virtual const RunnerRun* runner() const = 0;
+
+  // The run's ledger, opened as installed (run/ledger_group.hpp open_ledger_as_installed). Every
+  // write of the run, its final row included, goes through what this returns, so a fake host may
+  // hand back a ledger that refuses a step (the final row spooled instead).
+  virtual std::shared_ptr<Ledger> open_ledger(const std::string& url,
+                                              const LedgerOptions& options) = 0;
 
   // The run's cgroup: the runner's, else `name` made where the hierarchy is writable and `wanted`;
   // returns its directory, "" for none (the tree is followed by parentage). remove_cgroup()

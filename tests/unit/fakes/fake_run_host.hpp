@@ -15,7 +15,9 @@
 #include "fakes/fake_clock.hpp"
 #include "fakes/fake_guard_link.hpp"
 #include "fakes/fake_process_tree.hpp"
+#include "fakes/forwarding_ledger.hpp"
 #include "spendcap/process/output_relay.hpp"
+#include "spendcap/run/ledger_group.hpp"
 #include "spendcap/run/run_host.hpp"
 
 namespace spendcap::testing {
@@ -39,6 +41,18 @@ class FakeRunHost final : public RunHost {
   }
   Environment environment() const override { return env_; }
   const RunnerRun* runner() const override { return nullptr; }
+
+  // The real ledger at `url` (on `ledger_clock` when set), behind a ForwardingLedger whose final
+  // row fails while `ledger_fault` says why (the row is then spooled, and replayed by the next
+  // open).
+  std::shared_ptr<Ledger> open_ledger(const std::string& url, const LedgerOptions& asked) override {
+    LedgerOptions options = asked;
+    if (ledger_clock) options.wall_clock = ledger_clock;
+    auto ledger = std::make_shared<ForwardingLedger>(open_ledger_as_installed(url, options),
+                                                     [this] { return ledger_fault; });
+    opened = ledger;
+    return ledger;
+  }
 
   std::string make_cgroup(const std::string& name, bool wanted) override {
     cgroup_asked = name;
@@ -99,7 +113,10 @@ class FakeRunHost final : public RunHost {
     guard.launch();
     guard.exit(0, true);
   };
-  std::string cgroup_dir;  // what make_cgroup returns: "" is none
+  std::string cgroup_dir;                    // what make_cgroup returns: "" is none
+  std::string ledger_fault;                  // while not "", the ledger's final row fails with it
+  std::shared_ptr<ForwardingLedger> opened;  // the ledger the run opened
+  std::function<double()> ledger_clock;      // the ledger's clock (unix seconds): the real one
 
   // What the run asked of the host.
   std::optional<LaunchSpec> launched;

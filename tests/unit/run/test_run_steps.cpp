@@ -5,6 +5,7 @@
 // the integration tests' (test_run_basics, test_kill_path, test_guards keep one case of each).
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -209,6 +210,62 @@ TEST_CASE("a run tripped by its budget ends 124 with the kill path on the fake t
   CHECK(host.tree.count(SIGTERM) + host.tree.count(SIGKILL) >= 1);
   CHECK(fixture.status().find("\"status\": \"killed\"") != std::string::npos);
   CHECK(fixture.log().find("tripped") != std::string::npos);
+}
+
+// The ledger gone at the run's end (issue 38 item 8): the final row goes to this host's spool, the
+// run keeps its own status and status file, and the next spendcap that opens the ledger replays
+// the row. Was only test_faults' and test_lost_runs' (real processes, a PostgreSQL stopped).
+TEST_CASE("a final row the ledger does not take is spooled, then replayed by the next run") {
+  RunFixture fixture;
+  FakeRunHost host(fixture.environment());
+  host.ledger_fault = "database is locked";
+  host.script = [](FakeGuardLink& guard) {
+    guard.launch();
+    guard.exit(3, true);
+  };
+  CHECK(fixture.run(host) == 3);
+  REQUIRE(host.opened);
+  CHECK(host.opened->finishes_failed >= 1);
+  CHECK(fixture.log().find("database is locked; the final row is spooled in " +
+                           fixture.dir.file("spool")) != std::string::npos);
+  CHECK(fixture.status().find("\"exit_code\": 3") != std::string::npos);
+  std::vector<std::filesystem::path> spooled;
+  for (const auto& entry : std::filesystem::directory_iterator(fixture.dir.file("spool"))) {
+    spooled.push_back(entry.path());
+  }
+  CHECK(spooled.size() == 1);
+  // Until it is replayed the ledger still holds the run as running (its ceiling held).
+  std::vector<ListedRun> before = fixture.runs();
+  REQUIRE(before.size() == 1);
+  CHECK(before[0].run.status == RunStatus::running);
+
+  // The next run, on a ledger that works, once the first run's heartbeat is stale (a spooled row
+  // waits while its run may still be alive).
+  FakeRunHost next(fixture.environment());
+  double later =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
+      3600;
+  next.ledger_clock = [later] { return later; };
+  CHECK(fixture.run(next) == 0);
+  CHECK(fixture.log().find("replayed 1 spooled final rows into") != std::string::npos);
+  std::vector<ListedRun> after = fixture.runs();
+  REQUIRE(after.size() == 2);
+  const RunView& first = after[0].run.id == before[0].run.id ? after[0].run : after[1].run;
+  CHECK(first.status == RunStatus::failed);
+  CHECK(first.exit_code == 3);
+  CHECK(std::filesystem::is_empty(fixture.dir.file("spool")));
+}
+
+TEST_CASE("a spool that cannot be written either is said, and the run keeps its own status") {
+  RunFixture fixture;
+  std::ofstream(fixture.dir.file("not-a-directory")) << "";
+  testing::ScopedEnv spool{"SPENDCAP_SPOOL_DIR", fixture.dir.file("not-a-directory/spool").c_str()};
+  FakeRunHost host(fixture.environment());
+  host.ledger_fault = "server closed the connection";
+  CHECK(fixture.run(host) == 0);
+  CHECK(fixture.log().find("server closed the connection; spooling the final row failed too") !=
+        std::string::npos);
+  CHECK(fixture.status().find("\"exit_code\": 0") != std::string::npos);
 }
 
 }  // namespace spendcap
