@@ -49,11 +49,13 @@ static int main_body(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "spendcap 0.1.0");
 
+  // Only the verb the command line names is built in full (verbs.hpp chosen_verb).
+  std::vector<std::string> args(argv + 1, argv + argc);
   spendcap::VerbContext context{inherited};
-  std::vector<spendcap::AddedVerb> verbs = spendcap::add_verbs(app, context);
+  std::vector<spendcap::AddedVerb> verbs =
+      spendcap::add_verbs(app, context, spendcap::chosen_verb(args));
 
   // A typo or a stray word is named with what to do, before or instead of CLI11's message.
-  std::vector<std::string> args(argv + 1, argv + argc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -27,11 +27,25 @@ std::span<const Verb* const> verb_table() {
   return kVerbs;
 }
 
-std::vector<AddedVerb> add_verbs(CLI::App& app, VerbContext& context) {
+std::optional<std::string_view> chosen_verb(const std::vector<std::string>& args) {
+  if (args.empty() || args.front() == kHelpVerb.name) return std::nullopt;
+  for (const Verb* verb : kVerbs) {
+    if (args.front() == verb->name) return verb->name;
+  }
+  return std::nullopt;
+}
+
+std::vector<AddedVerb> add_verbs(CLI::App& app, VerbContext& context,
+                                 std::optional<std::string_view> only) {
   std::vector<AddedVerb> added;
   added.reserve(std::size(kVerbs));
   for (const Verb* verb : kVerbs) {
     CLI::App* command = app.add_subcommand(verb->name, verb->summary);
+    if (only && *only != verb->name) {
+      // Never chosen: the command line's first word is another verb.
+      added.push_back({command, [] { return to_int(ExitCode::internal); }});
+      continue;
+    }
     added.push_back({command, verb->add(*command, app, context)});
   }
   name_option_types(app);  // after every subcommand is added

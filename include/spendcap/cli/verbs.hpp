@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "spendcap/cli/command_line.hpp"
@@ -53,8 +54,17 @@ struct AddedVerb {
 };
 
 // Adds every verb of the table to `app`, then what the whole tree shares: the value hints, the
-// exit-status footer (on spendcap and run only), the help layout.
-std::vector<AddedVerb> add_verbs(CLI::App& app, VerbContext& context);
+// exit-status footer (on spendcap and run only), the help layout. With `only` (the verb the
+// command line names, see chosen_verb), the other verbs get their name and summary alone: their
+// options cannot be parsed anyway, and building them is most of a short run's command-line cost
+// (issue 41).
+std::vector<AddedVerb> add_verbs(CLI::App& app, VerbContext& context,
+                                 std::optional<std::string_view> only = std::nullopt);
+
+// The verb `args` (argv without the program) names first, when its tree alone answers them: not
+// `help`, which reads every verb's page, and nothing when the first word is an option or a typo
+// (the whole tree is then needed for --help's list and the nearest-verb hint).
+std::optional<std::string_view> chosen_verb(const std::vector<std::string>& args);
 
 // Prints `problem` as spendcap's error (and writes it to run's --status-file); returns 125.
 int refuse_command_line(const CommandLineProblem& problem, const VerbContext& context);
