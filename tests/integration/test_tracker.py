@@ -258,12 +258,15 @@ class LateTrackerPostgresTest(LateTracker, LedgerTest):
         from test_postgres_ledger import ledger_url, psql
         suffix = uuid.uuid4().hex[:10]
         schema, owner, runner = "trk_" + suffix, "own_" + suffix, "ana_" + suffix
+        self.schema, self.runner, self.other = schema, runner, "bob_" + suffix
         psql("DO $$ BEGIN CREATE ROLE spendcap_runner NOLOGIN; "
              "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
         psql("CREATE ROLE %s LOGIN; CREATE ROLE %s LOGIN IN ROLE spendcap_runner; "
-             "CREATE SCHEMA %s AUTHORIZATION %s" % (owner, runner, schema, owner))
-        self.addCleanup(psql, "DROP SCHEMA %s CASCADE; DROP OWNED BY %s; DROP ROLE %s; "
-                        "DROP ROLE %s" % (schema, runner, runner, owner), check=False)
+             "CREATE ROLE %s LOGIN IN ROLE spendcap_runner; CREATE SCHEMA %s AUTHORIZATION %s"
+             % (owner, runner, self.other, schema, owner))
+        self.addCleanup(psql, "DROP SCHEMA %s CASCADE; DROP OWNED BY %s; DROP OWNED BY %s; "
+                        "DROP ROLE %s; DROP ROLE %s; DROP ROLE %s"
+                        % (schema, runner, self.other, runner, self.other, owner), check=False)
         self.url = ledger_url(schema, runner)
         policy = self.write_policy({"budgets": {"team": {"vision": {"amount": 100,
                                                                     "period": "month"}}}},
@@ -274,6 +277,41 @@ class LateTrackerPostgresTest(LateTracker, LedgerTest):
 
     def ledger_args(self):
         return ["--ledger", self.url]
+
+    def test_a_runner_sets_the_tag_only_on_its_own_unfinished_run(self):
+        """psql in a runner's hands: another role's run, a final run, an id past 256 bytes or with
+        a space are refused; its own running run takes an id, its other tags kept."""
+        from test_postgres_ledger import psql
+        done = self.path("done")
+        spendcap = self.start_spendcap(
+            self.run_args(["--tag", "lr=3e-4"]) + LATE + ["--tracker", "wandb=w", "--tell", done,
+                                                          "--done", done])
+        self.addCleanup(lambda: spendcap.poll() is None and spendcap.kill())
+        listed = []
+
+        def running():
+            result = self.spendcap(["runs", "--status", "running", "--json"])
+            listed[:] = json.loads(result.stdout) if result.returncode == 0 else []
+            return bool(listed)
+        wait_until(running, 30, interval=0.1, what="the run running in the ledger")
+        run_id = listed[0]["id"]
+        call = "SELECT %s.spendcap_set_tracker('%s', '%%s')" % (self.schema, run_id)
+
+        def refused(user, tracker):
+            completed = psql(call % tracker, user=user, check=False)
+            self.assertNotEqual(completed.returncode, 0, "%s set %r" % (user, tracker))
+            return completed.stderr
+        self.assertIn("was admitted by", refused(self.other, "x:y"))
+        self.assertIn("printable ASCII", refused(self.runner, "x:" + "y" * 255))
+        self.assertIn("printable ASCII", refused(self.runner, "x:has space"))
+        psql(call % "mlflow:by-hand", user=self.runner)
+        self.assertEqual(self.show(run_id)["tags"], {"lr": "3e-4", "tracker": "mlflow:by-hand"})
+        open(done, "w").close()
+        spendcap.communicate(timeout=60)
+        self.assertEqual(spendcap.returncode, 0)
+        # The final row took the progress channel's; the row is final now.
+        self.assertEqual(self.show(run_id)["tags"], {"lr": "3e-4", "tracker": "wandb:w"})
+        self.assertIn("is final", refused(self.runner, "x:y"))
 
 
 if __name__ == "__main__":
