@@ -35,7 +35,9 @@ const std::vector<VerbText>& verb_texts() {
         "It may create $SPENDCAP_CHECKPOINT_DONE once its checkpoint is written, which ends the "
         "grace at once. A line {\"tracker\":{\"wandb\":\"ID\"}} names its experiment "
         "tracker's run id; MLFLOW_RUN_ID, WANDB_RUN_ID and the like in its environment at launch "
-        "become the run's tag tracker (report --by tracker).",
+        "become the run's tag tracker (report --by tracker), and an id the job reports later "
+        "becomes it at the next heartbeat or with the final row (show, report, FOCUS and the end "
+        "webhooks have it) unless the run had one at launch, which is kept.",
         "A flag that is not given comes from its $SPENDCAP_* variable (SPENDCAP_TEAM, "
         "SPENDCAP_RATE, SPENDCAP_BUDGET, ...), then from the policy's defaults (team, "
         "experiment, project, rate, budget, grace: the project's spendcap.json, found in the "

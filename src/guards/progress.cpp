@@ -70,10 +70,14 @@ std::optional<ProgressLine> parse_progress_line(std::string_view text) {
   if (auto tracker = json.find("tracker"); tracker != json.end()) {
     if (!tracker->is_object() || tracker->empty()) return std::nullopt;
     std::string labels;
+    bool full = false;
     for (auto it = tracker->begin(); it != tracker->end(); ++it) {
       if (!it->is_string()) return std::nullopt;
       auto label = tracker_label(it.key(), it->get_ref<const std::string&>());
       if (!label) return std::nullopt;
+      std::size_t joined = labels.size() + (labels.empty() ? 0 : 1) + label->size();
+      full = full || joined > kMaxTrackerBytes;  // whole labels, in order (all still checked)
+      if (full) continue;
       labels += (labels.empty() ? "" : ",") + *label;
     }
     line.tracker = labels;

@@ -456,6 +456,7 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
     }
     refresh_reconcile_at(run);
     txn.update_run(run);
+    if (progress && progress->tracker) txn.set_run_tracker(run.id, *progress->tracker);
     add_usage(txn, run, {Money{}, held_delta, live_delta});
     grant.ceiling = run.ceiling;
     grant.allowed = plan.decision.allowed;
@@ -527,6 +528,8 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     record.storage_spend = final.storage_spend;
     record.last_progress = final.last_progress;
     record.checkpoint = final.checkpoint;
+    // spendcap_finish reads only this tag of the final's (schema v25).
+    if (final.tracker) record.tags["tracker"] = *final.tracker;
     if (auto answer = store_->finish_in_server(record)) {
       if (*answer == "missing") throw Error("run " + final.id, "not in the ledger " + url());
       return *answer == "written";
@@ -564,6 +567,8 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     // overrun, and `budgets` says so.
     run.overrun = final.spend > run.ceiling;
     if (!run.finished_at) run.finished_at = now;
+    // Before the final row: the run is still its own unfinished (or reconciled) one.
+    if (final.tracker) txn.set_run_tracker(run.id, *final.tracker);
     txn.update_run(run);
     add_usage(txn, run, delta);
     return true;

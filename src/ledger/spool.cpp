@@ -90,6 +90,7 @@ nlohmann::json final_to_json(const RunFinal& final) {
       {"spend_micros", final.spend.micros},
       {"elapsed_seconds", final.elapsed_seconds}};
   if (final.spendcap_exit_code) json["spendcap_exit_code"] = *final.spendcap_exit_code;
+  if (final.tracker) json["tracker"] = *final.tracker;
   if (final.gpu) json["gpu"] = gpu_to_json(*final.gpu);
   // The rest of the row (absent in older files, and where the run had none).
   if (final.metric_name) json["metric_name"] = *final.metric_name;
@@ -143,6 +144,11 @@ SpooledRow parse_spooled(const std::string& text) {
   if (auto spendcap_exit = final.find("spendcap_exit_code");
       spendcap_exit != final.end() && !spendcap_exit->is_null()) {
     row.final.spendcap_exit_code = spendcap_exit->get<int>();
+  }
+  // A longer one is not a tracker id spendcap wrote (the stores would refuse it): left out.
+  row.final.tracker = optional_at<std::string>(final, "tracker");
+  if (row.final.tracker && row.final.tracker->size() > kMaxTrackerTagBytes) {
+    row.final.tracker.reset();
   }
   row.final.spend = Money{final.at("spend_micros").get<std::int64_t>()};
   row.final.elapsed_seconds = final.at("elapsed_seconds").get<double>();

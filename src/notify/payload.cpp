@@ -35,6 +35,7 @@ nlohmann::json event_payload(const RunFacts& facts, const RunEvent& event,
   p["project"] = facts.project;
   p["user"] = facts.user;
   p["tags"] = facts.tags;
+  if (event.tracker && !facts.tags.count("tracker")) p["tags"]["tracker"] = *event.tracker;
   p["host"] = facts.host;
   p["command"] = stored_command(facts.command);  // the outbox keeps bodies in the ledger
   p["reason"] = event.reason;

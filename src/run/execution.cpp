@@ -130,6 +130,7 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
   }
   final.storage_peak_gb = outcome.storage_peak_gb;
   final.storage_spend = outcome.storage_spend;
+  final.tracker = outcome.tracker;
   // Whatever fails here, the row is spooled and the run ends with its own status (issue 38).
   std::string error;
   try {
@@ -243,6 +244,7 @@ SupervisorPlan make_plan(const AdmittedJob& job, const std::string& ledger_url,
   }
   plan.ledger = ledger_url;
   plan.guards = make_guard_plan(settings, job.run_dir);
+  plan.guards.tracker_tagged = settings.identity.tags.count("tracker") > 0;
   RespawnLoopGuard respawn =
       settings.loaded.policy.guards.respawn_loop.value_or(RespawnLoopGuard{});
   if (respawn.enabled) {

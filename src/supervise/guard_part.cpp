@@ -222,9 +222,9 @@ class GuardPart final : public RunPart {
       state_.apply(parsed, at, spend);
     }
     if (good) {
-      progress_live_ =
-          HeartbeatProgress{RunLastProgress{state_.step, state_.total_steps, state_.last_line},
-                            state_.metric_name, state_.metric_value};
+      progress_live_ = HeartbeatProgress{
+          RunLastProgress{state_.step, state_.total_steps, state_.last_line}, state_.metric_name,
+          state_.metric_value, progress_tracker(guards_plan_, state_)};
     }
     state_.bad_lines += lines_.oversized() - oversized_before;
     new_lines_ = true;
@@ -309,6 +309,14 @@ class GuardPart final : public RunPart {
 };
 
 }  // namespace
+
+static_assert(kMaxTrackerBytes == kMaxTrackerTagBytes, "a progress tracker id fits the tag");
+
+std::optional<std::string> progress_tracker(const GuardPlan& plan,
+                                            const std::optional<ProgressState>& progress) {
+  if (plan.tracker_tagged || !progress) return std::nullopt;
+  return progress->tracker;
+}
 
 std::unique_ptr<RunPart> make_guard_part(asio::io_context& io, const Reporter& reporter,
                                          const Meter& meter, const RunTerms& terms,

@@ -194,6 +194,7 @@ std::vector<RunEvent> end_events(const RunOutcome& outcome, const RunEnd& run_en
     end.last_step = outcome.progress->step;
     end.total_steps = outcome.progress->total_steps;
   }
+  end.tracker = outcome.tracker;
   end.ended = true;
   end.message =
       to_string(outcome.status) + " (" + outcome.reason + ") after " + format_duration(elapsed);

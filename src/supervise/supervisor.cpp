@@ -521,6 +521,7 @@ class Supervisor::Impl {
     if (auto written = kill_path_.checkpoint_written_at()) {
       outcome_.checkpoint_written_after_seconds = to_seconds(*written - *meter_.launched_at());
     }
+    outcome_.tracker = progress_tracker(plan_.guards, outcome_.progress);
     RunEnd how{guard_lost_, trip_, launch_failed_, main_exited_, main_status_, plan_.gave_terminal};
     settle_end(outcome_, how);
     // Queued only: the notifier delivers on its own thread.

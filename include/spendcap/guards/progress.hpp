@@ -32,6 +32,11 @@ struct ProgressLine {
   std::optional<std::string> tracker;  // "wandb:1a2b3c4d" (tracker_label), several joined by ","
 };
 
+// The most of a line's tracker labels kept, joined: whole labels only, the first that would go
+// past it and those after it dropped. The run's tag `tracker` is this text, and a tag's value is
+// at most run/input_limits.hpp's kMaxTagValueBytes (the same number; one label is at most 161).
+inline constexpr std::size_t kMaxTrackerBytes = 256;
+
 // The experiment tracker's run id as spendcap records it: "mlflow:<id>", "wandb:<id>". nullopt
 // when the name is not 1-32 of [a-z0-9_-] or the id not 1-128 printable ASCII characters without
 // spaces or commas (an id is a key in reports, not a sentence).

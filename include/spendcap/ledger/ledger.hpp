@@ -99,8 +99,15 @@ struct HeartbeatProgress {
   RunLastProgress last;
   std::optional<std::string> metric_name;
   std::optional<double> metric_value;
+  // The experiment tracker's run id the progress channel reported ("wandb:1a2b3c4d", at most
+  // kMaxTrackerTagBytes), to be the run's tag `tracker` (schema v25); none: the tags stay as they
+  // are (no id reported, or the run had a `tracker` tag at admission, which is kept).
+  std::optional<std::string> tracker;
   auto operator<=>(const HeartbeatProgress&) const = default;
 };
+// The longest tracker id a store takes as the tag (guards/progress.hpp's kMaxTrackerBytes, a
+// tag's value limit at admission; PostgreSQL's spendcap_set_tracker checks it too).
+inline constexpr std::size_t kMaxTrackerTagBytes = 256;
 
 // Everything about a run that is known when it starts.
 struct RunStart : RunIdentity {
@@ -218,6 +225,9 @@ struct RunFinal {
   std::optional<RunLastProgress> last_progress;  // none: the job wrote no good progress line
   std::optional<RunCheckpoint> checkpoint;       // none: spendcap did not stop the run
   std::optional<int> spendcap_exit_code;         // spendcap's own exit status (124: a budget trip)
+  // The tracker's run id the progress channel reported, set as the run's tag `tracker` with the
+  // final row (as HeartbeatProgress::tracker; schema v25); none: the tags stay as they are.
+  std::optional<std::string> tracker;
 };
 
 // Where a run's own budget came from, recorded at admission (schema v19), in the words `runs`
@@ -385,13 +395,15 @@ class Ledger {
   // scope): a run is never unbounded by accident.
   virtual Admission begin_run(const RunStart& run) = 0;
   // Reports the spend so far and asks to raise the ceiling to `want` (never lowers it); with
-  // `progress`, records it as the run's last progress line and metric so far.
+  // `progress`, records it as the run's last progress line and metric so far (and its tracker id
+  // as the tag `tracker`, when it has one).
   virtual Grant heartbeat(const std::string& run_id, Money spend, Money want,
                           const std::optional<HeartbeatProgress>& progress = std::nullopt) = 0;
   // Warn mode: the run would have been stopped now, for `reason`.
   virtual void record_would_stop(const std::string& run_id, const std::string& reason) = 0;
   // Finalises the run and releases its ceiling. Idempotent: a run already final is left as it is
-  // and false is returned, except a reconciled lost run, whose charge this replaces.
+  // and false is returned, except a reconciled lost run, whose charge this replaces. A final with
+  // a tracker id sets the run's tag `tracker` to it.
   virtual bool finish_run(const RunFinal& final) = 0;
   // Unfinished runs (running, and lost ones not yet reconciled), oldest first.
   virtual std::vector<RunView> active_runs() = 0;

@@ -154,6 +154,10 @@ class StoreTxn {
   // reconcile_at, finished_at, spend, ceiling, allowed, reconciled, overrun, reported spend,
   // would-stop, elapsed seconds.
   virtual void update_run(const RunRecord& run) = 0;
+  // Sets the run's tag `tracker` to `tracker` (the progress channel's id, HeartbeatProgress), the
+  // other tags as they are. Its own unfinished run only, or its own reconciled lost one (for the
+  // final row); PostgreSQL checks that in spendcap_set_tracker (schema v25).
+  virtual void set_run_tracker(const std::string& id, const std::string& tracker) = 0;
   // Unfinished runs, oldest first (started_at, then id).
   virtual std::vector<RunRecord> unfinished_runs() = 0;
   // Runs recorded as overruns that started on or after `since_day`, oldest first.

@@ -33,6 +33,9 @@ struct RunEvent {
   // (`scope` team:vision...): that scope's spend and budget, of every run that charges it (the
   // run's own are `spend` and the facts' budget).
   std::optional<Money> scope_spend, scope_budget;
+  // The run's end: the experiment tracker's run id its progress channel reported, sent as the
+  // tag `tracker` where the run's tags have none (as the ledger records it); none otherwise.
+  std::optional<std::string> tracker;
 };
 
 class Notifier {

@@ -53,7 +53,16 @@ struct GuardPlan {
   bool require_fit = false;          // --require-fit
   std::optional<BurnRateCheck> burn_rate;
   std::optional<RespawnPlan> respawn;  // the respawn-loop guard (respawn_part.hpp)
+  // The run has a tag `tracker` from admission (--tag tracker=..., or MLFLOW_RUN_ID and the like
+  // in its environment): it is kept, and a tracker id the progress channel reports is not sent
+  // to the ledger (HeartbeatProgress::tracker) nor put in the end webhooks.
+  bool tracker_tagged = false;
 };
+
+// The tracker id a run's ledger row and end webhooks take from what its progress channel said:
+// none when the run was tagged at admission (GuardPlan::tracker_tagged) or no line named one.
+std::optional<std::string> progress_tracker(const GuardPlan& plan,
+                                            const std::optional<ProgressState>& progress);
 
 // `trip` stops the run (the supervisor's single trip); `progress_out` receives what the progress
 // file said, at the end, when it said anything; `progress_live` its last good line and metric as

@@ -49,7 +49,10 @@ struct RunOutcome {
   // What the run's GPUs did; none: the run never launched.
   std::optional<GpuReport> gpu;
   std::optional<ProgressState> progress;  // what the progress file said, when it said anything
-  std::string billing = "allocated";      // or "measured": the GPU part by busy GPU time
+  // The tracker id the progress file named, for the run's tag `tracker` in the final row and the
+  // end webhooks (guard_part.hpp's progress_tracker); none: none named, or tagged at admission.
+  std::optional<std::string> tracker;
+  std::string billing = "allocated";  // or "measured": the GPU part by busy GPU time
   // --checkpoint-dir: its storage spend (part of `spend`) and peak size; none: not measured.
   std::optional<Money> storage_spend;
   std::optional<double> storage_peak_gb;

@@ -408,13 +408,48 @@ BEGIN
     'job_budget_before', job_budget, 'job_owner', job_owner, 'refusal', tally);
 END $$;
 
+-- The run's tag `tracker` set to the experiment tracker's run id its progress channel reported
+-- (schema v25; HeartbeatProgress::tracker, StoreTxn::set_run_tracker), its other tags as they are.
+-- A runner's login role sets it only on the runs it admitted, while they run or once reconciled
+-- lost (before their final row). The id is 1 to 256 bytes of printable ASCII without spaces (a
+-- tag's value limit at admission; tracker labels joined by commas). spendcap_heartbeat and
+-- spendcap_finish call it; a store's transaction may too.
+CREATE OR REPLACE FUNCTION spendcap_set_tracker(run_id text, tracker text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  o runs;
+BEGIN
+  SELECT * INTO o FROM runs WHERE id = run_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'no run %', run_id USING ERRCODE = 'no_data_found';
+  END IF;
+  IF tracker IS NULL OR octet_length(tracker) NOT BETWEEN 1 AND 256 OR tracker !~ '^[!-~]+$' THEN
+    RAISE EXCEPTION 'run %: a tracker id is 1 to 256 printable ASCII characters', run_id
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF NOT spendcap_caller_is_owner() THEN
+    IF o.db_role <> session_user THEN
+      RAISE EXCEPTION 'run % was admitted by %, not by %', run_id, o.db_role, session_user
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF o.status <> 'running' AND o.reconciled = 0 THEN
+      RAISE EXCEPTION 'run % is final: its row cannot change', run_id
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+  END IF;
+  IF (o.tags::json)->>'tracker' IS NOT DISTINCT FROM tracker THEN RETURN; END IF;
+  UPDATE runs SET tags = (o.tags::jsonb || jsonb_build_object('tracker', tracker))::text
+  WHERE id = run_id;
+END $$;
+
 -- A heartbeat (BudgetLedger::heartbeat) in one call: the spend reported, the ceiling raised by
 -- the rule. A runner's login role heartbeats only the runs it admitted, never reports less than
 -- it reported before, nor more than the run's rate could have spent by the server's clock since
 -- admission (2 s of slack for the wrapper's clock). A heartbeat that asks for no more than it
 -- holds takes no scope lock and writes only the run's row (usage's live sums follow at the next
 -- raise or the final row: usage_live_micros). `progress` (null: none) is the run's last progress
--- line and metric so far (HeartbeatProgress: step, total_steps, line, metric_name, metric_value).
+-- line and metric so far (HeartbeatProgress: step, total_steps, line, metric_name, metric_value,
+-- and from v25 tracker: the tag `tracker` then set by spendcap_set_tracker).
 -- Returns {"now", "running", "plan", "stop", "live_delta", "held_delta", "ceiling", "allowed"}.
 -- (Schema 19 added `progress`: the function without it is dropped.)
 DROP FUNCTION IF EXISTS spendcap_heartbeat(text, bigint, bigint, json, double precision);
@@ -478,6 +513,9 @@ BEGIN
     metric_value = CASE WHEN progress->>'metric_name' IS NULL THEN o.metric_value
                         ELSE (progress->>'metric_value')::double precision END
   WHERE id = run_id;
+  IF progress->>'tracker' IS NOT NULL THEN
+    PERFORM spendcap_set_tracker(run_id, progress->>'tracker');
+  END IF;
   -- live_delta: the run's own spend since the live sums last counted it.
   RETURN json_build_object('now', now, 'running', true, 'plan', plan, 'stop', stop,
     'live_delta', spend - o.usage_live_micros, 'held_delta', new_ceiling - o.ceiling_micros,
@@ -485,7 +523,8 @@ BEGIN
 END $$;
 
 -- The final row (BudgetLedger::finish_run) in one call. `r` carries the final's fields (status,
--- reason, exit code, spend, elapsed seconds, GPU record, progress report, storage); the rest is
+-- reason, exit code, spend, elapsed seconds, GPU record, progress report, storage, and in its tags
+-- the progress channel's tracker id); the rest is
 -- the stored row's. Written through spendcap_update_run, so its checks hold for a runner. Returns
 -- NULL when the run is not in the ledger, false when it was final already (and not a reconciled
 -- lost run, whose real spend replaces its charge).
@@ -528,6 +567,11 @@ BEGIN
   m.reconciled := 0;
   m.overrun := CASE WHEN n.spend_micros > m.ceiling_micros THEN 1 ELSE 0 END;
   m.finished_at := COALESCE(m.finished_at, now);
+  -- Of the final's tags only `tracker` is read (v25), set while the row is not final yet; a
+  -- refusal of spendcap_update_run below undoes it with the rest.
+  IF (n.tags::json)->>'tracker' IS NOT NULL THEN
+    PERFORM spendcap_set_tracker(n.id, (n.tags::json)->>'tracker');
+  END IF;
   PERFORM spendcap_update_run(row_to_json(m));
   RETURN true;
 END $$;

@@ -33,6 +33,10 @@ void PostgresStore::Impl::update_run(const RunRecord& run) {
   exec("SELECT spendcap_update_run($1::json)", {run_json(run)});
 }
 
+void PostgresStore::Impl::set_run_tracker(const std::string& id, const std::string& tracker) {
+  exec("SELECT spendcap_set_tracker($1, $2)", {id, tracker});
+}
+
 std::vector<RunRecord> PostgresStore::Impl::all_runs() {
   return read_runs(
       exec(std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY started_at, id"));

@@ -268,6 +268,14 @@ CREATE TABLE refused_counts (
 );
 REVOKE ALL ON refused_counts FROM PUBLIC;
 )sql",
+    // v24 (the 23rd entry): a placeholder on this branch for the v24 another change takes (merge:
+    // its entry replaces this one); nothing changes here.
+    "SELECT 1;\n",
+    // v25 (the 24th entry; issue 40 item 6): nothing changes in the tables; routines() adds
+    // spendcap_set_tracker (a run's tag `tracker` from its progress channel, checked as the other
+    // writes of a runner are) and replaces spendcap_heartbeat and spendcap_finish by ones that call
+    // it (a ledger at v23 kept the old ones: routines() run only after a migration).
+    "SELECT 1;\n",
 };
 
 const char* const kRunColumns =
@@ -534,7 +542,8 @@ BEGIN
     spendcap_heartbeat(text, bigint, bigint, json, double precision, json),
     spendcap_finish(json, double precision), spendcap_schema_version(),
     spendcap_lock_scopes(text[], double precision),
-    spendcap_count_refusal(text, double precision) TO spendcap_runner;
+    spendcap_count_refusal(text, double precision), spendcap_set_tracker(text, text)
+    TO spendcap_runner;
   -- The id and db_role come from their defaults; of a stored entry only a failed flush's
   -- attempts and error change, and who claimed it for delivery until when.
   GRANT SELECT, DELETE ON outbox TO spendcap_runner;
@@ -564,7 +573,7 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
   spendcap_count_unfinished(text, text, bigint, bigint),
   spendcap_tally_refusal(text, double precision),
-  spendcap_count_refusal(text, double precision) FROM PUBLIC;
+  spendcap_count_refusal(text, double precision), spendcap_set_tracker(text, text) FROM PUBLIC;
 )sql" + access_grants();
 }
 

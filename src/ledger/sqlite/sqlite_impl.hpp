@@ -353,6 +353,7 @@ struct SqliteStore::Impl final : StoreTxn {
   std::optional<RunRecord> find_run(const std::string& id) override;
   void insert_run(const RunRecord& run) override;
   void update_run(const RunRecord& run) override;
+  void set_run_tracker(const std::string& id, const std::string& tracker) override;
   void update_run_gpu(const std::string& id, const RunGpu& gpu);
   std::vector<RunRecord> unfinished_runs() override;
   std::vector<RunRecord> overrun_runs(std::int64_t since_day) override;

@@ -163,6 +163,20 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
   if (r.gpu) update_run_gpu(r.id, *r.gpu);
 }
 
+// The tags are one JSON text: read, the one key set, written back (in the caller's write
+// transaction). Not a rollup column: the journal's trigger does not fire.
+void SqliteStore::Impl::set_run_tracker(const std::string& id, const std::string& tracker) {
+  auto read = query("SELECT tags FROM runs WHERE id = ?");
+  read.bind(id);
+  if (!read.step()) return;
+  std::map<std::string, std::string> tags = tags_of_json(read.text(0));
+  if (auto it = tags.find("tracker"); it != tags.end() && it->second == tracker) return;
+  tags["tracker"] = tracker;
+  auto q = query("UPDATE runs SET tags = ? WHERE id = ?");
+  q.bind_all(json_of(tags), id);
+  q.run();
+}
+
 void SqliteStore::Impl::update_run_gpu(const std::string& id, const RunGpu& g) {
   auto q = query(
       "UPDATE runs SET gpu_measured = ?, gpu_not_measured = ?, gpu_devices = ?, "

@@ -67,7 +67,16 @@ class FakeLedger : public Ledger {
     stop_orders_.push_back(order);
     return order;
   }
-  bool finish_run(const RunFinal&) override { return true; }
+  // Kept, as the stores keep it (the tracker id of a final is the run's tag `tracker`).
+  bool finish_run(const RunFinal& final) override {
+    std::lock_guard lock(mutex_);
+    finals_.push_back(final);
+    return true;
+  }
+  std::vector<RunFinal> finals() {
+    std::lock_guard lock(mutex_);
+    return finals_;
+  }
   std::vector<BudgetView> budgets() override { return {}; }
 
   bool caller_is_owner() override { return none<bool>(); }
@@ -128,6 +137,7 @@ class FakeLedger : public Ledger {
 
   std::mutex mutex_;
   std::vector<Beat> beats_;
+  std::vector<RunFinal> finals_;
   std::vector<StopOrder> stop_orders_;
   std::vector<std::string> would_stop_;
 };

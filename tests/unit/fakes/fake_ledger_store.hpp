@@ -176,9 +176,13 @@ class FakeLedgerStore final : public LedgerStore, private StoreTxn {
     updated.cwd = stored.cwd;
     updated.run_budget = stored.run_budget;
     updated.budget_source = stored.budget_source;
+    updated.tags = stored.tags;  // set_run_tracker's only
     if (!updated.last_progress) updated.last_progress = stored.last_progress;
     if (!updated.checkpoint) updated.checkpoint = stored.checkpoint;
     stored = std::move(updated);
+  }
+  void set_run_tracker(const std::string& id, const std::string& tracker) override {
+    data().runs.at(id).tags["tracker"] = tracker;
   }
   void for_each_run_started(double since, double until,
                             const std::function<void(const RunRecord&)>& each) override {

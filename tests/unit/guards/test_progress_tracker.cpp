@@ -30,3 +30,21 @@ TEST_CASE("progress: a bad tracker makes the line bad") {
   CHECK_FALSE(tracker_label("wandb", std::string(129, 'x')));
   CHECK(tracker_label("wandb", std::string(128, 'x')));
 }
+
+TEST_CASE("progress: a line's tracker labels are kept to whole labels within the tag's limit") {
+  // Two labels of 161 bytes (the longest: a 32-byte name, ':', a 128-byte id) pass 256 together:
+  // the first is kept whole, the second and any after it (a short one too) are dropped.
+  std::string name(32, 'a'), id(128, 'x');
+  std::string text =
+      R"({"tracker":{")" + name + R"(":")" + id + R"(","b":")" + id + R"(","c":"short"}})";
+  auto line = parse_progress_line(text);
+  REQUIRE(line);  // still a good line: every label is valid
+  CHECK(line->tracker == name + ":" + id);
+  CHECK(line->tracker->size() <= kMaxTrackerBytes);
+  auto fits = parse_progress_line(R"({"tracker":{"mlflow":"m1","wandb":"w1"}})");
+  REQUIRE(fits);
+  CHECK(fits->tracker == "mlflow:m1,wandb:w1");
+  // A bad label after the limit still makes the line bad.
+  CHECK_FALSE(parse_progress_line(R"({"tracker":{")" + name + R"(":")" + id + R"(","b":")" + id +
+                                  R"(","c":"has space"}})"));
+}

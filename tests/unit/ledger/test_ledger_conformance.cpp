@@ -1490,6 +1490,49 @@ TEST_CASE_TEMPLATE(
 }
 
 TEST_CASE_TEMPLATE(
+    "Ledger conformance: a tracker id from the progress channel becomes the run's tag tracker",
+    Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 100, Period::month);
+  REQUIRE(t.ledger->begin_run(run_start("k1", "vision", usd(1))).admitted);
+  REQUIRE(t.ledger->begin_run(run_start("k2", "vision", usd(1))).admitted);
+  using Tags = std::map<std::string, std::string>;
+
+  // A heartbeat with one sets it, the run's other tags as they were; one without keeps it.
+  HeartbeatProgress reported{RunLastProgress{3, 10, R"({"step":3})"}, std::nullopt, std::nullopt,
+                             "wandb:late-7"};
+  t.ledger->heartbeat("k1", usd(0.01), usd(1), reported);
+  CHECK(t.ledger->find_run("k1")->tags ==
+        Tags{{"slurm_job_id", "17"}, {"tracker", "wandb:late-7"}});
+  t.ledger->heartbeat("k1", usd(0.02), usd(1));
+  CHECK(t.ledger->find_run("k1")->tags.at("tracker") == "wandb:late-7");
+  // A later id replaces it (the job reported another), and the final row's replaces that.
+  reported.tracker = "wandb:late-8";
+  t.ledger->heartbeat("k1", usd(0.03), usd(1), reported);
+  CHECK(t.ledger->find_run("k1")->tags.at("tracker") == "wandb:late-8");
+  RunFinal final = run_final("k1", usd(0.04));
+  final.tracker = "wandb:late-9,mlflow:m1";
+  CHECK(t.ledger->finish_run(final));
+  CHECK(t.ledger->find_run("k1")->tags ==
+        Tags{{"slurm_job_id", "17"}, {"tracker", "wandb:late-9,mlflow:m1"}});
+  // A final row already written changes nothing, its tags neither.
+  final.tracker = "wandb:other";
+  CHECK_FALSE(t.ledger->finish_run(final));
+  CHECK(t.ledger->find_run("k1")->tags.at("tracker") == "wandb:late-9,mlflow:m1");
+
+  // A run whose id came only with its final row has it; one that reported none has none.
+  RunFinal quick = run_final("k2", usd(0.01));
+  quick.tracker = "mlflow:0a1b";
+  CHECK(t.ledger->finish_run(quick));
+  CHECK(t.ledger->find_run("k2")->tags == Tags{{"slurm_job_id", "17"}, {"tracker", "mlflow:0a1b"}});
+  REQUIRE(t.ledger->begin_run(run_start("k3", "vision", usd(1))).admitted);
+  t.ledger->heartbeat("k3", usd(0.01), usd(1), HeartbeatProgress{RunLastProgress{1, 10, "{}"}});
+  CHECK(t.ledger->finish_run(run_final("k3", usd(0.01))));
+  CHECK(t.ledger->find_run("k3")->tags == Tags{{"slurm_job_id", "17"}});
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE(
     "Ledger conformance: a command's history leaves out each user's earlier successes only",
     Backend, LEDGER_BACKENDS) {
   LedgerFixture t(Backend::make());

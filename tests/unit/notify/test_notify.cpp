@@ -86,6 +86,20 @@ TEST_CASE("the payload carries the run's facts and leaves out what is not known"
   CHECK(new_event_id() != new_event_id());
 }
 
+TEST_CASE("an end event's tracker id is the payload's tag tracker, unless the run has one") {
+  RunFacts facts;
+  facts.id = "r";
+  facts.tags = {{"lr", "3e-4"}};
+  RunEvent event{"finished", "exited", "", "", Money{1}, 0, 0, true};
+  CHECK_FALSE(event_payload(facts, event, "e", 0)["tags"].contains("tracker"));
+  event.tracker = "wandb:late-7";
+  nlohmann::json p = event_payload(facts, event, "e", 0);
+  CHECK(p["tags"] == nlohmann::json{{"lr", "3e-4"}, {"tracker", "wandb:late-7"}});
+  CHECK(event_body("slack", p).find("tracker=wandb:late-7") != std::string::npos);  // its Tags
+  facts.tags["tracker"] = "mlflow:env";  // admission's (MLFLOW_RUN_ID, --tag) is kept
+  CHECK(event_payload(facts, event, "e", 0)["tags"]["tracker"] == "mlflow:env");
+}
+
 TEST_CASE("webhook URLs and secrets are redacted") {
   CHECK(redact_url("https://user:pw@example.com/hook") == "https://***@example.com/hook");
   CHECK(redact_url("https://hooks.slack.com/services/T0/B0/XYZ") == "https://hooks.slack.com/***");

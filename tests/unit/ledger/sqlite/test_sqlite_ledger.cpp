@@ -404,6 +404,8 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
   killed.metric_value = 0.25;
   killed.last_progress = RunLastProgress{40, 100, "step 40/100 loss=0.25"};
   killed.checkpoint = RunCheckpoint{"SIGUSR1", 1, 5.5, 6.0};
+  // And the tracker id the job reported late, set on the reconciled run (issue 40, item 6).
+  killed.tracker = "wandb:late-7";
   std::string row = spool_final(ledger.url(), killed);
   CHECK(row == dir.file("spool/r1.json"));
   CHECK(mode_of(dir.file("spool")) == 0700);
@@ -430,6 +432,8 @@ TEST_CASE("Ledger spool: a spooled final row is replayed into its ledger, once")
   CHECK(replayed->metric_value == doctest::Approx(0.25));
   CHECK(replayed->last_progress == killed.last_progress);
   CHECK(replayed->checkpoint == killed.checkpoint);
+  CHECK(replayed->tags ==
+        std::map<std::string, std::string>{{"slurm_job_id", "17"}, {"tracker", "wandb:late-7"}});
   CHECK_FALSE(replayed->reconciled);
   CHECK(ledger.budgets()[0].spent == usd(0.7));
 
