@@ -164,6 +164,17 @@ class LateTracker:
                    if row["ResourceId"] == run_id]
         self.assertEqual(json.loads(line["Tags"]).get("spendcap/tracker"), tracker)
 
+    def running_run_id(self):
+        """The id of the one run the ledger lists as running, once it does (bounded wait)."""
+        listed = []
+
+        def running():
+            result = self.spendcap(["runs", "--status", "running", "--json"])
+            listed[:] = json.loads(result.stdout) if result.returncode == 0 else []
+            return bool(listed)
+        wait_until(running, 30, interval=0.1, what="the run running in the ledger")
+        return listed[0]["id"]
+
     def test_an_id_reported_while_running_reaches_the_ledger_at_a_heartbeat(self):
         endpoint = self.endpoint(["finished"])
         tell, done = self.path("tell"), self.path("done")
@@ -172,14 +183,7 @@ class LateTracker:
                                                       tell, "--done", done],
             extra_env={"HOOK_URL": endpoint.url})
         self.addCleanup(lambda: spendcap.poll() is None and spendcap.kill())
-        listed = []
-
-        def running():
-            result = self.spendcap(["runs", "--status", "running", "--json"])
-            listed[:] = json.loads(result.stdout) if result.returncode == 0 else []
-            return bool(listed)
-        wait_until(running, 30, interval=0.1, what="the run running in the ledger")
-        run_id = listed[0]["id"]
+        run_id = self.running_run_id()
         self.assertNotIn("tracker", self.show(run_id)["tags"])  # launched without one
         open(tell, "w").close()
         # Still running: a heartbeat (every second) took it from the progress channel.
@@ -287,14 +291,7 @@ class LateTrackerPostgresTest(LateTracker, LedgerTest):
             self.run_args(["--tag", "lr=3e-4"]) + LATE + ["--tracker", "wandb=w", "--tell", done,
                                                           "--done", done])
         self.addCleanup(lambda: spendcap.poll() is None and spendcap.kill())
-        listed = []
-
-        def running():
-            result = self.spendcap(["runs", "--status", "running", "--json"])
-            listed[:] = json.loads(result.stdout) if result.returncode == 0 else []
-            return bool(listed)
-        wait_until(running, 30, interval=0.1, what="the run running in the ledger")
-        run_id = listed[0]["id"]
+        run_id = self.running_run_id()
         call = "SELECT %s.spendcap_set_tracker('%s', '%%s')" % (self.schema, run_id)
 
         def refused(user, tracker):
