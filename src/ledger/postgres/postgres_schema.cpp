@@ -268,8 +268,8 @@ CREATE TABLE refused_counts (
 );
 REVOKE ALL ON refused_counts FROM PUBLIC;
 )sql",
-    // v24 (the 23rd entry): a placeholder on this branch for the v24 another change takes (merge:
-    // its entry replaces this one); nothing changes here.
+    // v24 (the 23rd entry): changes nothing, and stays so: ledgers have recorded it as done, so a
+    // change that needs a migration appends one after v25 instead of filling this entry.
     "SELECT 1;\n",
     // v25 (the 24th entry; issue 40 item 6): nothing changes in the tables; routines() adds
     // spendcap_set_tracker (a run's tag `tracker` from its progress channel, checked as the other

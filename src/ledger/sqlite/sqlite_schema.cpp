@@ -294,8 +294,8 @@ const std::vector<std::string>& migrations() {
     // minute (StoreTxn::count_refusal), shared with PostgreSQL's v23, whose grant function also
     // takes the fair share of a shared budget there.
     texts.push_back(kRefusedCounts);
-    // v24: a placeholder on this branch for the v24 another change takes (merge: its entry
-    // replaces this one); nothing changes here.
+    // v24: changes nothing, and stays so: ledgers have recorded it as done, so a change that
+    // needs a migration appends one after v25 instead of filling this entry.
     texts.push_back("SELECT 1;\n");
     // v25 (issue 40 item 6): nothing changes here (a run's tag `tracker` from its progress
     // channel is written into its tags, StoreTxn::set_run_tracker; PostgreSQL's functions take
