@@ -214,8 +214,10 @@ std::string progress_summary(const ProgressState& state, std::string_view curren
     std::snprintf(value, sizeof value, "%g", *state.metric_value);
     add(*state.metric_name + " " + value);
   }
+  if (state.tracker) add("tracker " + *state.tracker);
   if (state.bad_lines > 0) add(std::to_string(state.bad_lines) + " bad lines ignored");
-  if (sep == " ") add("no progress reported yet");
+  // Good lines that named no step (a tracker id alone, say) are progress the job reported.
+  if (sep == " ") add(state.good_lines > 0 ? "no step reported yet" : "no progress reported yet");
   return line;
 }
 

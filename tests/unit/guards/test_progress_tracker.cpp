@@ -1,6 +1,8 @@
 // The progress channel's tracker field (issue 40, item 6): {"tracker": {"wandb": "ID"}}.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "spendcap/guards/progress.hpp"
 
 using namespace spendcap;
@@ -47,4 +49,15 @@ TEST_CASE("progress: a line's tracker labels are kept to whole labels within the
   // A bad label after the limit still makes the line bad.
   CHECK_FALSE(parse_progress_line(R"({"tracker":{")" + name + R"(":")" + id + R"(","b":")" + id +
                                   R"(","c":"has space"}})"));
+}
+
+TEST_CASE("progress: the summary names a tracker reported alone, not 'no progress'") {
+  ProgressState state;
+  CHECK(progress_summary(state, "USD") == "progress: no progress reported yet");
+  state.apply(parse_progress_line(R"({"tracker":{"mlflow":"m1"}})"), TimePoint{}, Money{});
+  CHECK(progress_summary(state, "USD") == "progress: tracker mlflow:m1");
+  state.apply(parse_progress_line(R"({"step":4,"total_steps":10})"), TimePoint{}, Money{});
+  std::string both = progress_summary(state, "USD");
+  CHECK(both.rfind("progress: step 4 of 10, ", 0) == 0);
+  CHECK(both.find(", tracker mlflow:m1") != std::string::npos);
 }
