@@ -31,6 +31,11 @@ int ledger_copy_command(const std::string& from_url, const std::string& to_url) 
     std::cout << " (and " << copied.finished_run_orders
               << " orders on runs that have finished, kept but not active)";
   }
+  if (copied.refused_counts) {
+    std::cout << "; and " << copied.refused_counts
+              << " counts of refused runs per user and minute (" << copied.refused_runs
+              << " refused runs)";
+  }
   std::cout << "\n";
   return 0;
 }

@@ -159,7 +159,7 @@ std::vector<ScopeUse> scope_uses(const GrantPlan& plan, Money live_delta, Money 
   for (const ScopeState& state : plan.scopes) {
     uses.push_back({state.rule.scope, state.rule.period, state.rule.amount,
                     state.sums.spent + state.sums.live + live_delta, state.sums.held + held_delta,
-                    state.other_runs});
+                    state.other_runs, state.sums.live + live_delta});
   }
   return uses;
 }

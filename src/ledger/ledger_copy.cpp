@@ -1,6 +1,10 @@
 // Copying a ledger. Contract in ledger_copy.hpp.
 #include "spendcap/ledger/ledger_copy.hpp"
 
+#include <algorithm>
+#include <map>
+#include <utility>
+
 #include "spendcap/base/error.hpp"
 
 namespace spendcap {
@@ -9,11 +13,22 @@ CopiedLedger copy_ledger(LedgerStore& from, LedgerStore& to) {
   std::vector<RunRecord> runs;
   std::vector<BudgetRule> rules;
   std::vector<StopOrder> orders;
+  std::vector<RefusedCountRow> counts;
   from.transact(Access::read, [&](StoreTxn& txn) {
     runs = txn.all_runs();
     rules = txn.budget_rules();
     orders = txn.active_stop_orders();
+    counts = txn.refused_counts();
   });
+  // One row per user and minute: a PostgreSQL ledger's login roles counted different refusals.
+  std::map<std::pair<std::string, std::int64_t>, RefusedCountRow> merged;
+  for (const RefusedCountRow& row : counts) {
+    auto [at, fresh] = merged.try_emplace({row.user, row.minute}, row);
+    if (fresh) continue;
+    at->second.refused += row.refused;
+    at->second.recorded += row.recorded;
+    at->second.last_at = std::max(at->second.last_at, row.last_at);
+  }
   int unfinished = 0;
   for (const RunRecord& run : runs) unfinished += run.status == RunStatus::running ? 1 : 0;
   if (unfinished > 0) {
@@ -52,6 +67,11 @@ CopiedLedger copy_ledger(LedgerStore& from, LedgerStore& to) {
       } else {
         ++copied.stop_orders;
       }
+    }
+    for (const auto& [key, row] : merged) {
+      txn.merge_refused_count(row);
+      ++copied.refused_counts;
+      copied.refused_runs += row.refused;
     }
   });
   return copied;

@@ -89,7 +89,9 @@ int run_steps(const RunRequest& request, const Inherited& inherited, RunHost& ho
   // Metrics on the setgid install: the writer keeps the group the ledger's open drops for good.
   std::shared_ptr<MetricsSink> metrics_sink;
   if (settings.loaded.policy.metrics_dir && installed_setgid()) {
-    metrics_sink = start_runner_metrics_writer(*settings.loaded.policy.metrics_dir);
+    metrics_sink = start_runner_metrics_writer(
+        *settings.loaded.policy.metrics_dir,
+        MetricsBinding{run_id, settings.identity.team, settings.loaded.policy.currency});
   }
 
   std::shared_ptr<Ledger> ledger = open_run_ledger(host, settings, switches, reporter);

@@ -87,13 +87,16 @@ void HeartbeatPart::heartbeat() {
   std::string id = terms_.run_id;
   std::optional<HeartbeatProgress> progress = hooks_.progress ? hooks_.progress() : std::nullopt;
   if (progress == progress_sent_) progress.reset();  // the ledger has it: no write for it
-  ledger_->call([id, spend, want, progress,
-                 grant](Ledger& ledger) { *grant = ledger.heartbeat(id, spend, want, progress); },
-                [this, grant, progress](const std::string& error) {
-                  in_flight_ = false;
-                  if (error.empty() && progress) progress_sent_ = progress;
-                  on_heartbeat(error, *grant);
-                });
+  ledger_->call(
+      [id, spend, want, progress, grant, reported = reported_micros_](Ledger& ledger) {
+        *grant = ledger.heartbeat(id, spend, want, progress);
+        reported->store(spend.micros);
+      },
+      [this, grant, progress](const std::string& error) {
+        in_flight_ = false;
+        if (error.empty() && progress) progress_sent_ = progress;
+        on_heartbeat(error, *grant);
+      });
 }
 
 void HeartbeatPart::on_heartbeat(const std::string& error, const Grant& grant) {
@@ -211,14 +214,33 @@ void HeartbeatPart::record_would_stop(const std::string& reason) {
 // The result is shared: a late answer after the wait writes into it, not into a dead frame.
 std::vector<TeamBudget> HeartbeatPart::team_budgets(const std::string& team) {
   auto views = std::make_shared<std::vector<BudgetView>>();
+  auto reported = std::make_shared<Money>();
   if (!ledger_ || team.empty()) return {};
-  std::string error = ledger_->call_and_wait([views](Ledger& ledger) { *views = ledger.budgets(); },
-                                             std::chrono::seconds(2));
+  std::string error = ledger_->call_and_wait(
+      [views, reported, from = reported_micros_](Ledger& ledger) {
+        *views = ledger.budgets();
+        *reported = Money{from->load()};  // after every heartbeat queued before
+      },
+      std::chrono::seconds(2));
   if (!error.empty()) return {};
   std::vector<TeamBudget> out;
   for (const BudgetView& view : *views) {
     if (view.rule.scope.kind != ScopeKind::team || view.rule.scope.name != team) continue;
-    out.push_back(TeamBudget{to_string(view.rule.period), view.rule.amount, view.remaining()});
+    // This run is still unfinished in the ledger: its last reported spend is part of `live`
+    // (unless it started in an earlier period), and its final spend is added by the caller.
+    Money others_live = view.live - std::min(view.live, *reported);
+    out.push_back(TeamBudget{to_string(view.rule.period), view.rule.amount, view.remaining(),
+                             view.spent + others_live});
+  }
+  return out;
+}
+
+std::vector<TeamBudget> HeartbeatPart::team_usage(const Grant& grant, const std::string& team) {
+  std::vector<TeamBudget> out;
+  if (team.empty()) return out;
+  for (const ScopeUse& use : grant.scopes) {
+    if (use.scope.kind != ScopeKind::team || use.scope.name != team) continue;
+    out.push_back(TeamBudget{to_string(use.period), use.amount, use.remaining(), use.spent});
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -126,6 +127,22 @@ class DirectSink final : public MetricsSink {
 
   void add_to_team(const std::string& team, const std::string& currency, Money spend,
                    const std::vector<TeamBudget>& budgets) override {
+    update_team(team, [&](const std::string& before) {
+      return team_summary_text(before, team, currency, spend, budgets);
+    });
+  }
+
+  void refresh_team(const std::string& team, const std::string& currency,
+                    const std::vector<TeamBudget>& budgets) override {
+    update_team(team, [&](const std::string& before) {
+      return team_gauges_text(before, team, currency, budgets);
+    });
+  }
+
+ private:
+  // Rewrites the team's summary from what it held (`text(before)`), under its lock file.
+  void update_team(const std::string& team,
+                   const std::function<std::string(const std::string&)>& text) {
     std::string file = team_metrics_file(team);
     std::string lock_path = dir_ + "/" + file.substr(0, file.size() - 5) + ".lock";
     check_found(lock_path);
@@ -161,8 +178,7 @@ class DirectSink final : public MetricsSink {
       }
       ::close(fd);
     }
-    write_file_atomically(path, team_summary_text(before, team, currency, spend, budgets), mode_,
-                          "--metrics-dir " + dir_, false);
+    write_file_atomically(path, text(before), mode_, "--metrics-dir " + dir_, false);
     if (!untrusted.empty()) {
       throw Error(path, "was not trusted (" + untrusted + "): its totals were not carried over",
                   "it is replaced by spendcap's own; a user may not write in the metrics "
@@ -170,7 +186,6 @@ class DirectSink final : public MetricsSink {
     }
   }
 
- private:
   // A lock file planted by someone else could be held forever (or be a link): refused.
   void check_found(const std::string& path) {
     struct stat status {};
@@ -187,7 +202,7 @@ class DirectSink final : public MetricsSink {
   mode_t mode_;
 };
 
-class MetricsPart final : public RunPart {
+class MetricsPart final : public MetricsRunPart {
  public:
   MetricsPart(asio::io_context& io, const Meter& meter, const RunTerms& terms,
               const MetricsPlan& plan, std::function<Money()> ceiling,
@@ -205,6 +220,15 @@ class MetricsPart final : public RunPart {
 
   void on_launched(TimePoint) override { update(); }
 
+  void on_team_usage(const std::vector<TeamBudget>& budgets) override {
+    if (finished_ || budgets.empty()) return;
+    try {
+      sink_->refresh_team(metrics_plan_.team, plan_.currency, budgets);
+    } catch (const std::exception& error) {
+      complain(error.what());
+    }
+  }
+
   void on_finish() override {
     timer_.cancel();
     if (finished_) return;
@@ -217,7 +241,10 @@ class MetricsPart final : public RunPart {
       // spend. What is left once it ended, as `budgets` shows AVAILABLE then: its spend counted,
       // its ceiling released (issue 30: the gauge stayed short by the ending run's ceiling).
       Money ceiling = ceiling_();
-      for (TeamBudget& budget : budgets) budget.remaining = budget.remaining + ceiling - spend();
+      for (TeamBudget& budget : budgets) {
+        budget.remaining = budget.remaining + ceiling - spend();
+        if (budget.spent) budget.spent = *budget.spent + spend();
+      }
       sink_->add_to_team(metrics_plan_.team, plan_.currency, spend(), budgets);
     } catch (const std::exception& error) {
       complain(error.what());
@@ -387,17 +414,22 @@ std::map<std::string, Money> team_spend_totals(const std::string& text) {
   return totals;
 }
 
-std::string team_summary_text(const std::string& before, const std::string& team,
-                              const std::string& currency, Money spend,
-                              const std::vector<TeamBudget>& budgets) {
+namespace {
+
+// The summary: the counters of `before` (plus one finished run's `spend`, when given) and the
+// budget gauges of `budgets`.
+std::string summary_text(const std::string& before, const std::string& team,
+                         const std::string& currency, std::optional<Money> finished_spend,
+                         const std::vector<TeamBudget>& budgets) {
   double runs = sample_value(before, "spendcap_team_runs_finished_total").value_or(0);
   std::map<std::string, Money> totals = team_spend_totals(before);
-  totals[currency] = Money{totals[currency].micros + spend.micros};
+  totals[currency] = Money{totals[currency].micros + finished_spend.value_or(Money{}).micros};
+  if (finished_spend) runs += 1;
   std::string t = prometheus_label_value(team);
   std::string out;
   out += "# HELP spendcap_team_runs_finished_total Runs of the team that ended with metrics on.\n";
   out += "# TYPE spendcap_team_runs_finished_total counter\n";
-  out += "spendcap_team_runs_finished_total{team=\"" + t + "\"} " + number(runs + 1) + "\n";
+  out += "spendcap_team_runs_finished_total{team=\"" + t + "\"} " + number(runs) + "\n";
   // One counter per currency, never summed across currencies.
   for (const auto& [code, total] : totals) {
     std::string name = "spendcap_team_spend_" + currency_unit(code) + "_total";
@@ -406,12 +438,13 @@ std::string team_summary_text(const std::string& before, const std::string& team
     out += name + "{team=\"" + t + "\",currency=\"" + prometheus_label_value(code) + "\"} " +
            money_number(total) + "\n";
   }
-  // The team's budgets as the ledger had them when this run ended (amounts in the currency of the
-  // policy in force): for alerts on what is left.
+  // The team's budgets as the ledger had them at the last heartbeat of one of its runs, or when
+  // one ended (amounts in the currency of the policy in force): for alerts on what is left.
   if (!budgets.empty()) {
     std::string unit = currency_unit(currency);
     std::string amount_name = "spendcap_team_budget_" + unit;
     std::string left_name = "spendcap_team_budget_remaining_" + unit;
+    std::string spent_name = "spendcap_team_budget_spent_" + unit;
     auto labels = [&](const TeamBudget& b) {
       return "{team=\"" + t + "\",currency=\"" + prometheus_label_value(currency) + "\",period=\"" +
              prometheus_label_value(b.period) + "\"}";
@@ -428,8 +461,32 @@ std::string team_summary_text(const std::string& before, const std::string& team
     for (const TeamBudget& b : budgets) {
       out += left_name + labels(b) + " " + money_number(b.remaining) + "\n";
     }
+    bool any_spent = false;
+    for (const TeamBudget& b : budgets) any_spent = any_spent || b.spent.has_value();
+    if (any_spent) {
+      out += "# HELP " + spent_name +
+             " What the team's runs have spent in the budget's period, running runs' spend so "
+             "far included.\n";
+      out += "# TYPE " + spent_name + " gauge\n";
+      for (const TeamBudget& b : budgets) {
+        if (b.spent) out += spent_name + labels(b) + " " + money_number(*b.spent) + "\n";
+      }
+    }
   }
   return out;
+}
+
+}  // namespace
+
+std::string team_summary_text(const std::string& before, const std::string& team,
+                              const std::string& currency, Money spend,
+                              const std::vector<TeamBudget>& budgets) {
+  return summary_text(before, team, currency, spend, budgets);
+}
+
+std::string team_gauges_text(const std::string& before, const std::string& team,
+                             const std::string& currency, const std::vector<TeamBudget>& budgets) {
+  return summary_text(before, team, currency, std::nullopt, budgets);
 }
 
 std::string run_metrics_file(const std::string& run_id) {
@@ -466,11 +523,10 @@ std::unique_ptr<MetricsSink> direct_metrics_sink(std::string dir, bool runner_gr
   return std::make_unique<DirectSink>(std::move(dir), runner_group);
 }
 
-std::unique_ptr<RunPart> make_metrics_part(asio::io_context& io, const Meter& meter,
-                                           const RunTerms& terms, const MetricsPlan& plan,
-                                           std::function<Money()> ceiling,
-                                           const std::optional<GpuReport>& gpu,
-                                           std::function<std::vector<TeamBudget>()> budgets) {
+std::unique_ptr<MetricsRunPart> make_metrics_part(
+    asio::io_context& io, const Meter& meter, const RunTerms& terms, const MetricsPlan& plan,
+    std::function<Money()> ceiling, const std::optional<GpuReport>& gpu,
+    std::function<std::vector<TeamBudget>()> budgets) {
   return std::make_unique<MetricsPart>(io, meter, terms, plan, std::move(ceiling), gpu,
                                        std::move(budgets));
 }

@@ -76,13 +76,37 @@ std::string unusable(const std::string& dir, gid_t group) {
   return "";
 }
 
-bool safe_name(const std::string& name) {
-  if (name.find('/') != std::string::npos || !name.starts_with("spendcap_")) return false;
-  return name.ends_with(".prom");
+// A team's budgets in a message: one line each, "period amount remaining spent" (micros; spent
+// "-" when not known).
+std::string budget_lines(const std::vector<TeamBudget>& budgets) {
+  std::string lines;
+  for (const TeamBudget& b : budgets) {
+    lines += b.period + " " + std::to_string(b.amount.micros) + " " +
+             std::to_string(b.remaining.micros) + " " +
+             (b.spent ? std::to_string(b.spent->micros) : std::string("-")) + "\n";
+  }
+  return lines;
 }
 
-[[noreturn]] void writer_loop(int fd, const std::string& dir) {
+std::vector<TeamBudget> parse_budget_lines(const std::string& text) {
+  std::vector<TeamBudget> budgets;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    TeamBudget b;
+    std::string spent;
+    if (!(fields >> b.period >> b.amount.micros >> b.remaining.micros >> spent)) continue;
+    if (spent != "-") b.spent = Money{std::strtoll(spent.c_str(), nullptr, 10)};
+    budgets.push_back(b);
+  }
+  return budgets;
+}
+
+[[noreturn]] void writer_loop(int fd, const std::string& dir, const MetricsBinding& binding) {
   std::unique_ptr<MetricsSink> sink = direct_metrics_sink(dir, true);
+  const std::string run_file = run_metrics_file(binding.run_id);
+  bool ended = false;
   bool complained = false;
   auto complain = [&complained](const std::string& why) {
     if (complained) return;
@@ -106,20 +130,26 @@ bool safe_name(const std::string& name) {
       fields.push_back(body.substr(at, n));
       at += n;
     }
+    // Only this run's file and this run's team, in its currency; the end counted once.
+    bool own_file = !fields.empty() && fields[0] == run_file;
+    bool own_team =
+        fields.size() >= 2 && fields[0] == binding.team && fields[1] == binding.currency;
     try {
-      if (body[0] == 'W' && fields.size() == 2 && safe_name(fields[0])) {
+      if (body[0] == 'W' && fields.size() == 2 && own_file) {
         sink->write_run(fields[0], fields[1]);
-      } else if (body[0] == 'R' && fields.size() == 1 && safe_name(fields[0])) {
+      } else if (body[0] == 'R' && fields.size() == 1 && own_file) {
         sink->remove_run(fields[0]);
-      } else if (body[0] == 'T' && fields.size() == 4) {
-        std::vector<TeamBudget> budgets;
-        std::istringstream lines(fields[3]);
-        TeamBudget b;
-        while (lines >> b.period >> b.amount.micros >> b.remaining.micros) budgets.push_back(b);
+      } else if (body[0] == 'T' && fields.size() == 4 && own_team && !ended) {
+        ended = true;
         sink->add_to_team(fields[0], fields[1], Money{std::strtoll(fields[2].c_str(), nullptr, 10)},
-                          budgets);
+                          parse_budget_lines(fields[3]));
+      } else if (body[0] == 'G' && fields.size() == 3 && own_team && !ended) {
+        sink->refresh_team(fields[0], fields[1], parse_budget_lines(fields[2]));
       } else if (body[0] == 'S') {
         if (!send_all(fd, "k")) ::_exit(0);
+      } else {
+        complain("the metrics writer of run " + binding.run_id +
+                 " refused a write for another run, team or currency, or a second end");
       }
     } catch (const std::exception& error) {
       complain(error.what());
@@ -148,12 +178,11 @@ class WriterSink final : public MetricsSink {
   void remove_run(const std::string& name) override { send(frame('R', {name})); }
   void add_to_team(const std::string& team, const std::string& currency, Money spend,
                    const std::vector<TeamBudget>& budgets) override {
-    std::string lines;
-    for (const TeamBudget& b : budgets) {
-      lines += b.period + " " + std::to_string(b.amount.micros) + " " +
-               std::to_string(b.remaining.micros) + "\n";
-    }
-    send(frame('T', {team, currency, std::to_string(spend.micros), lines}));
+    send(frame('T', {team, currency, std::to_string(spend.micros), budget_lines(budgets)}));
+  }
+  void refresh_team(const std::string& team, const std::string& currency,
+                    const std::vector<TeamBudget>& budgets) override {
+    send(frame('G', {team, currency, budget_lines(budgets)}));
   }
 
  private:
@@ -168,7 +197,8 @@ class WriterSink final : public MetricsSink {
 
 }  // namespace
 
-std::shared_ptr<MetricsSink> start_runner_metrics_writer(const std::string& dir) {
+std::shared_ptr<MetricsSink> start_runner_metrics_writer(const std::string& dir,
+                                                         const MetricsBinding& binding) {
   gid_t real = 0, effective = 0, saved = 0;
   if (::getresgid(&real, &effective, &saved) != 0) {
     throw Error("--metrics-dir " + dir, "cannot read the groups: " + errno_text(errno), "");
@@ -208,7 +238,7 @@ std::shared_ptr<MetricsSink> start_runner_metrics_writer(const std::string& dir)
     std::string why = unusable(dir, saved);
     if (!send_all(3, why.empty() ? std::string("ok\n") : why + "\n")) ::_exit(0);
     if (!why.empty()) ::_exit(0);
-    writer_loop(3, dir);
+    writer_loop(3, dir, binding);
   }
   ::close(pair[1]);
   while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {

@@ -146,9 +146,11 @@ class Supervisor::Impl {
         },
         outcome_.gpu));
     if (!plan_.metrics.dir.empty()) {
-      parts_.push_back(make_metrics_part(
+      auto metrics = make_metrics_part(
           io_, meter_, plan_, plan_.metrics, [this] { return heartbeat_->ceiling(); }, outcome_.gpu,
-          [this] { return heartbeat_->team_budgets(plan_.metrics.team); }));
+          [this] { return heartbeat_->team_budgets(plan_.metrics.team); });
+      metrics_ = metrics.get();
+      parts_.push_back(std::move(metrics));
     }
     if (!plan_.storage.dir.empty()) {
       meter_.charge_storage(plan_.storage.per_gb_month, plan_.storage.max_gb);
@@ -221,6 +223,9 @@ class Supervisor::Impl {
                           heartbeat_->fair_share(), plan_.grant.scopes}));
     arm_trip_timer();
     for (auto& part : parts_) part->on_launched(at);
+    // The team's gauges from the admission's figures; each heartbeat's answer refreshes them.
+    if (metrics_)
+      metrics_->on_team_usage(HeartbeatPart::team_usage(plan_.grant, plan_.metrics.team));
     tell_guard();
     tell_guard_deadline();
     if (pending_signal_) on_signal(pending_signal_);
@@ -354,6 +359,7 @@ class Supervisor::Impl {
   // A grant was applied and its warnings said: a stop order on one of the run's scopes trips it,
   // else the trip timer follows the new grant.
   void on_grant(const Grant& grant) {
+    if (metrics_) metrics_->on_team_usage(HeartbeatPart::team_usage(grant, plan_.metrics.team));
     if (grant.stop && !trip_ && meter_.launched_at()) {
       const StopOrder& order = *grant.stop;
       std::string line = "stop order on " + to_string(order.scope) + " by " + order.placed_by +
@@ -550,6 +556,7 @@ class Supervisor::Impl {
   Money reserve_;
   std::vector<std::unique_ptr<RunPart>> parts_;
   HeartbeatPart* heartbeat_ = nullptr;
+  MetricsRunPart* metrics_ = nullptr;  // none: no metrics directory
   JobControl* job_control_ = nullptr;
   CheckpointWatch* checkpoint_ = nullptr;
   std::optional<HeartbeatProgress> live_progress_;  // the guard part's, for the heartbeats

@@ -250,6 +250,67 @@ class MetricsTest(LedgerTest):
         self.assertEqual(self.run_files(), [])
 
     @unittest.skipUnless(PROMTOOL, "needs Debian's prometheus (promtool)")
+    @unittest.skipUnless(PROMTOOL, "needs Debian's prometheus (promtool)")
+    def test_team_gauges_move_while_a_run_goes_on(self):
+        """Issue 38: the team's budget gauges are refreshed from the ledger's answer to each
+        heartbeat, not only when a run ends: during a long run the team file's
+        spendcap_team_budget_spent_usd rises above 0, then grows, its remaining gauge falls, and
+        promtool passes it; at the end the gauges are the ledger's figures. Negative control:
+        main's binary writes the team file only when the run ends (no file while it runs)."""
+        self.write_policy({"defaults": {"grace": "0s", "kill_after": "0s", "sync": "1s"},
+                           "metrics_dir": self.dir,
+                           "budgets": {"team": {"vision": {"amount": 100, "period": "month"}}}})
+        applied = self.run_spendcap(["budgets", "apply", self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        release = self.path("release")
+        run = self.start_run("long", release)
+        self.addCleanup(lambda: open(release, "a").close())
+        team_file = os.path.join(self.dir, "spendcap_team_vision.prom")
+        spent = "spendcap_team_budget_spent_usd"
+
+        def gauges():
+            """{name: value} of the team file's samples; {} while it is not there."""
+            try:
+                with open(team_file) as f:
+                    text = f.read()
+            except FileNotFoundError:
+                return {}
+            return {name: series[0][1] for name, series in parse_exposition(text).items()}
+
+        def rising():
+            self.assertIsNone(run.poll(), "the run ended before its team's gauges moved")
+            return gauges().get(spent, 0) > 0
+        wait_until(rising, 30, interval=0.1, what="the team's spent gauge above 0 while it runs")
+        first = gauges()
+        wait_until(lambda: gauges()[spent] > first[spent] or run.poll() is not None, 30,
+                   interval=0.1, what="the team's spent gauge to grow")
+        later = gauges()
+        self.assertIsNone(run.poll(), "the run ended before its team's gauge grew")
+        self.assertGreater(later[spent], first[spent])
+        self.assertEqual(later["spendcap_team_budget_usd"], 100)
+        self.assertLess(later["spendcap_team_budget_remaining_usd"], 100)
+        self.assertEqual(later["spendcap_team_runs_finished_total"], 0, "no run has ended yet")
+        with open(team_file) as f:
+            text = f.read()
+        checked = self.promtool(text)
+        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr + text)
+        self.assertEqual(units_wrong(parse_exposition(text)), [])
+        self.assertNotIn("run_id", text, "no per-run series in the team file")
+        with open(release, "w"):
+            pass
+        self.assertEqual(run.wait(timeout=120), 0)
+        # The end: the ledger's figures, this run's final spend counted and its ceiling released.
+        end = gauges()
+        view = [v for v in self.spendcap_json(["budgets"]) if v["scope"] == "team:vision"][0]
+        spend = sum(r["spend_micros"] for r in self.runs())
+        self.assertEqual(round(end[spent] * MICROS), spend)
+        self.assertAlmostEqual(end[spent], view["spent"], places=6)
+        self.assertAlmostEqual(end["spendcap_team_budget_remaining_usd"], 100 - spend / MICROS,
+                               places=6)
+        self.assertEqual(end["spendcap_team_runs_finished_total"], 1)
+        print("team spent gauge %.6f -> %.6f while running, %.6f at the end" %
+              (first[spent], later[spent], end[spent]), file=sys.stderr)
+
     def test_checkers_reject_broken_files(self):
         # Negative controls: the checks above can fail.
         good = ('# HELP spendcap_run_spend_usd x\n# TYPE spendcap_run_spend_usd gauge\n'

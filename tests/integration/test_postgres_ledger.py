@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import unittest
 import urllib.parse
 import uuid
@@ -238,6 +239,200 @@ class RolesTest(PostgresLedgerTest):
             self.assertIn("permission denied", self.refused(self.alice, sql), sql)
         self.assertIn("ledger's clock", self.refused(
             self.alice, "SELECT %s.spendcap_count_refusal('x', 0)" % s))
+
+    def refuse_runs(self, user, count):
+        """`count` runs of `user`'s role refused by the team full's budget (120 each)."""
+        for _ in range(count):
+            refused = self.run_spendcap(["run", "--team", "full", "--rate", "1", "--ledger",
+                                         ledger_url(self.schema, user), "--", "true"])
+            self.assertEqual(refused.returncode, 120, refused.stderr)
+
+    def test_ledger_copy_carries_refused_counts_both_ways(self):
+        """Issue 38: `ledger copy` carries refused_counts. alice's and bob's roles have refused
+        runs of one Unix user counted on PostgreSQL (12 and 3: past 10 a minute only counted);
+        copied into a SQLite ledger that already counts some for that user and minute and for
+        another user, the two roles' counts of a minute are summed and merged by the larger
+        figure (never doubled), the other user's kept; copied back into a new PostgreSQL schema
+        they are the same, keyed by the copier's role. The copy's summary counts them.
+        Negative control: main's binary copies no counts (the SQLite ledger has only its own
+        row; the summary says nothing of them)."""
+        import sqlite3
+        self.write_policy({"budgets": {"team": {"full": {"amount": 0.000001, "period": "day"}}}})
+        applied = self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        self.refuse_runs(self.alice, 12)
+        self.refuse_runs(self.bob, 3)
+        source = self.pg_rows("SELECT db_role, user_name, minute, refused, recorded, last_at "
+                              "FROM %s.refused_counts" % self.schema)
+        self.assertEqual(sum(r["refused"] for r in source), 15)
+        self.assertEqual({r["db_role"] for r in source}, {self.alice, self.bob})
+
+        def per_minute(rows):
+            """{(user, minute): [refused, recorded, last_at]}, the roles of a minute summed."""
+            out = {}
+            for r in rows:
+                key = (r["user_name"], r["minute"])
+                got = out.setdefault(key, [0, 0, 0.0])
+                got[0] += r["refused"]
+                got[1] += r["recorded"]
+                got[2] = max(got[2], r["last_at"])
+            return out
+        expected = per_minute(source)
+        user, minute = min(expected)
+        # A SQLite ledger with no runs that counts one refusal of that user and minute already,
+        # and 4 of another user.
+        lite = self.path("copied.db")
+        made = self.run_spendcap(["budgets", "--ledger", lite])
+        self.assertEqual(made.returncode, 0, made.stderr)
+        connection = sqlite3.connect(lite)
+        with connection:
+            connection.execute("INSERT INTO refused_counts VALUES (?, ?, 1, 1, 1.0)",
+                               (user, minute))
+            connection.execute("INSERT INTO refused_counts VALUES ('carol', 5, 4, 4, 300.0)")
+        connection.close()
+        copied = self.run_spendcap(["ledger", "copy", ledger_url(self.schema, self.owner), lite])
+        self.assertEqual(copied.returncode, 0, copied.stderr)
+        self.assertIn("; and %d counts of refused runs per user and minute (15 refused runs)"
+                      % len(expected), copied.stdout)
+
+        def lite_rows():
+            connection = sqlite3.connect(lite)
+            connection.row_factory = sqlite3.Row
+            try:
+                return [dict(r) for r in connection.execute("SELECT * FROM refused_counts")]
+            finally:
+                connection.close()
+        rows = lite_rows()
+        expected_lite = dict(expected)
+        expected_lite[("carol", 5)] = [4, 4, 300.0]
+        self.assertEqual(per_minute(rows), expected_lite, rows)
+        self.assertEqual(len(rows), len(expected_lite), "one row per user and minute")
+
+        # Back into a new PostgreSQL schema: the same counts, keyed by the copier's role.
+        schema2 = self.schema + "_2"
+        psql("CREATE SCHEMA %s AUTHORIZATION %s" % (schema2, self.owner))
+        back = self.run_spendcap(["ledger", "copy", lite, ledger_url(schema2, self.owner)])
+        self.assertEqual(back.returncode, 0, back.stderr)
+        self.assertIn("; and %d counts of refused runs per user and minute (19 refused runs)"
+                      % len(expected_lite), back.stdout)
+        again = self.pg_rows("SELECT db_role, user_name, minute, refused, recorded, last_at "
+                             "FROM %s.refused_counts" % schema2)
+        self.assertEqual(per_minute(again), expected_lite)
+        self.assertEqual({r["db_role"] for r in again}, {self.owner})
+        # What users see: budgets read the same in all three.
+        views = [self.spendcap_json(["budgets", "--ledger", ledger]) for ledger in
+                 (ledger_url(self.schema, self.owner), lite, ledger_url(schema2, self.owner))]
+        self.assertEqual(views[0], views[1])
+        self.assertEqual(views[1], views[2])
+
+    def older_schema(self):
+        """The ledger (made by the owner) one version back: its latest schema_version row
+        removed. That latest step must be one that can run again: today's (the tracker's, issue
+        40) changes no table, its routines are reinstalled after any migration; a later step that
+        cannot run twice makes this undo its effect too. Returns the latest version."""
+        applied = self.spendcap_as(self.owner, ["budgets", "apply", self.path("spendcap.json")])
+        self.assertEqual(applied.returncode, 0, applied.stderr)
+        latest = int(psql("SELECT max(version) FROM %s.schema_version" % self.schema).stdout)
+        self.assertGreaterEqual(latest, 24)
+        psql("DELETE FROM %s.schema_version WHERE version = %d" % (self.schema, latest))
+        return latest
+
+    def session(self, user, sql):
+        """`sql` in psql as `user`'s role, its transaction left open while psql sleeps."""
+        env = dict(os.environ, PGUSER=user)
+        holder = subprocess.Popen(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.addCleanup(holder.kill)
+        holder.stdin.write(sql)
+        holder.stdin.flush()
+        return holder
+
+    def locks_of(self, user, where):
+        return int(psql("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                        "WHERE a.usename = '%s' AND %s" % (user, where)).stdout)
+
+    def test_a_user_cannot_delay_a_migration(self):
+        """Issue 38: the migration's lock is EXCLUSIVE on schema_version, which a user's role
+        cannot take (users hold SELECT on it), not an advisory lock any role can compute. alice
+        holds the old key ('spendcap-migrate:' || schema) and reads schema_version (ACCESS SHARE)
+        in an open transaction while the owner's spendcap opens the ledger at an older schema:
+        the migration is done in well under 8 s. Negative control: main's binary (the advisory
+        lock) waits until alice's transaction ends (25 s)."""
+        latest = self.older_schema()
+        s = self.schema
+        for mode in ("EXCLUSIVE", "SHARE ROW EXCLUSIVE", "SHARE", "ROW EXCLUSIVE",
+                     "ACCESS EXCLUSIVE"):
+            self.assertIn("permission denied", self.refused(
+                self.alice, "BEGIN; LOCK TABLE %s.schema_version IN %s MODE; COMMIT" % (s, mode)))
+        holder = self.session(self.alice, (
+            "BEGIN;\n"
+            "SELECT pg_advisory_xact_lock(hashtextextended('spendcap-migrate:%s', 0));\n"
+            "SELECT max(version) FROM %s.schema_version;\n"
+            "SELECT pg_sleep(25);\n"
+            "COMMIT;\n") % (s, s))
+        wait_until(lambda: self.locks_of(self.alice, "l.locktype = 'advisory' AND l.granted AND "
+                                         "a.query LIKE '%%pg_sleep%%'") == 1
+                   or holder.poll() is not None, 30, what="alice holding the old key")
+        self.assertIsNone(holder.poll(), holder.communicate()[1] if holder.poll() is not None
+                          else "")
+        started = time.monotonic()
+        opened = self.spendcap_as(self.owner, ["budgets"])
+        took_s = time.monotonic() - started
+        self.assertEqual(opened.returncode, 0, opened.stderr)
+        print("\nmigration v%d -> v%d while alice held the old key: %.2f s" %
+              (latest - 1, latest, took_s), file=sys.stderr)
+        self.assertLess(took_s, 8.0, "the migration waited on alice's advisory lock")
+        self.assertIsNone(holder.poll(), "alice's session ended early")
+        self.assertEqual(int(psql("SELECT max(version) FROM %s.schema_version" % s).stdout),
+                         latest)
+
+    def test_two_migrators_at_once_stay_correct(self):
+        """Two migrators: one migrates, the other waits for it and finds it done. The owner's
+        session migrates as spendcap does (LOCK TABLE schema_version IN EXCLUSIVE MODE, the
+        version recorded, 8 s of work); spendcap's open waits for it (its lock not granted), and
+        once it commits, finishes without migrating again (a second row of that version would be
+        a unique violation). Negative control: main's binary (the advisory lock) does not wait
+        for the lock but at its own INSERT of the version, then fails on the duplicate. Then four spendcap processes open an older schema at once:
+        every one succeeds and each version is recorded once."""
+        latest = self.older_schema()
+        s = self.schema
+        # The other migrator: its lock, its version recorded, 8 s of migrating, its commit.
+        holder = self.session(self.owner, (
+            "BEGIN;\n"
+            "LOCK TABLE %s.schema_version IN EXCLUSIVE MODE;\n"
+            "INSERT INTO %s.schema_version VALUES (%d, 0);\n"
+            "SELECT pg_sleep(8);\n"
+            "COMMIT;\n") % (s, s, latest))
+        table = "'%s.schema_version'::regclass" % s
+        wait_until(lambda: self.locks_of(self.owner, "l.granted AND l.mode = 'ExclusiveLock' AND "
+                                         "l.relation = " + table) == 1
+                   or holder.poll() is not None, 30, what="the owner's session holding the lock")
+        waiting = self.start_spendcap(["budgets", "--ledger", ledger_url(s, self.owner)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(waiting.kill)
+        wait_until(lambda: self.locks_of(self.owner, "NOT l.granted AND l.relation = " + table)
+                   == 1
+                   or waiting.poll() is not None, 30, what="spendcap waiting for the lock")
+        self.assertIsNone(waiting.poll(), "spendcap did not wait for the other migrator")
+        holder.stdin.close()
+        out, err = waiting.communicate(timeout=60)
+        self.assertEqual(waiting.returncode, 0, err)
+        self.assertEqual(psql("SELECT applied_at FROM %s.schema_version WHERE version = %d"
+                              % (s, latest)).stdout.strip(), "0",
+                         "the waiting spendcap migrated again")
+        psql("DELETE FROM %s.schema_version WHERE version = %d" % (s, latest))
+        openers = [self.start_spendcap(["budgets", "--ledger", ledger_url(s, self.owner)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                   for _ in range(4)]
+        for opener in openers:
+            self.addCleanup(opener.kill)
+        for opener in openers:
+            out, err = opener.communicate(timeout=60)
+            self.assertEqual(opener.returncode, 0, err)
+        self.assertEqual(psql("SELECT count(*), count(DISTINCT version), max(version) FROM "
+                              "%s.schema_version" % s).stdout.strip(),
+                         "%d|%d|%d" % (latest, latest, latest))
 
     def test_a_runner_calling_the_grant_functions_cannot_choose_its_grant(self):
         """Issue 23: the grant rule runs in the server. psql in alice's hands calls the functions

@@ -119,6 +119,50 @@ class SharedMetricsTest(SharedRunnerSetup):
             text = wait_until(served, 30, what="node_exporter serving the team file")
             self.assertIn("\nnode_textfile_scrape_error 0\n", text)
 
+    def test_a_long_run_refreshes_its_team_gauges_through_the_writer(self):
+        """Issue 38: on the shared runner a running run's heartbeats refresh its team's gauges
+        through the metrics writer (the writer bound to that run, its team and currency): the
+        team file's spendcap_team_budget_spent_usd rises above 0 and grows while the run goes on,
+        and promtool passes the file. Negative control: main's binary writes the team file only
+        when the run ends."""
+        user = self.users[0]
+        release = os.path.join(self.tmp, user, "release")
+        front = subprocess.Popen(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", "setpriv", "--reuid", user,
+             "--regid", user, "--init-groups", self.bin, "run", "--team", "vision", "--sync",
+             "1s", "--", "python3", "-c",
+             "import os, time\nend = time.monotonic() + 90\n"
+             "while not os.path.exists(%r) and time.monotonic() < end: time.sleep(0.05)"
+             % release],
+            env=self.user_env(user), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=self.tmp)
+        self.addCleanup(front.kill)
+        spent = "spendcap_team_budget_spent_usd"
+
+        def gauge():
+            self.assertIsNone(front.poll(), "the run ended before its team's gauges moved")
+            try:
+                return self.team_samples()[spent][0][1]
+            except (FileNotFoundError, KeyError):
+                return 0
+        first = wait_until(lambda: gauge() or None, 60, interval=0.1,
+                           what="the team's spent gauge above 0 while the run goes on")
+        wait_until(lambda: gauge() > first, 30, interval=0.1, what="the spent gauge to grow")
+        with open(os.path.join(self.mdir, TEAM_FILE)) as f:
+            text = f.read()
+        self.assertNotIn("run_id", text)
+        if PROMTOOL:
+            checked = subprocess.run([PROMTOOL, "check", "metrics"], input=text,
+                                     capture_output=True, text=True, timeout=60)
+            self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr + text)
+        self.inside(["touch", release], user=user)
+        out, err = front.communicate(timeout=60)
+        self.assertEqual(front.returncode, 0, err)
+        self.assertNotIn("metrics file", err)
+        samples = self.team_samples()
+        self.assertEqual(samples["spendcap_team_runs_finished_total"][0][1], 1)
+        self.assertGreaterEqual(samples[spent][0][1], first)
+
     def test_a_squatting_file_is_not_trusted(self):
         # Planted as one of the users would if they could write there: theirs, forged totals.
         user = self.users[0]

@@ -144,6 +144,10 @@ struct ScopeUse {
   Money held;    // ceilings of unfinished runs
   // Other unfinished runs on the scope (a shared scope, when the grant was planned as a raise).
   std::optional<std::int64_t> other_runs;
+  Money live;  // part of `spent`: unfinished runs' last reported spend
+  // What is left to admit or raise: the budget less finished runs' spend and unfinished runs'
+  // ceilings (BudgetView::remaining).
+  Money remaining() const { return amount - (spent - live) - held; }
 };
 
 struct RunRecord;      // ledger_store.hpp

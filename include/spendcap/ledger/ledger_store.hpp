@@ -137,6 +137,15 @@ struct ServerGrant {
 enum class Access { read, write };
 
 // The row operations of one transaction.
+// One row of refused_counts (schema v23): a user's refused runs in one minute of the ledger's
+// clock (floor(unix seconds / 60)), how many of them were stored as runs rows, and when the last
+// came. db_role: the login role that counted them (PostgreSQL's key); "" on SQLite.
+struct RefusedCountRow {
+  std::string db_role, user;
+  std::int64_t minute = 0, refused = 0, recorded = 0;
+  double last_at = 0;
+};
+
 class StoreTxn {
  public:
   virtual ~StoreTxn() = default;
@@ -217,6 +226,18 @@ class StoreTxn {
   virtual RefusalCount count_refusal(const std::string& user, double now) {
     (void)user, (void)now;
     return {};
+  }
+
+  // ---- copying refused-run counts (ledger_copy.hpp) ----
+  // Every count, by user and minute; on PostgreSQL one per login role too. The default keeps none.
+  virtual std::vector<RefusedCountRow> refused_counts() { return {}; }
+  // Merges `row` into the count of its user and minute (PostgreSQL: the caller's login role, as a
+  // copied run's): each of refused, recorded and last_at becomes the larger of the two, so merging
+  // the same row again changes nothing. A store that keeps no counts throws.
+  virtual void merge_refused_count(const RefusedCountRow& row) {
+    (void)row;
+    throw Error("ledger", "this kind of ledger keeps no refused-run counts",
+                "copy into a SQLite or PostgreSQL ledger");
   }
 
   // ---- the webhook outbox ----

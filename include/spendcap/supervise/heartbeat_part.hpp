@@ -8,6 +8,8 @@
 // supervisor's, told through Hooks. Called from the event loop only.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -77,8 +79,12 @@ class HeartbeatPart final : public RunPart {
   std::string first_trip_of(const StopOrder& order) const;
   // Warn mode: the ledger records that `reason` would have stopped the run.
   void record_would_stop(const std::string& reason);
-  // The run's team budgets for the metrics summary: a bounded wait on the ledger's worker.
+  // The run's team budgets for the metrics summary: a bounded wait on the ledger's worker. Their
+  // `spent` leaves out this run's spend as last reported (the caller adds its final spend).
   std::vector<TeamBudget> team_budgets(const std::string& team);
+  // The team's budgets among a grant's scopes (a heartbeat's answer, the admission's), for the
+  // metrics' team gauges; empty when the team has none.
+  static std::vector<TeamBudget> team_usage(const Grant& grant, const std::string& team);
   // Writes the final row, waiting at most `timeout`. "" when written, else why not. The outbox
   // entries `outbox_delivered` (delivered by this run, still in the outbox) are removed first.
   std::string record_final(const RunFinal& final, Nanos timeout,
@@ -109,6 +115,10 @@ class HeartbeatPart final : public RunPart {
   bool finished_ = false;
   std::map<std::string, ThresholdTracker> scope_thresholds_;
   std::optional<HeartbeatProgress> progress_sent_;  // what the ledger has of it
+  // The spend of the last heartbeat the ledger took, set on the worker (so a later call there
+  // reads it after any heartbeat before it); shared: a late worker may outlive the part.
+  std::shared_ptr<std::atomic<std::int64_t>> reported_micros_ =
+      std::make_shared<std::atomic<std::int64_t>>(0);
 };
 
 }  // namespace spendcap

@@ -4,7 +4,9 @@
 // reader never sees a part of it, and removed when the run ends; the run's spend is then added to
 // its team's summary file, spendcap_team_<team>.prom, under a lock file (flock), so that runs of
 // one team ending together lose no update. A figure not measured (GPU utilisation, energy) is left
-// out, never written as 0.
+// out, never written as 0. The team's budget gauges (its budget, what is left and what its runs
+// have spent in the period, running runs included) are refreshed from the ledger's answer to each
+// heartbeat, and once more when the run ends, so a dashboard's team spend moves during long runs.
 #pragma once
 
 #include <sys/stat.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "spendcap/base/money.hpp"
+#include "spendcap/supervise/run_part.hpp"
 #include "spendcap/supervise/run_terms.hpp"
 
 namespace boost::asio {
@@ -27,13 +30,15 @@ class io_context;
 namespace spendcap {
 
 class Meter;
-class RunPart;
 struct GpuReport;
 
 // One of the team's budgets as the ledger holds it (BudgetView), for the team summary's gauges.
 struct TeamBudget {
   std::string period;  // "month", "week", "day", "total"
   Money amount, remaining;
+  // What the team's runs have spent in the period: finished runs' spend and running runs' last
+  // reported spend. None: not known (no gauge written).
+  std::optional<Money> spent;
 };
 
 // Where the files go. Errors throw (spendcap::Error); the part says the first one once.
@@ -45,6 +50,10 @@ class MetricsSink {
   // The team summary, updated under its lock file; a squatter's file is replaced, not read.
   virtual void add_to_team(const std::string& team, const std::string& currency, Money spend,
                            const std::vector<TeamBudget>& budgets) = 0;
+  // The team summary's budget gauges replaced by `budgets` (a heartbeat's figures), its counters
+  // (runs finished, spend totals) kept as they are; under the same lock.
+  virtual void refresh_team(const std::string& team, const std::string& currency,
+                            const std::vector<TeamBudget>& budgets) = 0;
 };
 
 // The directory written with this process's credentials. `runner_group`: the shared runner's
@@ -76,11 +85,15 @@ std::string prometheus_label_value(const std::string& text);
 std::string run_metrics_text(const RunMetrics& metrics);
 // The team's summary after one more run that spent `spend` in `currency`: `before` is the file as
 // it was ("" for none); the runs finished and each currency's spend total it holds are read back,
-// and this run's spend is added to its own currency's counter only. `budgets`: the team's budget
-// and remaining-budget gauges (in `currency`, the policy's), left out when empty.
+// and this run's spend is added to its own currency's counter only. `budgets`: the team's budget,
+// remaining-budget and spent gauges (in `currency`, the policy's), left out when empty.
 std::string team_summary_text(const std::string& before, const std::string& team,
                               const std::string& currency, Money spend,
                               const std::vector<TeamBudget>& budgets = {});
+// The team's summary with its gauges from `budgets` (a heartbeat's): the counters of `before` as
+// they are (a currency's spend counter at 0 when it had none), no run counted.
+std::string team_gauges_text(const std::string& before, const std::string& team,
+                             const std::string& currency, const std::vector<TeamBudget>& budgets);
 // The spend totals per currency a team summary holds.
 std::map<std::string, Money> team_spend_totals(const std::string& text);
 
@@ -99,13 +112,21 @@ void check_shared_metrics_dir(const std::string& dir, bool locked);
 std::string run_metrics_file(const std::string& run_id);
 std::string team_metrics_file(const std::string& team);
 
+// The metrics part: a RunPart that the supervisor also tells of each grant.
+class MetricsRunPart : public RunPart {
+ public:
+  // The team's budgets as the ledger answered a heartbeat (or the admission): its gauges are
+  // rewritten with them at once. Empty (the team has no budget): nothing is written.
+  virtual void on_team_usage(const std::vector<TeamBudget>& budgets) = 0;
+};
+
 // The part. `ceiling` gives the run's current ceiling; `gpu` is the GPU sampler's report (its
 // summary kept current while the run goes on), none where GPUs are not measured; `budgets` the
-// team's budgets from the ledger when the run ends (none when it gives none).
-std::unique_ptr<RunPart> make_metrics_part(boost::asio::io_context& io, const Meter& meter,
-                                           const RunTerms& terms, const MetricsPlan& plan,
-                                           std::function<Money()> ceiling,
-                                           const std::optional<GpuReport>& gpu,
-                                           std::function<std::vector<TeamBudget>()> budgets = {});
+// team's budgets from the ledger when the run ends (none when it gives none), `spent` without
+// this run's spend (it is added).
+std::unique_ptr<MetricsRunPart> make_metrics_part(
+    boost::asio::io_context& io, const Meter& meter, const RunTerms& terms, const MetricsPlan& plan,
+    std::function<Money()> ceiling, const std::optional<GpuReport>& gpu,
+    std::function<std::vector<TeamBudget>()> budgets = {});
 
 }  // namespace spendcap

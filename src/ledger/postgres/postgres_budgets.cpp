@@ -115,6 +115,30 @@ RefusalCount PostgresStore::Impl::count_refusal(const std::string& user, double 
       exec("SELECT spendcap_count_refusal($1, $2)", {user, clock_param()}).text(0, 0));
 }
 
+std::vector<RefusedCountRow> PostgresStore::Impl::refused_counts() {
+  Result q = exec(
+      "SELECT db_role, user_name, minute, refused, recorded, last_at FROM refused_counts "
+      "ORDER BY user_name, minute, db_role");
+  std::vector<RefusedCountRow> rows;
+  for (int i = 0; i < q.rows(); ++i) {
+    rows.push_back(
+        {q.text(i, 0), q.text(i, 1), q.i64(i, 2), q.i64(i, 3), q.i64(i, 4), q.f64(i, 5)});
+  }
+  return rows;
+}
+
+// Written directly: only the ledger's owner copies into it (copy_ledger checks), and the owner
+// owns the table; the row is keyed by the copier's login role, as the copied runs are.
+void PostgresStore::Impl::merge_refused_count(const RefusedCountRow& row) {
+  exec(
+      "INSERT INTO refused_counts AS t (db_role, user_name, minute, refused, recorded, last_at) "
+      "VALUES (session_user, $1, $2, $3, $4, $5) ON CONFLICT (db_role, user_name, minute) DO "
+      "UPDATE SET refused = GREATEST(t.refused, excluded.refused), "
+      "recorded = GREATEST(t.recorded, excluded.recorded), "
+      "last_at = GREATEST(t.last_at, excluded.last_at)",
+      {row.user, param(row.minute), param(row.refused), param(row.recorded), param(row.last_at)});
+}
+
 std::int64_t PostgresStore::Impl::insert_outbox(const OutboxEntry& e) {
   return exec(
              "INSERT INTO outbox (event_id, event, run_id, user_name, destination, format, "

@@ -302,10 +302,38 @@ struct PostgresStore::Impl final : StoreTxn {
     }
     transaction(true, [&] {
       current_schema();
-      // One migrator at a time per schema.
-      exec(
-          "SELECT pg_advisory_xact_lock(hashtextextended('spendcap-migrate:' || "
-          "current_schema(), 0))");
+      // One migrator at a time per schema, by a lock no user can take: EXCLUSIVE on
+      // schema_version, which LOCK TABLE grants only with UPDATE, DELETE or TRUNCATE on it (its
+      // owner's; users hold SELECT). It conflicts with itself and with the ROW EXCLUSIVE of an
+      // older spendcap's INSERT there, not with the ACCESS SHARE of a reader (the version check
+      // of every open), so opens go on while a migration runs. An advisory lock's key anyone can
+      // compute, and a user holding it in an open transaction delayed every upgrade (issue 38):
+      // it is taken only for an empty schema, which has no table to lock yet (an install, before
+      // users' roles can reach it).
+      Result found = exec(
+          "SELECT to_regclass('schema_version') IS NOT NULL, "
+          "to_regclass('schema_version') IS NOT NULL AND "
+          "(has_table_privilege('schema_version', 'UPDATE') OR "
+          "has_table_privilege('schema_version', 'DELETE') OR "
+          "has_table_privilege('schema_version', 'TRUNCATE'))");
+      if (found.text(0, 0) == "t" && found.text(0, 1) != "t") {
+        // A role that may not lock it may not migrate either: said as the migration would.
+        version = current_schema_version();
+        if (version >= latest) return;
+        throw PgFailure{"42501",
+                        "its schema is version " + std::to_string(version) +
+                            ", older than this spendcap's (" + std::to_string(latest) +
+                            "), and this role may not migrate it (no UPDATE on schema_version); "
+                            "the ledger's owner upgrades it by running spendcap once",
+                        false};
+      }
+      if (found.text(0, 0) == "t") {
+        exec("LOCK TABLE schema_version IN EXCLUSIVE MODE");
+      } else {
+        exec(
+            "SELECT pg_advisory_xact_lock(hashtextextended('spendcap-migrate:' || "
+            "current_schema(), 0))");
+      }
       version = current_schema_version();
       if (version >= latest) return;
       if (version == 0) {
@@ -378,6 +406,8 @@ struct PostgresStore::Impl final : StoreTxn {
   bool insert_warning(const Scope& scope, std::int64_t period_day, int percent,
                       const std::string& run_id, double at) override;
   RefusalCount count_refusal(const std::string& user, double now) override;
+  std::vector<RefusedCountRow> refused_counts() override;
+  void merge_refused_count(const RefusedCountRow& row) override;
   std::int64_t insert_outbox(const OutboxEntry& e) override;
   std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
   void delete_outbox(std::int64_t id) override;

@@ -147,6 +147,25 @@ RefusalCount SqliteStore::Impl::count_refusal(const std::string& user, double no
   return RefusalCount{q.i64(0), q.i64(0) == q.i64(1)};
 }
 
+std::vector<RefusedCountRow> SqliteStore::Impl::refused_counts() {
+  std::vector<RefusedCountRow> rows;
+  auto q = query(
+      "SELECT user_name, minute, refused, recorded, last_at FROM refused_counts "
+      "ORDER BY user_name, minute");
+  while (q.step()) rows.push_back({"", q.text(0), q.i64(1), q.i64(2), q.i64(3), q.f64(4)});
+  return rows;
+}
+
+void SqliteStore::Impl::merge_refused_count(const RefusedCountRow& row) {
+  query(
+      "INSERT INTO refused_counts (user_name, minute, refused, recorded, last_at) "
+      "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_name, minute) DO UPDATE SET "
+      "refused = max(refused, excluded.refused), recorded = max(recorded, excluded.recorded), "
+      "last_at = max(last_at, excluded.last_at)")
+      .bind_all(row.user, row.minute, row.refused, row.recorded, row.last_at)
+      .run();
+}
+
 StopOrder SqliteStore::Impl::insert_stop_order(const Scope& scope, const std::string& reason,
                                                const std::string& placed_by, double placed_at) {
   query(

@@ -389,6 +389,8 @@ struct SqliteStore::Impl final : StoreTxn {
   bool insert_warning(const Scope& scope, std::int64_t period_day, int percent,
                       const std::string& run_id, double at) override;
   RefusalCount count_refusal(const std::string& user, double now) override;
+  std::vector<RefusedCountRow> refused_counts() override;
+  void merge_refused_count(const RefusedCountRow& row) override;
   std::int64_t insert_outbox(const OutboxEntry& entry) override;
   std::vector<OutboxEntry> outbox_entries(const std::string& user) override;
   void delete_outbox(std::int64_t id) override;
