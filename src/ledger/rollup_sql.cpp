@@ -75,7 +75,7 @@ const char* const kKey = "cut, bucket, team, experiment, project, user_name, hos
 
 // A column's value under `rules`: kColumns' own, but for what a later version changed.
 std::string value_of(const Column& column, Dialect dialect, Rules rules) {
-  if (rules == Rules::v26 && std::string_view(column.name) == "waste_micros") {
+  if (rules >= Rules::v26 && std::string_view(column.name) == "waste_micros") {
     return wasted_spend_sql(dialect);
   }
   return column.value;
@@ -95,7 +95,7 @@ const char* const kRowColumnsV26 =
     "metric_name, metric_value, elapsed_seconds, checkpoint_written_seconds";
 
 const char* row_columns_of(Rules rules) {
-  return rules == Rules::v14 ? kRowColumns : kRowColumnsV26;
+  return rules >= Rules::v26 ? kRowColumnsV26 : kRowColumns;
 }
 
 std::string with_row(std::string sql, const std::string& row) {
