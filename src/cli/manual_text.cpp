@@ -128,7 +128,8 @@ const std::vector<VerbText>& verb_texts() {
        "[--by KEY]... [--since DATE] [--until DATE] [--team T] [--experiment E] [--format FORMAT]",
        {"Showback: groups the ledger's runs by team, experiment, project, user, host, UTC day or "
         "a tag (--by, repeatable) and prints per group the runs and how they ended, the spend, "
-        "the waste (the spend of runs that did not succeed: failed, killed, lost) and its share, "
+        "the waste (the spend of runs that did not succeed: failed, killed, lost, preempted; of a "
+        "run stopped after its job wrote its checkpoint, only the spend after it) and its share, "
         "and where runs measured them GPU-hours allocated and busy, utilisation, idle spend, "
         "energy, CO2, cost per thousand units, egress and storage. A figure no run measured is "
         "listed under \"not measured\", never shown as 0. A run belongs to the period it started "

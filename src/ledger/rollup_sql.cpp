@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string_view>
 
+#include "spendcap/ledger/waste.hpp"
+
 namespace spendcap::rollup_sql {
 
 namespace {
@@ -28,7 +30,8 @@ const Column kColumns[] = {
     {"lost", Type::integer, "CASE WHEN R.status = 'lost' THEN 1 ELSE 0 END"},
     {"preempted", Type::integer, "CASE WHEN R.status = 'preempted' THEN 1 ELSE 0 END"},
     {"spend_micros", Type::integer, "R.spend_micros"},
-    // As report.cpp's waste: what runs that did not succeed spent.
+    // v14's waste: what runs that did not succeed spent. From v26 on, value_of gives waste.hpp's
+    // rule instead (a killed run that wrote its checkpoint wastes only the spend after it).
     {"waste_micros", Type::integer,
      "CASE WHEN R.status IN ('failed', 'killed', 'lost', 'preempted') THEN R.spend_micros ELSE 0 "
      "END"},
@@ -70,13 +73,30 @@ const Column kColumns[] = {
 
 const char* const kKey = "cut, bucket, team, experiment, project, user_name, host, pricing";
 
-// The run columns the cells are made of (kColumns' values, the key, the metric's range): what
-// SQLite's journal keeps of a run's row.
+// A column's value under `rules`: kColumns' own, but for what a later version changed.
+std::string value_of(const Column& column, Dialect dialect, Rules rules) {
+  if (rules >= Rules::v26 && std::string_view(column.name) == "waste_micros") {
+    return wasted_spend_sql(dialect);
+  }
+  return column.value;
+}
+
+// The run columns the cells are made of (the columns' values, the key, the metric's range): what
+// SQLite's journal keeps of a run's row. v15's journal; v26 adds the two its waste reads.
 const char* const kRowColumns =
     "status, day, team, experiment, project, user_name, host, pricing, spend_micros, units, "
     "gpu_measured, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
     "gpu_energy_kwh, gpu_co2_kg, egress_gb, storage_spend_micros, storage_peak_gb, started_at, "
     "metric_name, metric_value";
+const char* const kRowColumnsV26 =
+    "status, day, team, experiment, project, user_name, host, pricing, spend_micros, units, "
+    "gpu_measured, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
+    "gpu_energy_kwh, gpu_co2_kg, egress_gb, storage_spend_micros, storage_peak_gb, started_at, "
+    "metric_name, metric_value, elapsed_seconds, checkpoint_written_seconds";
+
+const char* row_columns_of(Rules rules) {
+  return rules >= Rules::v26 ? kRowColumnsV26 : kRowColumns;
+}
 
 std::string with_row(std::string sql, const std::string& row) {
   for (size_t at = sql.find("R."); at != std::string::npos; at = sql.find("R.", at)) {
@@ -145,7 +165,8 @@ std::string create_tables(Dialect dialect) {
   return sql;
 }
 
-std::string move_run(Dialect dialect, const std::string& row, int sign) {
+namespace {
+std::string move_run(Dialect dialect, const std::string& row, int sign, Rules rules) {
   std::string sql;
   std::string finished = " WHERE R.status <> 'running'";
   for (const RollupCut& cut : rollup_cuts()) {
@@ -153,7 +174,8 @@ std::string move_run(Dialect dialect, const std::string& row, int sign) {
     std::string updates;
     for (const Column& column : kColumns) {
       bool sum = column.combine == Combine::sum;
-      values += std::string(", ") + (sum && sign < 0 ? "-(" : "(") + column.value + ")";
+      values += std::string(", ") + (sum && sign < 0 ? "-(" : "(") +
+                value_of(column, dialect, rules) + ")";
       if (!updates.empty()) updates += ", ";
       updates += std::string(column.name) + " = ";
       updates += sum ? std::string("rollups.") + column.name + " + excluded." + column.name
@@ -176,19 +198,25 @@ std::string move_run(Dialect dialect, const std::string& row, int sign) {
   }
   return with_row(sql, row);
 }
+}  // namespace
+
+std::string move_run(Dialect dialect, const std::string& row, int sign) {
+  return move_run(dialect, row, sign, kLatestRules);
+}
 
 std::string sqlite_v14_triggers() {
+  const Rules v14 = Rules::v14;
   return "CREATE TRIGGER runs_rollup_insert AFTER INSERT ON runs WHEN NEW.status <> 'running' "
          "BEGIN\n" +
-         move_run(Dialect::sqlite, "NEW", 1) +
+         move_run(Dialect::sqlite, "NEW", 1, v14) +
          "END;\n"
          "CREATE TRIGGER runs_rollup_update AFTER UPDATE ON runs "
          "WHEN OLD.status <> 'running' OR NEW.status <> 'running' BEGIN\n" +
-         move_run(Dialect::sqlite, "OLD", -1) + move_run(Dialect::sqlite, "NEW", 1) +
+         move_run(Dialect::sqlite, "OLD", -1, v14) + move_run(Dialect::sqlite, "NEW", 1, v14) +
          "END;\n"
          "CREATE TRIGGER runs_rollup_delete AFTER DELETE ON runs WHEN OLD.status <> 'running' "
          "BEGIN\n" +
-         move_run(Dialect::sqlite, "OLD", -1) + "END;\n";
+         move_run(Dialect::sqlite, "OLD", -1, v14) + "END;\n";
 }
 
 namespace {
@@ -197,10 +225,10 @@ const char* aggregate_of(Combine combine) {
   return combine == Combine::sum ? "sum" : combine == Combine::least ? "min" : "max";
 }
 
-// `row.` before each of kRowColumns ("NEW.status, NEW.day, ...").
-std::string row_columns(const std::string& row) {
+// `row.` before each of the journal's row columns ("NEW.status, NEW.day, ...").
+std::string row_columns(const std::string& row, Rules rules) {
   std::string columns;
-  std::string all = kRowColumns;
+  std::string all = row_columns_of(rules);
   for (size_t at = 0; at < all.size();) {
     size_t end = all.find(", ", at);
     if (end == std::string::npos) end = all.size();
@@ -213,7 +241,7 @@ std::string row_columns(const std::string& row) {
 // Common table expressions: every cut as a row of a table c (id, grain: 0 day, 1 month, 2 total,
 // then 1 where the cut keeps team, experiment, project, user, host), and p: the journal's rows
 // summed into their cells of every cut, as rollups' columns, and pm: their metrics' ranges, as
-// rollup_metrics'.
+// rollup_metrics'. The journal is v26's (the latest): only the store's statements read it.
 std::string pending_cells() {
   std::string cuts;
   for (const RollupCut& cut : rollup_cuts()) {
@@ -233,9 +261,10 @@ std::string pending_cells() {
   key += ", COALESCE(R.pricing, '')";
   std::string values = key;
   for (const Column& column : kColumns) {
+    std::string value = value_of(column, Dialect::sqlite, kLatestRules);
     values += column.combine == Combine::sum
-                  ? std::string(", sum(R.sign * (") + column.value + "))"
-                  : std::string(", ") + aggregate_of(column.combine) + "(" + column.value + ")";
+                  ? ", sum(R.sign * (" + value + "))"
+                  : std::string(", ") + aggregate_of(column.combine) + "(" + value + ")";
   }
   std::string metrics = key + ", R.metric_name, min(R.metric_value), max(R.metric_value)";
   return "c (id, grain, team, experiment, project, user_name, host) AS (VALUES " + cuts +
@@ -282,21 +311,36 @@ std::string sqlite_journal() {
 }
 
 std::string sqlite_journal_triggers() {
-  std::string into = std::string("INSERT INTO rollup_journal (sign, ") + kRowColumns + ") ";
+  return sqlite_journal_triggers(Rules::v14);
+}
+
+std::string sqlite_journal_triggers(Rules rules) {
+  const char* columns = row_columns_of(rules);
+  std::string into = std::string("INSERT INTO rollup_journal (sign, ") + columns + ") ";
   // An UPDATE that sets none of these columns leaves the cells as they are: SQLite does not even
   // compile the trigger into it.
   return "CREATE TRIGGER runs_rollup_insert AFTER INSERT ON runs WHEN NEW.status <> 'running' "
          "BEGIN " +
-         into + "VALUES (1, " + row_columns("NEW") +
+         into + "VALUES (1, " + row_columns("NEW", rules) +
          "); END;\n"
          "CREATE TRIGGER runs_rollup_update AFTER UPDATE OF " +
-         kRowColumns + " ON runs WHEN OLD.status <> 'running' OR NEW.status <> 'running' BEGIN " +
-         into + "SELECT -1, " + row_columns("OLD") + " WHERE OLD.status <> 'running'; " + into +
-         "SELECT 1, " + row_columns("NEW") +
+         columns + " ON runs WHEN OLD.status <> 'running' OR NEW.status <> 'running' BEGIN " +
+         into + "SELECT -1, " + row_columns("OLD", rules) + " WHERE OLD.status <> 'running'; " +
+         into + "SELECT 1, " + row_columns("NEW", rules) +
          " WHERE NEW.status <> 'running'; END;\n"
          "CREATE TRIGGER runs_rollup_delete AFTER DELETE ON runs WHEN OLD.status <> 'running' "
          "BEGIN " +
-         into + "VALUES (-1, " + row_columns("OLD") + "); END;\n";
+         into + "VALUES (-1, " + row_columns("OLD", rules) + "); END;\n";
+}
+
+std::string sqlite_journal_v26() {
+  // The journal's rows waiting are dropped: the rebuild counts every run from its row.
+  return "ALTER TABLE rollup_journal ADD COLUMN elapsed_seconds REAL;\n"
+         "ALTER TABLE rollup_journal ADD COLUMN checkpoint_written_seconds REAL;\n"
+         "DROP TRIGGER runs_rollup_insert;\nDROP TRIGGER runs_rollup_update;\n"
+         "DROP TRIGGER runs_rollup_delete;\n" +
+         sqlite_journal_triggers(Rules::v26) + "DELETE FROM rollup_journal;\n" +
+         rebuild(Dialect::sqlite, Rules::v26);
 }
 
 std::vector<std::string> sqlite_fold() {
@@ -318,6 +362,10 @@ std::vector<std::string> sqlite_fold() {
 }
 
 std::string rebuild(Dialect dialect) {
+  return rebuild(dialect, Rules::v14);
+}
+
+std::string rebuild(Dialect dialect, Rules rules) {
   std::string sql = "DELETE FROM rollups;\nDELETE FROM rollup_metrics;\n";
   for (const RollupCut& cut : rollup_cuts()) {
     std::string values = key_values(dialect, cut);
@@ -325,7 +373,7 @@ std::string rebuild(Dialect dialect) {
       std::string aggregate = column.combine == Combine::sum     ? "sum"
                               : column.combine == Combine::least ? "min"
                                                                  : "max";
-      values += ", " + aggregate + "(" + column.value + ")";
+      values += ", " + aggregate + "(" + value_of(column, dialect, rules) + ")";
     }
     sql += "INSERT INTO rollups (" + column_names() + ") SELECT " + values +
            " FROM runs R WHERE R.status <> 'running' GROUP BY 1, 2, 3, 4, 5, 6, 7, 8;\n";
@@ -348,7 +396,8 @@ std::string differences(Dialect dialect) {
   for (const RollupCut& cut : rollup_cuts()) {
     std::string values = key_values(dialect, cut);
     for (const Column& column : kColumns) {
-      values += std::string(", ") + aggregate_of(column.combine) + "(" + column.value + ")";
+      values += std::string(", ") + aggregate_of(column.combine) + "(" +
+                value_of(column, dialect, kLatestRules) + ")";
     }
     sides +=
         "SELECT " + values +

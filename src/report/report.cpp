@@ -9,6 +9,7 @@
 #include "spendcap/base/json_text.hpp"
 #include "spendcap/base/text.hpp"
 #include "spendcap/ledger/ledger_store.hpp"
+#include "spendcap/ledger/waste.hpp"
 
 namespace spendcap {
 
@@ -39,6 +40,8 @@ void fill_report_row(const RunRecord& run, ReportRow& row) {
   row.pricing = run.pricing;        // none: unknown (a run recorded before schema v11)
   row.commitment = run.commitment;  // none: no commitment, or a run recorded before v16
   row.elapsed_seconds = run.elapsed_seconds;
+  row.checkpoint_written_seconds =
+      run.checkpoint ? run.checkpoint->written_seconds : std::optional<double>();
   row.exit_code = spendcap_exit_of(run.spendcap_exit_code, run.status, run.exit_code);
   row.command_exit_code = run.exit_code;
   row.id = run.id;
@@ -187,7 +190,6 @@ void ReportBuilder::account(GroupSums& g, Extra* extra, const ReportRow& row) {
   g.started_last = std::max(g.started_last, row.started_at);
   ++g.runs;
   g.spend += row.spend;
-  bool wasted = row.preempted;
   switch (row.status) {
     case RunStatus::running:
       ++g.running;
@@ -198,24 +200,23 @@ void ReportBuilder::account(GroupSums& g, Extra* extra, const ReportRow& row) {
       break;
     case RunStatus::failed:
       ++g.failed;
-      wasted = true;
       break;
     case RunStatus::killed:
       ++g.killed;
-      wasted = true;
       break;
     case RunStatus::refused:
       ++g.refused;
       break;
     case RunStatus::lost:
       ++g.lost;
-      wasted = true;
       break;
-    case RunStatus::preempted:  // counted below; its spend is waste unless it is resumed
+    case RunStatus::preempted:  // counted below
       break;
   }
   if (row.preempted) ++g.preempted;
-  if (wasted) g.waste += row.spend;
+  // The one rule (failed, killed, lost, preempted; a killed run's checkpoint keeps its work).
+  g.waste += wasted_spend(row.preempted ? RunStatus::preempted : row.status, row.spend,
+                          row.elapsed_seconds, row.checkpoint_written_seconds);
   if (row.accepted) ++g.accepted;
   if (row.units) g.units_spend += row.spend;
   if (row.gpu_seconds_allocated || row.gpu_seconds_busy || row.idle_spend || row.energy_kwh ||

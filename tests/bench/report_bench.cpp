@@ -93,7 +93,7 @@ void seed(const std::string& path, std::int64_t runs) {
   }
   sqlite3_finalize(insert);
   sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
-  std::string triggers = rollup_sql::sqlite_journal_triggers();
+  std::string triggers = rollup_sql::sqlite_journal_triggers(rollup_sql::kLatestRules);
   if (sqlite3_exec(db, triggers.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
     throw std::runtime_error(sqlite3_errmsg(db));
   }

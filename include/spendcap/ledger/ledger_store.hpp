@@ -270,7 +270,8 @@ class StoreTxn {
   // Calls `each` for every run with started_at in [since, until), in any order. Only what a report
   // reads need be filled: id, team, experiment, project, user, host, tags, status, reason,
   // exit_code, rate_per_hour, pricing, started_at, day, heartbeat_at, finished_at, spend,
-  // ceiling, reconciled, overrun, elapsed_seconds. A store that has no reports yet throws Error.
+  // ceiling, reconciled, overrun, elapsed_seconds, checkpoint (its waste, waste.hpp). A store that
+  // has no reports yet throws Error.
   virtual void for_each_run_started(double since, double until,
                                     const std::function<void(const RunRecord&)>& each);
 

@@ -56,6 +56,10 @@ struct ReportRow {
   std::optional<Money> commitment;
   // Launch until the tree was empty (the ledger's elapsed_seconds); none: not finished.
   std::optional<double> elapsed_seconds;
+  // When the job wrote its checkpoint in the grace of a stop, seconds after launch (the ledger's
+  // checkpoint_written_seconds); none: not written, or spendcap did not stop it. With
+  // elapsed_seconds, what of a killed run's spend is waste (ledger/waste.hpp).
+  std::optional<double> checkpoint_written_seconds;
   // spendcap's exit status (spendcap_exit_of) and the command's own; none: none recorded.
   std::optional<int> exit_code, command_exit_code;
 };
@@ -109,7 +113,9 @@ struct GroupTotals {
   std::int64_t runs = 0, running = 0, succeeded = 0, failed = 0, killed = 0, refused = 0, lost = 0,
                preempted = 0, accepted = 0;
   Money spend, running_spend;  // running_spend: part of spend, of runs still running
-  Money waste;        // spend of runs that did not succeed (failed, killed, lost, preempted)
+  // Spend of runs that did not succeed (failed, killed, lost, preempted); of a killed run that
+  // wrote its checkpoint, only the spend after it (ledger/waste.hpp).
+  Money waste;
   Money units_spend;  // spend of the runs that reported units
   Measured gpu_hours_allocated, gpu_hours_busy, idle_spend, energy_kwh, co2_kg, units, egress_gb,
       egress_spend, storage_peak_gb, storage_spend;

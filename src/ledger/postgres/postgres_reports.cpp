@@ -18,7 +18,8 @@ void PostgresStore::Impl::for_each_run_started(double since, double until,
         "elapsed_seconds, storage_peak_gb, storage_spend_micros, pricing, gpu_measured, "
         "gpu_not_measured, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "
         "gpu_energy_kwh, gpu_co2_kg, metric_name, metric_value, units, egress_gb, "
-        "commitment_micros, spendcap_exit_code FROM runs "
+        "commitment_micros, spendcap_exit_code, checkpoint_signal, checkpoint_signalled, "
+        "checkpoint_signal_seconds, checkpoint_written_seconds FROM runs "
         "WHERE started_at >= $1 AND started_at < $2",
         {param(since), param(until)});
     RunRecord r;
@@ -69,6 +70,16 @@ void PostgresStore::Impl::for_each_run_started(double since, double until,
         r.commitment = q.optional_money(i, 34);
         r.spendcap_exit_code =
             q.is_null(i, 35) ? std::nullopt : std::optional<int>(static_cast<int>(q.i64(i, 35)));
+        // The kill path's checkpoint (v19), as SQLite's report reads it (waste.hpp).
+        if (q.is_null(i, 36)) {
+          r.checkpoint.reset();
+        } else {
+          RunCheckpoint& checkpoint = r.checkpoint.emplace();
+          checkpoint.signal = q.text(i, 36);
+          checkpoint.signalled = q.is_null(i, 37) ? 0 : static_cast<int>(q.i64(i, 37));
+          checkpoint.signal_seconds = q.optional_f64(i, 38).value_or(0);
+          checkpoint.written_seconds = q.optional_f64(i, 39);
+        }
         delivered = true;
         each(r);
       }

@@ -276,6 +276,10 @@ REVOKE ALL ON refused_counts FROM PUBLIC;
     // writes of a runner are) and replaces spendcap_heartbeat and spendcap_finish by ones that call
     // it (a ledger at v23 kept the old ones: routines() run only after a migration).
     "SELECT 1;\n",
+    // v26 (the 25th entry; issue 40 item 7): as SQLite's v26, the cells rebuilt with v26's waste
+    // (a killed run that wrote its checkpoint wastes only the spend after it, waste.hpp);
+    // routines() installs the trigger function that keeps them so (rollup_sql's move_run).
+    rollup_sql::rebuild(rollup_sql::Dialect::postgres, rollup_sql::Rules::v26),
 };
 
 const char* const kRunColumns =

@@ -105,7 +105,8 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
       "ceiling_micros, reconciled, overrun, elapsed_seconds, gpu_measured, gpu_not_measured, "
       "gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, gpu_energy_kwh, "
       "gpu_co2_kg, metric_name, metric_value, units, egress_gb, storage_peak_gb, "
-      "storage_spend_micros, pricing, commitment_micros, spendcap_exit_code FROM runs " +
+      "storage_spend_micros, pricing, commitment_micros, spendcap_exit_code, checkpoint_signal, "
+      "checkpoint_signalled, checkpoint_signal_seconds, checkpoint_written_seconds FROM runs " +
       // A period of a few days (a report's partial days, beside the rollups) is found by the
       // index on started_at (v14); a longer one is a scan: a b-tree look-up per row made a report
       // of 1M runs ten times slower (the unary + keeps the index out).
@@ -167,6 +168,17 @@ void SqliteStore::Impl::for_each_run_started(double since, double until,
     r.pricing = pricing_of_column(q.optional_text(33));
     r.commitment = q.optional_money(34);
     r.spendcap_exit_code = q.is_null(35) ? std::nullopt : std::optional<int>(q.i32(35));
+    // The kill path's checkpoint (v19), as find_run reads it: its waste counts only the spend
+    // after a checkpoint written (waste.hpp).
+    if (q.is_null(36)) {
+      r.checkpoint.reset();
+    } else {
+      RunCheckpoint& checkpoint = r.checkpoint.emplace();
+      q.text_into(36, checkpoint.signal);
+      checkpoint.signalled = q.is_null(37) ? 0 : q.i32(37);
+      checkpoint.signal_seconds = q.optional_f64(38).value_or(0);
+      checkpoint.written_seconds = q.optional_f64(39);
+    }
     each(r);
   }
 }

@@ -301,13 +301,17 @@ const std::vector<std::string>& migrations() {
     // channel is written into its tags, StoreTxn::set_run_tracker; PostgreSQL's functions take
     // it); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
+    // v26 (schema version 25; issue 40 item 7): a killed run that wrote its checkpoint wastes only
+    // the spend after it (waste.hpp): the journal keeps what that reads, and the cells are rebuilt
+    // with it. Shares its rebuild with PostgreSQL's v26.
+    texts.push_back(rollup_sql::sqlite_journal_v26());
     return texts;
   }();
   return all;
 }
 
-// The array's, and the 12 migrations() adds after it (v14's rollups to v25).
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 12;
+// The array's, and the 13 migrations() adds after it (v14's rollups to v26).
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 13;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 
@@ -451,10 +455,11 @@ void SqliteStore::rebuild_aggregates() {
     impl_->exec(std::string("INSERT INTO usage (scope_kind, scope_name, day, spent_micros, "
                             "held_micros, live_micros) ") +
                 kRecomputedUsage);
-    // And the rollups, from the runs (the same statements as the migration's backfill).
+    // And the rollups, from the runs (the same statements as the latest migration's rebuild).
     char* message = nullptr;
-    int rc = sqlite3_exec(impl_->db, rollup_sql::rebuild(rollup_sql::Dialect::sqlite).c_str(),
-                          nullptr, nullptr, &message);
+    std::string rebuild =
+        rollup_sql::rebuild(rollup_sql::Dialect::sqlite, rollup_sql::kLatestRules);
+    int rc = sqlite3_exec(impl_->db, rebuild.c_str(), nullptr, nullptr, &message);
     if (rc != SQLITE_OK) {
       std::string why = message ? message : sqlite3_errstr(rc);
       sqlite3_free(message);

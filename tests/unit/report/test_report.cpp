@@ -57,6 +57,28 @@ TEST_CASE("cost per metric point: 125 for 0.82 -> 0.85 is 4,166.67 per point") {
         "not measured");
 }
 
+TEST_CASE(
+    "report: a killed run that wrote its checkpoint counts as waste only the spend after it") {
+  std::vector<ReportRow> rows = {
+      row("kept", "vision", "resnet", RunStatus::killed, 2.41),
+      row("lost", "vision", "resnet", RunStatus::killed, 2.41),
+      row("pre", "vision", "resnet", RunStatus::preempted, 1),
+  };
+  // Tripped at 60 s; the first wrote its checkpoint at 50 s, the second none (and so the
+  // preempted run: its outcome keeps the whole spend as waste, checkpoint or not).
+  for (ReportRow& r : rows) r.elapsed_seconds = 60;
+  rows[0].checkpoint_written_seconds = 50;
+  rows[2].checkpoint_written_seconds = 50;
+  ReportOptions options;
+  options.by = {*parse_group_by("team")};
+  Report report = build_report(rows, options);
+  CHECK(report.total.killed == 2);
+  CHECK(report.total.waste.micros == 401'666 + 2'410'000 + 1'000'000);
+  CHECK(build_report({rows[0]}, options).total.waste.micros == 401'666);
+  CHECK(build_report({rows[0]}, options).total.waste_share() ==
+        doctest::Approx(1.0 / 6).epsilon(1e-5));
+}
+
 TEST_CASE("report: groups sum to the total; waste, accepted and running are counted") {
   std::vector<ReportRow> rows = {
       row("a", "vision", "resnet", RunStatus::succeeded, 10),

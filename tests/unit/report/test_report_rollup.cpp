@@ -2,11 +2,15 @@
 // from a scan of every run: the same csv and json, on SQLite and on PostgreSQL, for every grouping
 // a cut keeps, for periods that cut days and months, with a run that crosses midnight (and the
 // month's end), a lost run charged its ceiling, a lost run whose spooled final row is replayed
-// (twice), a run still running, a refused run and accepted results. And the plan's arithmetic.
+// (twice), a run still running, a refused run, a run stopped after its checkpoint (whose waste is
+// the spend after it, ledger/waste.hpp) and accepted results. The migrations that fill or change
+// the cells (v14, v15, v26), from a ledger of the schema before each. And the plan's arithmetic.
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +23,7 @@
 #include "spendcap/ledger/rollup_sql.hpp"
 #include "spendcap/ledger/sqlite/sqlite_ledger.hpp"
 #include "spendcap/ledger/sqlite/sqlite_store.hpp"
+#include "spendcap/ledger/waste.hpp"
 #include "spendcap/report/report.hpp"
 #include "spendcap/report/report_rollup.hpp"
 #include "test_support.hpp"
@@ -115,6 +120,27 @@ RunFinal measured(const std::string& id, Money spend, RunStatus status, double m
   return final;
 }
 
+// Tripped 9.7 s after launch, its checkpoint written at 3.3 s: its waste is $0.125 x 6.4 / 9.7,
+// rounded down (kA3Waste), where it was the whole $0.125 before v26.
+RunFinal checkpointed_a3() {
+  RunFinal a3 = run_final("a3", usd(0.125), RunStatus::killed);
+  a3.elapsed_seconds = 9.7;
+  a3.checkpoint = RunCheckpoint{"SIGUSR1", 1, 3.0, 3.3};
+  return a3;
+}
+const Money kA3Waste{82'474};
+
+// The waste of the whole ledger, as a report from the rollups gives it.
+Money total_waste(Ledger& ledger) {
+  ReportOptions options;
+  ReportSource source;
+  source.read = report_rollup_read(options, false);
+  source.until = 1e300;
+  ReportBuilder builder(options);
+  REQUIRE(add_ledger_runs(ledger, source, {&builder}));
+  return std::move(builder).finish().total.waste;
+}
+
 // The report of `options` both ways, as csv and json; `rollups` says whether they were read.
 std::string report_text(Ledger& ledger, const ReportOptions& options, bool from_rollups,
                         bool* rollups_read) {
@@ -204,7 +230,7 @@ void rollups_equal_a_scan(const Opener& open) {
   REQUIRE(ledger->finish_run(measured("a2", usd(0.25), RunStatus::failed, 0.85)));
   clock.set(unix_time(2024, 1, 31, 12));
   begin(start("a3", "nlp", "bert", "carol", usd(5)));
-  REQUIRE(ledger->finish_run(run_final("a3", usd(0.125), RunStatus::killed)));
+  REQUIRE(ledger->finish_run(checkpointed_a3()));
 
   // Crosses midnight and the month's end: it belongs to January 31.
   clock.set(unix_time(2024, 1, 31, 23, 50));
@@ -221,6 +247,10 @@ void rollups_equal_a_scan(const Opener& open) {
   clock.set(unix_time(2024, 2, 1, 0, 20));
   REQUIRE(ledger->finish_run(measured("mid", usd(1.5), RunStatus::succeeded, 0.9)));
   check_same_reports(*ledger);
+  // a2 failed, a3 killed after its checkpoint, lost1 and lost2 charged their ceilings.
+  CHECK(wasted_spend(RunStatus::killed, usd(0.125), 9.7, 3.3) == kA3Waste);
+  CHECK(total_waste(*ledger) ==
+        usd(0.25) + kA3Waste + ledger->find_run("lost1")->spend + ledger->find_run("lost2")->spend);
 
   // lost2's spooled final row arrives, and is replayed again: the charge is replaced once.
   clock.set(unix_time(2024, 2, 1, 9));
@@ -281,8 +311,8 @@ TEST_CASE("Rollups: a report from them equals a scan's, on SQLite (and after a r
   CHECK(report_text(ledger, options, true, &read) != report_text(ledger, options, false, &scanned));
 }
 
-// Schema v23's table (refused runs counted), v22's column (spendcap's own exit) and v19's (the whole record of a run), dropped to go
-// back to an older schema.
+// Schema v23's table (refused runs counted), v22's column (spendcap's own exit) and v19's (the
+// whole record of a run), dropped to go back to an older schema.
 constexpr const char* kUndoV19 =
     "DROP TABLE refused_counts; ALTER TABLE runs DROP COLUMN spendcap_exit_code; "
     "ALTER TABLE runs DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN run_budget_micros; "
@@ -343,6 +373,64 @@ TEST_CASE(
   CHECK(raw.count("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND "
                   "length(sql) > 8000") == 0);
   CHECK(raw.count("SELECT count(*) FROM rollup_journal") == 0);
+}
+
+std::string copy_run_sql(const std::string& from, const std::string& to);  // below
+
+// v26's schema version (the labels skip v9): the latest, while v26 is the last migration.
+const int kV26 = SqliteStore::latest_schema_version();
+
+// The id of the cut of every run (the total grain): its cells' sum is the ledger's.
+int total_cut() {
+  for (const RollupCut& cut : rollup_cuts()) {
+    if (cut.grain == RollupGrain::total) return cut.id;
+  }
+  FAIL("no total cut");
+  return 0;
+}
+
+TEST_CASE(
+    "Rollups: the migration to v26 recounts the waste of a run stopped after its checkpoint "
+    "(SQLite)") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<SqliteLedger>(path, options); });
+  std::string total =
+      "SELECT sum(waste_micros) FROM rollups WHERE cut = " + std::to_string(total_cut());
+  std::int64_t waste = 0;
+  {
+    // Back to v25: v15's journal and triggers, and the cells as v14's rules count them.
+    RawDb raw(path);
+    waste = raw.count(total);
+    raw.exec(
+        "DROP TRIGGER runs_rollup_insert; DROP TRIGGER runs_rollup_update; "
+        "DROP TRIGGER runs_rollup_delete; ALTER TABLE rollup_journal DROP COLUMN "
+        "elapsed_seconds; ALTER TABLE rollup_journal DROP COLUMN checkpoint_written_seconds; " +
+        rollup_sql::sqlite_journal_triggers() + rollup_sql::rebuild(rollup_sql::Dialect::sqlite) +
+        "DELETE FROM schema_version WHERE version >= " + std::to_string(kV26));
+    // v25 counted a3's whole spend.
+    REQUIRE(raw.count(total) == waste + usd(0.125).micros - kA3Waste.micros);
+  }
+  // At the clock the runs were written at: the running run is not due.
+  LedgerOptions options;
+  options.wall_clock = [] { return unix_time(2024, 2, 2, 10, 2); };
+  SqliteLedger ledger(path, options);
+  CHECK(ledger.schema_version() == SqliteStore::latest_schema_version());
+  CHECK(ledger.verify_aggregates().empty());
+  check_same_reports(ledger);
+  RawDb raw(path);
+  CHECK(raw.count(total) == waste);
+  // The journal keeps what v26's waste reads: a run stopped after its checkpoint, copied in the
+  // shell, is counted by the same rule once folded.
+  raw.exec(copy_run_sql("a3", "copya3"));
+  CHECK(raw.count("SELECT count(*) FROM rollup_journal WHERE elapsed_seconds = 9.7 AND "
+                  "checkpoint_written_seconds = 3.3") == 1);
+  CHECK(total_waste(ledger) == Money{waste} + kA3Waste);
+  for (const std::string& line : ledger.verify_aggregates()) {
+    CAPTURE(line);
+    CHECK(line.rfind("rollup (", 0) != 0);
+  }
 }
 
 // A finished run copied under a new id, as an administrator might in the sqlite3 shell: one row in
@@ -456,6 +544,52 @@ TEST_CASE("Rollups: a report from them equals a scan's, on postgresql") {
   std::string url = fresh_pg_ledger_url("rollup");
   rollups_equal_a_scan(
       [&](LedgerOptions options) { return std::make_unique<PostgresLedger>(url, options); });
+}
+
+// The schema of a fresh_pg_ledger_url: its search_path, or through a pooler the role named so.
+std::string schema_of(const std::string& url) {
+  std::string::size_type at = url.find("search_path%3D");
+  if (at != std::string::npos) return url.substr(at + 14);
+  std::string::size_type start = url.find("://") + 3;
+  return url.substr(start, url.find('@', start) - start);
+}
+
+// psql's output of `sql` in `schema` on the test server (PGHOST, PGPORT), unaligned.
+std::string psql_in(const std::string& schema, const std::string& sql) {
+  TempDir dir;
+  std::string script = dir.file("script.sql"), out = dir.file("script.out");
+  std::ofstream(script) << "SET search_path = " << schema << ";\n" << sql << ";\n";
+  std::string command = "psql -X -q -v ON_ERROR_STOP=1 -At -f " + script + " > " + out;
+  REQUIRE(std::system(command.c_str()) == 0);
+  std::ifstream answer(out);
+  std::string text((std::istreambuf_iterator<char>(answer)), std::istreambuf_iterator<char>());
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+TEST_CASE(
+    "Rollups: the migration to v26 recounts the waste of a run stopped after its checkpoint, "
+    "on postgresql") {
+  std::string url = fresh_pg_ledger_url("waste");
+  rollups_equal_a_scan(
+      [&](LedgerOptions options) { return std::make_unique<PostgresLedger>(url, options); });
+  std::string schema = schema_of(url);
+  std::string total =
+      "SELECT sum(waste_micros) FROM rollups WHERE cut = " + std::to_string(total_cut());
+  std::int64_t waste = std::stoll(psql_in(schema, total));
+  // Back to v25: the cells as v14's rules count them (routines() are reinstalled by the
+  // migration).
+  psql_in(schema, rollup_sql::rebuild(rollup_sql::Dialect::postgres) +
+                      "DELETE FROM schema_version WHERE version >= " + std::to_string(kV26));
+  REQUIRE(std::stoll(psql_in(schema, total)) == waste + usd(0.125).micros - kA3Waste.micros);
+  LedgerOptions options;
+  options.wall_clock = [] { return unix_time(2024, 2, 2, 10, 2); };
+  PostgresLedger ledger(url, options);
+  CHECK(ledger.schema_version() == SqliteStore::latest_schema_version());
+  CHECK(ledger.verify_aggregates().empty());
+  check_same_reports(ledger);
+  CHECK(std::stoll(psql_in(schema, total)) == waste);
+  CHECK(total_waste(ledger) == Money{waste});
 }
 
 }  // namespace spendcap::testing
