@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "spendcap/base/error.hpp"
 
@@ -77,12 +80,108 @@ std::string with_currency(const std::string& number, bool negative, std::string_
 }
 }  // namespace
 
+namespace {
+// "4166.67" -> "4,166.67" (digits, a dot, digits; no sign).
+std::string with_thousands(const std::string& plain) {
+  size_t dot = std::min(plain.find('.'), plain.size());
+  std::string out;
+  out.reserve(plain.size() + dot / 3);
+  for (size_t i = 0; i < dot; ++i) {
+    out += plain[i];
+    size_t left = dot - i - 1;
+    if (left > 0 && left % 3 == 0) out += ',';
+  }
+  out.append(plain, dot);
+  return out;
+}
+
+constexpr std::int64_t kMicrosPer[7] = {1'000'000, 100'000, 10'000, 1'000, 100, 10, 1};
+
+// `micros` (>= 0) with `decimals` (0 to 6) decimals, rounded half up: exact, no double on the way.
+std::string micros_text(std::int64_t micros, int decimals) {
+  const std::int64_t step = kMicrosPer[decimals];
+  const std::int64_t steps = micros / step + (micros % step >= (step + 1) / 2 && step > 1);
+  const std::int64_t per_unit = 1'000'000 / step;
+  std::string text = std::to_string(steps / per_unit);
+  if (decimals > 0) {
+    std::string fraction = std::to_string(steps % per_unit);
+    text += '.' + std::string(static_cast<size_t>(decimals) - fraction.size(), '0') + fraction;
+  }
+  return with_thousands(text);
+}
+
+int decimals_of_micros(std::int64_t micros) {  // micros >= 0
+  if (micros == 0 || micros >= 9'950) return 2;
+  return micros >= 100 ? 4 : 6;
+}
+
+int valid_decimals(int decimals) {
+  return decimals == 4 || decimals == 6 ? decimals : 2;
+}
+
+// The micro-units of a double, when it is within int64 range and finite.
+std::optional<std::int64_t> micros_of(double units) {
+  double micros = std::fabs(units) * 1e6;
+  if (!std::isfinite(micros) || micros >= 9.0e18) return std::nullopt;
+  return std::llround(micros);
+}
+}  // namespace
+
+int money_decimals(Money amount) {
+  // -(INT64_MIN) overflows: a ledger never holds it (sums stay far below), but stay defined.
+  std::int64_t micros = amount.micros == INT64_MIN ? INT64_MAX : std::abs(amount.micros);
+  return decimals_of_micros(micros);
+}
+
+int money_decimals(double units) {
+  std::optional<std::int64_t> micros = micros_of(units);
+  if (!micros) return 2;
+  if (*micros == 0 && units != 0) return 6;  // below half a micro-unit: "$0.000000", not "$0.00"
+  return decimals_of_micros(*micros);
+}
+
+std::string format_money(Money amount, std::string_view currency, int decimals) {
+  std::int64_t micros = amount.micros == INT64_MIN ? INT64_MAX : std::abs(amount.micros);
+  return with_currency(micros_text(micros, valid_decimals(decimals)), amount.micros < 0, currency);
+}
+
 std::string format_money(Money amount, std::string_view currency) {
-  double units = std::fabs(amount.units());
-  // Below $0.0001 four decimals would say $0.0000 for money that was spent: show the micro-units.
-  int decimals = units >= 1.0 ? 2 : (units > 0 && units < 0.0001 ? 6 : 4);
-  return with_currency(fixed_decimals(units, decimals, decimals == 6 ? 4 : decimals),
-                       amount.micros < 0, currency);
+  return format_money(amount, currency, money_decimals(amount));
+}
+
+std::string format_money(double units, std::string_view currency, int decimals) {
+  if (std::isnan(units)) return with_currency("?", false, currency);
+  std::optional<std::int64_t> micros = micros_of(units);
+  if (!micros) {  // beyond int64 micro-units (an estimate of a huge job): whole cents, grouped
+    if (std::isinf(units)) return with_currency("inf", units < 0, currency);
+    char text[400];
+    char* end = std::to_chars(text, text + sizeof text, std::fabs(units), std::chars_format::fixed,
+                              valid_decimals(decimals))
+                    .ptr;
+    return with_currency(with_thousands(std::string(text, end)), units < 0, currency);
+  }
+  return with_currency(micros_text(*micros, valid_decimals(decimals)), units < 0 && *micros > 0,
+                       currency);
+}
+
+std::string format_money(double units, std::string_view currency) {
+  return format_money(units, currency, money_decimals(units));
+}
+
+void MoneyColumn::add(Money amount) {
+  decimals_ = std::max(decimals_, money_decimals(amount));
+}
+
+void MoneyColumn::add(double units) {
+  decimals_ = std::max(decimals_, money_decimals(units));
+}
+
+std::string MoneyColumn::text(Money amount, std::string_view currency) const {
+  return format_money(amount, currency, decimals_);
+}
+
+std::string MoneyColumn::text(double units, std::string_view currency) const {
+  return format_money(units, currency, decimals_);
 }
 
 std::string format_unit_price(double amount, std::string_view currency) {

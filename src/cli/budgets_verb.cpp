@@ -55,9 +55,11 @@ static Money held_ahead(const BudgetView& view) {
 }
 
 // Spend above ceilings is never hidden: it is in `spent`, and named.
-static std::string used_text(const BudgetView& view, const std::string& currency) {
-  std::string text = format_money(used(view), currency);
-  if (view.overrun > Money{}) text += " (overrun " + format_money(view.overrun, currency) + ")";
+static TableCell used_text(const BudgetView& view, const std::string& currency) {
+  TableCell text = TableCell::money(used(view), currency);
+  if (view.overrun > Money{}) {
+    text += " (overrun " + TableCell::money(view.overrun, currency) + ")";
+  }
   return text;
 }
 
@@ -128,13 +130,14 @@ int budgets_command(const LedgerChoice& choice, bool json) {
   // As sreport: USED is what was spent (running runs: so far); HELD is what running runs may
   // still spend up to their ceilings; AVAILABLE is what new runs can be granted. USED + HELD +
   // AVAILABLE = BUDGET.
-  std::vector<std::vector<std::string>> rows = {
+  std::vector<std::vector<TableCell>> rows = {
       {"SCOPE", "PERIOD", "SINCE", "BUDGET", "USED", "USED%", "HELD", "AVAILABLE", "MEMBERS"}};
   for (const BudgetView& view : views) {
     rows.push_back(
         {to_string(view.rule.scope), to_string(view.rule.period), utc_date(view.period_start),
-         format_money(view.rule.amount, currency), used_text(view, currency), percent_used(view),
-         format_money(held_ahead(view), currency), format_money(view.remaining(), currency),
+         TableCell::money(view.rule.amount, currency), used_text(view, currency),
+         percent_used(view), TableCell::money(held_ahead(view), currency),
+         TableCell::money(view.remaining(), currency),
          view.rule.member_groups.empty() ? "anyone" : join(view.rule.member_groups, ",")});
   }
   print_table(rows);

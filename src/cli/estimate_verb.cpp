@@ -121,9 +121,10 @@ int estimate_serving(const EstimateRequest& r, const std::string& currency) {
     if (r.json) {
       std::cout << dump_json(j, 2) << "\n";
     } else {
-      std::cout << "one replica at " << money_text(price, currency) << "/h answering "
+      std::cout << "one replica at " << format_money(price, currency) << "/h answering "
                 << fixed(per_day, 0) << " predictions a day\n"
-                << "cost per thousand predictions: " << money_text(per_thousand, currency) << "\n";
+                << "cost per thousand predictions: " << format_money(per_thousand, currency)
+                << "\n";
     }
     return 0;
   }
@@ -140,9 +141,9 @@ int estimate_serving(const EstimateRequest& r, const std::string& currency) {
   if (r.json) {
     std::cout << dump_json(j, 2) << "\n";
   } else {
-    std::cout << money_text(price, currency) << "/h at " << fixed(rps, 0) << " rps, "
+    std::cout << format_money(price, currency) << "/h at " << fixed(rps, 0) << " rps, "
               << fixed(100 * utilisation, 0) << "% utilised\n"
-              << "cost per million predictions: " << money_text(per_million, currency) << "\n";
+              << "cost per million predictions: " << format_money(per_million, currency) << "\n";
   }
   return 0;
 }
@@ -193,15 +194,15 @@ int estimate_reserved_vs_on_demand(const EstimateRequest& r, const std::string& 
     std::cout << dump_json(j, 2) << "\n";
     return 0;
   }
-  std::cout << "reserved " << money_text(reserved, currency) << "/h vs on demand "
-            << money_text(on_demand, currency) << "/h\n"
+  std::cout << "reserved " << format_money(reserved, currency) << "/h vs on demand "
+            << format_money(on_demand, currency) << "/h\n"
             << "break-even utilisation: " << fixed(100 * e.break_even, 0)
             << "% (reserving is cheaper for a GPU busy more than that)\n"
-            << "a year (8,760 h): reserved " << money_text(e.reserved_yearly, currency)
+            << "a year (8,760 h): reserved " << format_money(e.reserved_yearly, currency)
             << " whatever the use; on demand:\n";
   for (const auto& use : e.on_demand_at) {
     std::cout << "  " << fixed(100 * use.busy, 0)
-              << "% busy: " << money_text(use.on_demand_yearly, currency)
+              << "% busy: " << format_money(use.on_demand_yearly, currency)
               << (use.on_demand_yearly < e.reserved_yearly ? "  (on demand is cheaper)"
                                                            : "  (reserved is cheaper)")
               << "\n";
@@ -278,7 +279,7 @@ int estimate_compare(const EstimateRequest& r, const Policy& policy) {
   for (const GpuChoice& c : choices) {
     std::cout << "  " << escape_for_terminal(c.offer.name) << ": " << c.gpus << " x "
               << fixed(c.offer.memory_gb, 0) << " GB, " << fixed(c.gpu_hours, 1) << " GPU-hours, "
-              << fixed(c.wall_hours, 1) << " h wall, " << money_text(c.cost, policy.currency);
+              << fixed(c.wall_hours, 1) << " h wall, " << format_money(c.cost, policy.currency);
     if (!c.fits_one) {
       std::cout << "  (cannot hold the model on one GPU: needs " << c.gpus
                 << "; scale up before scaling out)";
@@ -428,8 +429,8 @@ int estimate_command(const EstimateRequest& r) {
   if (price) {
     cost = billed_hours * *price;
     j["price_per_hour"] = money_json(*price);
-    lines.push_back("cost: " + money_text(*cost, currency) + " (" + priced_as + " at " +
-                    money_text(*price, currency) + "/h)");
+    lines.push_back("cost: " + format_money(*cost, currency) + " (" + priced_as + " at " +
+                    format_money(*price, currency) + "/h)");
   } else {
     lines.push_back("cost: no price (give --rate, or --gpu/--instance priced by the policy)");
   }
@@ -453,11 +454,11 @@ int estimate_command(const EstimateRequest& r) {
     j["redone_hours"] = s.redone_hours;
     j["spot_cost"] = money_json(s.spot_cost);
     lines.push_back("spot: " + fixed(s.interruptions, 1) + " interruptions, " +
-                    fixed(s.redone_hours, 1) + " h redone: " + money_text(s.spot_cost, currency));
+                    fixed(s.redone_hours, 1) + " h redone: " + format_money(s.spot_cost, currency));
     if (on_demand_price) {
       j["on_demand_cost"] = money_json(s.on_demand_cost);
-      lines.push_back("on demand: " + money_text(s.on_demand_cost, currency) + " (" +
-                      money_text(*on_demand_price, currency) + "/h)");
+      lines.push_back("on demand: " + format_money(s.on_demand_cost, currency) + " (" +
+                      format_money(*on_demand_price, currency) + "/h)");
     }
   }
   if (cost) j["cost"] = money_json(*cost);
@@ -479,7 +480,7 @@ int estimate_command(const EstimateRequest& r) {
     for (const BudgetFit& f : fits) {
       budgets.push_back(
           {{"scope", f.scope}, {"remaining", money_json(f.remaining)}, {"fits", f.fits}});
-      lines.push_back(f.scope + ": " + money_text(f.remaining, currency) +
+      lines.push_back(f.scope + ": " + format_money(f.remaining, currency) +
                       " remaining: " + (f.fits ? "fits" : "does NOT fit"));
       if (!f.fits) status = to_int(ExitCode::refused);
     }

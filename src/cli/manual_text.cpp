@@ -28,7 +28,11 @@ const std::vector<VerbText>& verb_texts() {
         "budgets hold across runs and concurrent jobs on every host that shares the ledger, and "
         "one --budget holds across every run with the same --job-key (restarts, requeues). "
         "Durations are written 90s, 5m, 1h30m or 250ms; money in the policy's currency (USD by "
-        "default), at most 6 decimals; counts take k, M and B (--estimate-steps 50k).",
+        "default), at most 6 decimals; counts take k, M and B (--estimate-steps 50k). Money is "
+        "printed in cents from a cent up ($1,234.50, $0.00), with 4 decimals below a cent "
+        "($0.0042) and 6 below a hundredth of a cent ($0.000042); a table's money column has "
+        "the decimals its most precise cell needs ($1.0000 beside $0.0042); json and csv carry "
+        "the full numbers.",
         "The job may append JSON lines to the file $SPENDCAP_PROGRESS names, such as "
         "{\"step\":1200,\"total_steps\":50000,\"metric\":{\"val_acc\":0.83}}: they drive the "
         "projected total (--require-fit), the stall guard (--stall-after) and the cost per step. "

@@ -49,7 +49,7 @@ constexpr int kOverrunsShownDays = 7;
 // can have spent by now: its allocated rate since it was admitted, never below its last
 // heartbeat's nor above its ceiling, where it trips. Extrapolating from the last heartbeat
 // instead fell back at each heartbeat by that heartbeat's latency, and to the last report once
-// the run went silent ($0.2353 running, then $0.2000 lost). A reconciled lost run's is its
+// the run went silent ($0.24 running, then $0.20 lost). A reconciled lost run's is its
 // charge, the ceiling; a finished run's, its final spend.
 Money live_spend(const RunView& run, double now) {
   bool unfinished = run.status == RunStatus::running ||
@@ -71,14 +71,14 @@ Money held_by(const RunView& run) {
 }
 
 // Why a lost run shows what it shows.
-std::string lost_status(const RunView& run, double now, const std::string& currency) {
+TableCell lost_status(const RunView& run, double now, const std::string& currency) {
   std::string since = format_utc(run.heartbeat_at, UtcForm::clock_z);
   if (run.reconciled) {
-    return "lost: charged the ceiling " + format_money(run.ceiling, currency) +
+    return "lost: charged the ceiling " + TableCell::money(run.ceiling, currency) +
            " (no heartbeat since " + since + ")";
   }
   return "lost (silent " + age(now - run.heartbeat_at) + "; holds its ceiling " +
-         format_money(run.ceiling, currency) + ")";
+         TableCell::money(run.ceiling, currency) + ")";
 }
 
 // A run of this host that is paused (Ctrl-Z, SIGTSTP): spendcap itself stopped (Ctrl-Z on a
@@ -129,8 +129,8 @@ bool paused_here(const RunView& run) {
 // `budgets` says it, finished runs' spend and running runs' spend so far (never the ceilings they
 // hold: HELD shows those). The run's own budget (--budget, a max_run) instead when it is the
 // lower: its spend of that. "-" when the run has neither.
-std::string budget_share(const RunView& run, const std::vector<BudgetView>& views,
-                         const std::string& currency, double now) {
+TableCell budget_share(const RunView& run, const std::vector<BudgetView>& views,
+                       const std::string& currency, double now) {
   const BudgetView* binding = nullptr;
   for (const Scope& scope : named_scopes(run)) {
     for (const BudgetView& view : views) {
@@ -152,11 +152,11 @@ std::string budget_share(const RunView& run, const std::vector<BudgetView>& view
                    (!binding || *run.budget < binding->remaining() + held_by(run));
   if (binding && binding->rule.amount > Money{} && !own_binds) {
     return to_string(binding->rule.scope) + " " + percent(used(*binding), binding->rule.amount) +
-           " of " + format_money(binding->rule.amount, currency);
+           " of " + TableCell::money(binding->rule.amount, currency);
   }
   if (own_binds) {
     return "run " + percent(live_spend(run, now), *run.budget) + " of " +
-           format_money(*run.budget, currency);
+           TableCell::money(*run.budget, currency);
   }
   return "-";
 }
@@ -215,17 +215,17 @@ int ps_command(const LedgerChoice& choice, bool json) {
     return 0;
   }
   std::vector<BudgetView> budget_views = ledger->budgets();
-  std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "HOST", "PID", "TEAM", "EXPERIMENT",
-                                                 "STATUS", "SPEND", "HELD", "BURN/H", "AGE",
-                                                 "BUDGET USED"}};
-  auto add_row = [&](const RunView& run, const std::string& status) {
-    rows.push_back({run.id.substr(0, 8), run.user.empty() ? "-" : run.user, run.host,
-                    std::to_string(run.pid), run.team, run.experiment, status,
-                    format_money(live_spend(run, now), currency),
-                    format_money(held_by(run), currency), format_money(run.rate_per_hour, currency),
-                    age(now - run.started_at), budget_share(run, budget_views, currency, now)});
+  std::vector<std::vector<TableCell>> rows = {{"RUN", "USER", "HOST", "PID", "TEAM", "EXPERIMENT",
+                                               "STATUS", "SPEND", "HELD", "BURN/H", "AGE",
+                                               "BUDGET USED"}};
+  auto add_row = [&](const RunView& run, const TableCell& status) {
+    rows.push_back(
+        {run.id.substr(0, 8), run.user.empty() ? "-" : run.user, run.host, std::to_string(run.pid),
+         run.team, run.experiment, status, TableCell::money(live_spend(run, now), currency),
+         TableCell::money(held_by(run), currency), TableCell::money(run.rate_per_hour, currency),
+         age(now - run.started_at), budget_share(run, budget_views, currency, now)});
   };
-  auto status_of = [&](const RunView& run) {
+  auto status_of = [&](const RunView& run) -> TableCell {
     if (run.status == RunStatus::lost) return lost_status(run, now, currency);
     return paused_here(run) ? std::string("paused") : to_string(run.status);
   };
@@ -261,14 +261,14 @@ int ps_command(const LedgerChoice& choice, bool json) {
                     std::to_string(count) + (count == 1 ? " node" : " nodes"), "", run.team,
                     run.experiment,
                     lost ? "running (" + std::to_string(lost) + " lost)" : "running",
-                    format_money(spend, currency), format_money(ceiling, currency),
-                    format_money(burn, currency), age(now - started),
+                    TableCell::money(spend, currency), TableCell::money(ceiling, currency),
+                    TableCell::money(burn, currency), age(now - started),
                     budget_share(run, budget_views, currency, now)});
     for (const RunView* node : group->second) {
       rows.push_back({"  " + *node_of(*node), "", node->host, std::to_string(node->pid), "", "",
-                      status_of(*node), format_money(live_spend(*node, now), currency),
-                      format_money(held_by(*node), currency),
-                      format_money(node->rate_per_hour, currency), age(now - node->started_at),
+                      status_of(*node), TableCell::money(live_spend(*node, now), currency),
+                      TableCell::money(held_by(*node), currency),
+                      TableCell::money(node->rate_per_hour, currency), age(now - node->started_at),
                       ""});
     }
     nodes_of.erase(group);

@@ -79,16 +79,47 @@ std::string iso_time(double unix_seconds) {
   return rfc3339_utc(unix_seconds);
 }
 
-void print_table(std::vector<std::vector<std::string>> rows) {
-  for (auto& row : rows) {
-    for (std::string& cell : row) cell = escape_for_terminal(cell);
+TableCell TableCell::money(Money amount, std::string_view currency) {
+  TableCell cell;
+  cell.parts_.front() = {{}, amount, std::string(currency)};
+  return cell;
+}
+
+TableCell& TableCell::operator+=(const TableCell& more) {
+  parts_.insert(parts_.end(), more.parts_.begin(), more.parts_.end());
+  return *this;
+}
+
+void TableCell::add_amounts_to(MoneyColumn& column) const {
+  for (const Part& part : parts_) {
+    if (part.amount) column.add(*part.amount);
   }
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+}
+
+std::string TableCell::text(const MoneyColumn& column) const {
+  std::string out;
+  for (const Part& part : parts_) {
+    out += part.amount ? column.text(*part.amount, part.currency) : part.text;
   }
+  return out;
+}
+
+void print_table(const std::vector<std::vector<TableCell>>& rows) {
+  std::vector<MoneyColumn> columns;
   for (const auto& row : rows) {
+    columns.resize(std::max(columns.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) row[i].add_amounts_to(columns[i]);
+  }
+  std::vector<std::vector<std::string>> texts;
+  std::vector<size_t> widths(columns.size());
+  for (const auto& row : rows) {
+    std::vector<std::string>& text = texts.emplace_back();
+    for (size_t i = 0; i < row.size(); ++i) {
+      text.push_back(escape_for_terminal(row[i].text(columns[i])));
+      widths[i] = std::max(widths[i], text.back().size());
+    }
+  }
+  for (const auto& row : texts) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
@@ -183,9 +214,9 @@ int runs_command(const RunsRequest& request) {
     std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> rows = {{"RUN", "USER", "TEAM", "EXPERIMENT", "STATUS",
-                                                 "REASON", "EXIT", "CMD EXIT", "STARTED (UTC)",
-                                                 "DURATION", "SPEND", "BUDGET"}};
+  std::vector<std::vector<TableCell>> rows = {{"RUN", "USER", "TEAM", "EXPERIMENT", "STATUS",
+                                               "REASON", "EXIT", "CMD EXIT", "STARTED (UTC)",
+                                               "DURATION", "SPEND", "BUDGET"}};
   for (const ListedRun& l : listed) {
     const RunView& r = l.run;
     std::optional<Money> budget = run_budget_of(r, rules).amount;
@@ -196,12 +227,12 @@ int runs_command(const RunsRequest& request) {
                     spendcap_exit_of(r) ? std::to_string(*spendcap_exit_of(r)) : "-",
                     r.exit_code ? std::to_string(*r.exit_code) : "-",
                     format_utc(r.started_at, UtcForm::clock),
-                    duration_text(duration_seconds(r, now)), format_money(r.spend, currency),
+                    duration_text(duration_seconds(r, now)), TableCell::money(r.spend, currency),
                     // A policy's max_run says so; a plain amount is the run's --budget.
-                    !budget ? "-"
+                    !budget ? TableCell("-")
                     : source == "flag --budget" || source.empty()
-                        ? format_money(*budget, currency)
-                        : format_money(*budget, currency) + " (" + source + ")"});
+                        ? TableCell::money(*budget, currency)
+                        : TableCell::money(*budget, currency) + " (" + source + ")"});
   }
   if (request.format == "csv") {
     // Plain numbers for a spreadsheet; every cell through report's csv_field, the one place that

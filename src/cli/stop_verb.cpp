@@ -107,7 +107,7 @@ int list_stop_orders(Ledger& ledger) {
     std::cout << "no active stop orders in " << ledger.url() << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> rows = {{"SCOPE", "PLACED BY", "AGE", "REASON"}};
+  std::vector<std::vector<TableCell>> rows = {{"SCOPE", "PLACED BY", "AGE", "REASON"}};
   double now = wall_now();
   for (const StopOrder& order : orders) {
     Scope shown = order.scope;

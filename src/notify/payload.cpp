@@ -121,7 +121,7 @@ nlohmann::json slack_payload(const nlohmann::json& p) {
   }
   // Spend of which budget: the scope that tripped or warned names it; the run's own budget is
   // the one figure the event carries.
-  // Money as the terminal prints it ($0.2010, 12.50 EUR), not the payload's micro-units.
+  // Money as the terminal prints it ($0.20, $0.0042, 12.50 EUR), not the payload's micro-units.
   auto money = [&](const std::string& decimal) {
     auto amount = parse_money(decimal);
     return amount ? format_money(*amount, currency) : decimal + " " + currency;

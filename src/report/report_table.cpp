@@ -3,6 +3,7 @@
 #include "spendcap/report/report.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -120,22 +121,6 @@ std::string csv_field(std::string_view text, CsvCells cells) {
 
 namespace {
 
-std::string money_cell(double units, const std::string& currency) {
-  // Below one unit, 4 decimals (as format_money): a short run's spend is not shown as 0.00.
-  std::string number = with_thousands(fixed(units, units != 0 && std::fabs(units) < 1 ? 4 : 2));
-  if (currency == "USD") {
-    number.insert(number[0] == '-' ? 1 : 0, 1, '$');  // "$1.50", "-$0.50"
-  } else {
-    number += ' ';
-    number += currency;
-  }
-  return number;
-}
-
-std::string money_cell(Money amount, const std::string& currency) {
-  return money_cell(amount.units(), currency);
-}
-
 std::string opt_number(const std::optional<double>& value, int decimals) {
   return value ? fixed(*value, decimals) : std::string();
 }
@@ -152,14 +137,18 @@ struct Column {
   std::function<std::string(const GroupTotals&, bool table)> cell;
   // Shown only where some group measured it (the table); csv and json always carry it.
   std::function<bool(const GroupTotals&)> measured;
+  // A money column's amount, which the table prints (all of a column's with the same decimals,
+  // MoneyColumn) in place of `cell`; and what follows it there.
+  std::function<std::optional<double>(const GroupTotals&)> amount = {};
+  std::function<std::string(const GroupTotals&)> after = {};
 };
 
-std::vector<Column> columns(const std::string& currency) {
-  auto money = [currency](auto get) {
-    return [currency, get](const GroupTotals& g, bool table) -> std::string {
+std::vector<Column> columns() {
+  // A money column's csv cell: the full number.
+  auto money = [](auto get) {
+    return [get](const GroupTotals& g, bool) -> std::string {
       std::optional<double> v = get(g);
-      if (!v) return {};
-      return table ? money_cell(*v, currency) : fixed(*v, 6);
+      return v ? fixed(*v, 6) : std::string();
     };
   };
   auto number = [](auto get, int decimals) {
@@ -185,17 +174,14 @@ std::vector<Column> columns(const std::string& currency) {
   c.push_back({"lost", false, true, count(&GroupTotals::lost), always});
   c.push_back({"preempted", false, true, count(&GroupTotals::preempted),
                [](const GroupTotals& g) { return g.preempted > 0; }});
-  c.push_back({"spend", true, true,
-               [currency](const GroupTotals& g, bool table) {
-                 if (!table) return fixed(g.spend.units(), 6);
-                 return money_cell(g.spend, currency) + (g.running ? "*" : " ");
-               },
-               always});
-  c.push_back({"running_spend", true, true,
-               money([](const GroupTotals& g) { return std::optional(g.running_spend.units()); }),
-               [](const GroupTotals&) { return false; }});
-  c.push_back({"waste", true, true,
-               money([](const GroupTotals& g) { return std::optional(g.waste.units()); }), always});
+  auto spend = [](const GroupTotals& g) { return std::optional(g.spend.units()); };
+  c.push_back({"spend", true, true, money(spend), always, spend,
+               [](const GroupTotals& g) { return g.running ? "*" : " "; }});
+  auto running_spend = [](const GroupTotals& g) { return std::optional(g.running_spend.units()); };
+  c.push_back({"running_spend", true, true, money(running_spend),
+               [](const GroupTotals&) { return false; }, running_spend});
+  auto waste = [](const GroupTotals& g) { return std::optional(g.waste.units()); };
+  c.push_back({"waste", true, true, money(waste), always, waste});
   c.push_back({"waste_share", false, true,
                [](const GroupTotals& g, bool table) {
                  return table ? fixed(100 * g.waste_share(), 0) + "%" : fixed(g.waste_share(), 4);
@@ -203,11 +189,12 @@ std::vector<Column> columns(const std::string& currency) {
                always});
   c.push_back({"accepted", false, true, count(&GroupTotals::accepted),
                [](const GroupTotals& g) { return g.accepted > 0; }});
-  c.push_back({"per_accepted", true, true, money([](const GroupTotals& g) -> std::optional<double> {
-                 auto m = g.cost_per_accepted();
-                 return m ? std::optional(m->units()) : std::nullopt;
-               }),
-               [](const GroupTotals& g) { return g.accepted > 0; }});
+  auto per_accepted = [](const GroupTotals& g) -> std::optional<double> {
+    auto m = g.cost_per_accepted();
+    return m ? std::optional(m->units()) : std::nullopt;
+  };
+  c.push_back({"per_accepted", true, true, money(per_accepted),
+               [](const GroupTotals& g) { return g.accepted > 0; }, per_accepted});
   c.push_back({"gpu_hours_allocated", false, true,
                number(measured_sum(&GroupTotals::gpu_hours_allocated), 2),
                has(&GroupTotals::gpu_hours_allocated)});
@@ -221,7 +208,7 @@ std::vector<Column> columns(const std::string& currency) {
                },
                [](const GroupTotals& g) { return g.utilisation().has_value(); }});
   c.push_back({"idle_spend", true, true, money(measured_sum(&GroupTotals::idle_spend)),
-               has(&GroupTotals::idle_spend)});
+               has(&GroupTotals::idle_spend), measured_sum(&GroupTotals::idle_spend)});
   c.push_back({"energy_kwh", false, true, number(measured_sum(&GroupTotals::energy_kwh), 3),
                has(&GroupTotals::energy_kwh)});
   c.push_back({"co2_kg", false, true, number(measured_sum(&GroupTotals::co2_kg), 3),
@@ -246,18 +233,18 @@ std::vector<Column> columns(const std::string& currency) {
                [](const GroupTotals& g) { return g.per_point.has_value(); }});
   c.push_back({"units", false, true, number(measured_sum(&GroupTotals::units), 0),
                has(&GroupTotals::units)});
-  c.push_back({"per_thousand_units", true, true,
-               money([](const GroupTotals& g) { return g.cost_per_thousand_units(); }),
-               has(&GroupTotals::units)});
+  auto per_thousand = [](const GroupTotals& g) { return g.cost_per_thousand_units(); };
+  c.push_back({"per_thousand_units", true, true, money(per_thousand), has(&GroupTotals::units),
+               per_thousand});
   c.push_back({"egress_gb", false, true, number(measured_sum(&GroupTotals::egress_gb), 3),
                has(&GroupTotals::egress_gb)});
   c.push_back({"egress_spend", true, true, money(measured_sum(&GroupTotals::egress_spend)),
-               has(&GroupTotals::egress_spend)});
+               has(&GroupTotals::egress_spend), measured_sum(&GroupTotals::egress_spend)});
   c.push_back({"storage_peak_gb", false, true,
                number(measured_sum(&GroupTotals::storage_peak_gb), 3),
                has(&GroupTotals::storage_peak_gb)});
   c.push_back({"storage_spend", true, true, money(measured_sum(&GroupTotals::storage_spend)),
-               has(&GroupTotals::storage_spend)});
+               has(&GroupTotals::storage_spend), measured_sum(&GroupTotals::storage_spend)});
   return c;
 }
 
@@ -336,7 +323,7 @@ std::string report_table(const Report& report, const std::string& currency, int 
 
 void write_report_table(const Report& report, const std::string& currency, int width,
                         const std::function<void(std::string_view)>& write) {
-  std::vector<Column> all = columns(currency);
+  std::vector<Column> all = columns();
   std::vector<const Column*> shown;
   std::vector<std::string> unmeasured;
   // Which columns some group measured: each group made once (ReportGroups), every column asked.
@@ -371,8 +358,10 @@ void write_report_table(const Report& report, const std::string& currency, int w
   // Rows: the groups, then the total. One row's keys and cells at a time, in these (reused).
   const size_t rows = report.groups.size() + 1;
   std::vector<std::string> keys(key_count), cells(cell_count);
+  std::vector<MoneyColumn> money_columns(cell_count);  // filled by the widths' pass below
   GroupTotals group;  // the row's group, made again for each row (ReportGroups::fill)
-  auto fill = [&](size_t r) {
+  // `money`: the money cells too (the widths' pass measures those itself).
+  auto fill = [&](size_t r, bool money) {
     const bool is_total = r + 1 == rows;
     if (!is_total) report.groups.fill(r, group);
     const GroupTotals& g = is_total ? report.total : group;
@@ -381,20 +370,55 @@ void write_report_table(const Report& report, const std::string& currency, int w
       if (is_total) value = i == 0 ? "total" : "";
       keys[i] = escape_for_terminal(value);
     }
-    for (size_t i = 0; i < cell_count; ++i) cells[i] = shown[i]->cell(g, true);
+    for (size_t i = 0; i < cell_count; ++i) {
+      const Column& column = *shown[i];
+      if (!column.amount) {
+        cells[i] = column.cell(g, true);
+        continue;
+      }
+      if (!money) continue;
+      std::optional<double> amount = column.amount(g);
+      cells[i] = amount ? money_columns[i].text(*amount, currency) : std::string();
+      if (amount && column.after) cells[i] += column.after(g);
+    }
   };
-  // The columns' widths. Each row is made again when it is written: 100,000 rows kept were tens
-  // of MB of fresh pages, which took longer than making the rows twice.
+  // The columns' widths, and the decimals of each money column: those its most precise amount
+  // needs. A money cell's width is taken at each of the decimals it may be printed with, which are
+  // known only once every row was seen. Each row is made again when it is written: 100,000 rows
+  // kept were tens of MB of fresh pages, which took longer than making the rows twice.
   std::vector<size_t> key_widths(key_count);
   for (size_t i = 0; i < key_count; ++i) key_widths[i] = display_width(key_headers[i]);
   std::vector<size_t> widths(cell_count);
   for (size_t i = 0; i < cell_count; ++i) widths[i] = table_header(shown[i]->header).size();
+  constexpr int kDecimals[] = {2, 4, 6};
+  std::vector<std::array<size_t, 3>> money_widths(cell_count, {0, 0, 0});
   for (size_t r = 0; r < rows; ++r) {
-    fill(r);
+    fill(r, false);
     for (size_t i = 0; i < key_count; ++i) {
       key_widths[i] = std::max(key_widths[i], display_width(keys[i]));
     }
-    for (size_t i = 0; i < cell_count; ++i) widths[i] = std::max(widths[i], cells[i].size());
+    const bool is_total = r + 1 == rows;
+    const GroupTotals& g = is_total ? report.total : group;
+    for (size_t i = 0; i < cell_count; ++i) {
+      if (!shown[i]->amount) {
+        widths[i] = std::max(widths[i], cells[i].size());
+        continue;
+      }
+      std::optional<double> amount = shown[i]->amount(g);
+      if (!amount) continue;  // a blank cell
+      money_columns[i].add(*amount);
+      size_t after = shown[i]->after ? shown[i]->after(g).size() : 0;
+      for (size_t d = 0; d < 3; ++d) {
+        if (kDecimals[d] < money_columns[i].decimals()) continue;
+        size_t width = format_money(*amount, currency, kDecimals[d]).size() + after;
+        money_widths[i][d] = std::max(money_widths[i][d], width);
+      }
+    }
+  }
+  for (size_t i = 0; i < cell_count; ++i) {
+    int decimals = money_columns[i].decimals();
+    size_t d = decimals == 2 ? 0 : decimals == 4 ? 1 : 2;
+    widths[i] = std::max(widths[i], money_widths[i][d]);
   }
 
   size_t numbers = 0;
@@ -460,7 +484,7 @@ void write_report_table(const Report& report, const std::string& currency, int w
       if (blocks == 0 && spend.micros > 0) blocks = 1;
     }
     if (is_total) out += "\n";
-    fill(r);
+    fill(r, true);
     line(keys, cells, blocks);
   }
   if (report.total.running > 0) out += "* includes the spend so far of runs still running\n";
@@ -469,7 +493,7 @@ void write_report_table(const Report& report, const std::string& currency, int w
 }
 
 std::string report_csv(const Report& report, const std::string& currency, CsvCells cells) {
-  std::vector<Column> all = columns(currency);
+  std::vector<Column> all = columns();
   std::vector<std::string> header;
   for (const GroupBy& by : report.by) header.push_back(csv_field(to_string(by), cells));
   for (const Column& column : all) header.push_back(column.header);

@@ -43,19 +43,6 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
-std::string money_text(double units, const std::string& currency) {
-  std::string plain = fixed(units, units != 0 && std::fabs(units) < 0.01 ? 4 : 2);
-  size_t dot = plain.find('.');
-  std::string out;
-  for (size_t i = 0; i < dot; ++i) {
-    out += plain[i];
-    size_t left = dot - i - 1;
-    if (left > 0 && left % 3 == 0 && plain[i] != '-') out += ',';
-  }
-  out += plain.substr(dot);
-  return currency == "USD" ? "$" + out : out + " " + currency;
-}
-
 std::vector<BudgetFit> budget_fits(Ledger& ledger, const std::vector<Scope>& scopes, double cost) {
   std::vector<BudgetFit> fits;
   std::vector<BudgetView> views = ledger.budgets();
@@ -76,19 +63,19 @@ void require_estimate_fits(const RunSettings& settings, Ledger& ledger) {
   StepEstimate e =
       estimate_from_steps(flags.step_seconds, flags.steps, 1, settings.rate_per_hour.units());
   const std::string& currency = settings.loaded.policy.currency;
-  std::string estimate = money_text(e.cost, currency) + " (" + fixed(e.wall_hours, 3) + " h at " +
-                         money_text(settings.rate_per_hour.units(), currency) + "/h)";
+  std::string estimate = format_money(e.cost, currency) + " (" + fixed(e.wall_hours, 3) + " h at " +
+                         format_money(settings.rate_per_hour.units(), currency) + "/h)";
   if (settings.budget && e.cost > settings.budget->units()) {
     throw Error(flags.steps_text,
                 "the estimate " + estimate + " does not fit --budget " +
-                    money_text(settings.budget->units(), currency),
+                    format_money(settings.budget->units(), currency),
                 "raise --budget or shorten the run", ExitCode::refused);
   }
   for (const BudgetFit& f : budget_fits(ledger, named_scopes(settings.identity), e.cost)) {
     if (!f.fits) {
       throw Error(flags.steps_text,
                   "the estimate " + estimate + " does not fit " + f.scope + ", " +
-                      money_text(f.remaining, currency) + " remaining",
+                      format_money(f.remaining, currency) + " remaining",
                   "shorten the run or ask for more budget", ExitCode::refused);
     }
   }

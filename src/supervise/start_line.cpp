@@ -72,7 +72,7 @@ std::string budget_reason(const Scope& scope) {
 
 namespace {
 
-// "7s at $0.0700": when a run of these terms reaches CEILING less its reserve, and its spend then.
+// "7s at $0.07": when a run of these terms reaches CEILING less its reserve, and its spend then.
 std::string trip_in_text(const RunTerms& terms, const StartFacts& facts, Money ceiling) {
   auto at = budget_trip_time(facts.launched, terms.rate_per_hour, ceiling, facts.reserve);
   Nanos in = *at - facts.launched;
@@ -124,7 +124,7 @@ SharedTrip shared_trip(const ScopeUse& use, const StartFacts& facts, bool bound,
   return trip;
 }
 
-// "; trips in ~15s at $0.1500 (budget:experiment:sweep, a fair share with 2 other runs)", or
+// "; trips in ~15s at $0.15 (budget:experiment:sweep, a fair share with 2 other runs)", or
 // "" when no shared scope binds first.
 std::string shared_trip_text(const RunTerms& terms, const StartFacts& facts, bool verbose) {
   const ScopeUse* use = nullptr;

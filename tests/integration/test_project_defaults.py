@@ -103,8 +103,8 @@ class DryRunTest(LedgerTest):
                                                                       "period": "month"}}}))
         result = self.run_spendcap(["run", "--dry-run", "--", "true"])
         self.assertEqual(result.returncode, 120, result.stdout + result.stderr)
-        self.assertIn("verdict: would be refused (120): team:vision has $0.0500 left, less than "
-                      "the shutdown reserve $0.1300", result.stdout)
+        self.assertIn("verdict: would be refused (120): team:vision has $0.05 left, less than "
+                      "the shutdown reserve $0.13", result.stdout)
         self.assertFalse(os.path.exists(self.ledger_file()))
         # And a real run is refused the same way (the verdict is admission's).
         real = self.run_spendcap(["run", "--", "true"])

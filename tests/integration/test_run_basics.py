@@ -151,7 +151,7 @@ class ErrorCodesTest(SpendcapTest):
                                     "--kill-after", "1s", "--status-file", self.path("s.json"),
                                     "--", "true"])
         self.assertEqual(result.returncode, 120, result.stderr)
-        self.assertIn("does not fit in the budget $0.0200 (lower --grace or raise --budget)",
+        self.assertIn("does not fit in the budget $0.02 (lower --grace or raise --budget)",
                       result.stderr)
         self.assertEqual(self.read_json("s.json")["status"], "refused")
         self.assertEqual(self.read_json("s.json")["reason"], "reserve-exceeds-budget")

@@ -86,6 +86,54 @@ class TyposTest(LedgerTest):
         self.assertEqual(json.loads(result.stdout), ["--buget", "5", "--", "min", "-q"])
 
 
+class MoneyColumnsTest(LedgerTest):
+    """Issue 40 item 7: money in text has one rule (cents from a cent up, 4 decimals below a cent,
+    6 below a hundredth of a cent) and one precision per table column: a run under a cent beside
+    a run of half a dollar prints both with the decimals the smaller needs, never "$0.50" beside
+    "$0.0042" or "$0.000042"."""
+
+    MONEY = re.compile(r"\$(\d[\d,]*)\.(\d+)")
+
+    def run_job(self, experiment, rate, seconds):
+        result = self.run_spendcap(["run", "--team", "demo", "--experiment", experiment,
+                                    "--rate", rate, "--budget", "5", "--grace", "0s",
+                                    "--kill-after", "0s", "--", "sleep", seconds])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result
+
+    def first_amounts(self, args):
+        """The first amount of money of each line below the header (SPEND in `runs`, spend in
+        `report`): (whole part, decimals) pairs."""
+        result = self.run_spendcap(args)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = [line for line in result.stdout.splitlines()[1:] if self.MONEY.search(line)]
+        return [self.MONEY.search(line).groups() for line in lines], result.stdout
+
+    def test_a_money_column_has_one_precision(self):
+        # $1/s for half a second: half a dollar, in cents while it is alone.
+        self.run_job("big", "3600", "0.5")
+        (spend,), text = self.first_amounts(["runs"])
+        self.assertEqual(len(spend[1]), 2, text)
+        # 3.6/h is a cent in 10 s: this run spends less than a cent, shown with its digits.
+        tiny = self.run_job("tiny", "3.6", "0.05")
+        end = re.search(r"succeeded after \S+: spent \$0\.(\d+) of \$5\.00;", tiny.stderr)
+        self.assertIsNotNone(end, tiny.stderr)
+        self.assertIn(len(end.group(1)), (4, 6), tiny.stderr)
+        self.assertNotEqual(set(end.group(1)), {"0"}, tiny.stderr)  # not "$0.0000"
+        spends, text = self.first_amounts(["runs"])
+        self.assertEqual(len(spends), 2, text)
+        self.assertEqual(len({len(decimals) for _, decimals in spends}), 1, text)
+        self.assertGreaterEqual(len(spends[0][1]), 4, text)
+        self.assertNotEqual(set(spends[0][1]), {"0"}, text)  # the tiny run, newest first
+        # BUDGET is a column of its own: $5.00 for both.
+        self.assertEqual(text.count("$5.00"), 2, text)
+        # The report's spend column, the total's cell included, is alike.
+        spends, text = self.first_amounts(["report", "--by", "experiment"])
+        self.assertEqual(len(spends), 3, text)
+        self.assertEqual(len({len(decimals) for _, decimals in spends}), 1, text)
+        self.assertGreaterEqual(len(spends[0][1]), 4, text)
+
+
 class RunsTest(LedgerTest):
     """Item 2: `spendcap runs`, finished and running runs newest first with short ids that
     `show` and `accept` take; its filters, --json and --format csv."""
@@ -118,7 +166,7 @@ class RunsTest(LedgerTest):
         self.assertTrue(lines[1].startswith(rows[2]["id"][:8]), result.stdout)
         self.assertIn("killed", lines[1])
         self.assertIn("budget:run", lines[1])
-        self.assertIn("$0.0500", lines[1])
+        self.assertRegex(lines[1], r"\$0\.05(?!\d)")  # BUDGET: cents, as the others' $1.00
         self.assertIn("failed", lines[2])
         self.assertIn("succeeded", lines[3])
         self.assertIsNone(EXPONENT.search(result.stdout))

@@ -37,12 +37,22 @@ def spendcap_lines_start_lines(text):
     return True, moved
 
 
+def half_unit(figure):
+    """Half the last printed digit of "0.32": how far the amount printed may be from it."""
+    return 0.5 * 10 ** -len(figure.partition(".")[2])
+
+
 def check_percentages(test, text):
-    """Every "N% of the ... spent: $A of $B" says N = A / B (rounded)."""
-    found = re.findall(r"(\d+)% of the .*? spent: \$([\d.]+) of \$([\d.]+)", text)
+    """Every "N% of the ... spent: $A of $B" says N = A / B (rounded) of the amounts that print as
+    A and B (cents from a cent up: each within half its last digit)."""
+    figure = r"\$(\d[\d,]*(?:\.\d+)?)"
+    found = re.findall(r"(\d+)%% of the .*? spent: %s of %s" % (figure, figure), text)
     for percent, spent, budget in found:
-        test.assertAlmostEqual(int(percent), 100 * float(spent) / float(budget), delta=1.0,
-                               msg="%s%% of $%s spent of $%s" % (percent, spent, budget))
+        spent, budget = spent.replace(",", ""), budget.replace(",", "")
+        low = 100 * (float(spent) - half_unit(spent)) / (float(budget) + half_unit(budget))
+        high = 100 * (float(spent) + half_unit(spent)) / (float(budget) - half_unit(budget))
+        test.assertTrue(low - 0.5 <= int(percent) <= high + 0.5,
+                        "%s%% of $%s spent of $%s" % (percent, spent, budget))
     return len(found)
 
 
@@ -174,7 +184,7 @@ class JobControlTest(SpendcapTest):
 
         mark = len(shell.text())
         shell.send(b"\x1a")  # Ctrl-Z
-        shell.wait_for(r"job paused; still accruing \$3600\.00/h", 10, mark)
+        shell.wait_for(r"job paused; still accruing \$3,600\.00/h", 10, mark)
         shell.wait_for(r"Stopped", 10, mark)
         shell.wait_for(r"PROMPT\$ ", 10, mark)
         wait_until(lambda: proc_state(spendcap) == "T" and proc_state(job) == "T", 10,
@@ -303,7 +313,7 @@ class TruthfulLinesTest(LedgerTest):
         result = self.run_spendcap(["run", "--rate", "36", "--budget", "1", "--",
                                     "python3", "-c", "pass"])
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("the shutdown reserve $0.7100 is 71% of the budget $1.00", result.stderr)
+        self.assertIn("the shutdown reserve $0.71 is 71% of the budget $1.00", result.stderr)
         result = self.run_spendcap(["run", "--rate", "36", "--budget", "0.5",
                                     "--status-file", self.path("status.json"), "--",
                                     "python3", "-c", "pass"])

@@ -134,7 +134,7 @@ class ShowWholeRecordTest(UserLedgerTest):
         self.assertIn("  directory:   %s\n" % self.workdir, text)
         self.assertIn("  progress:    step 8 of 500\n", text)
         self.assertIn("  metric:      loss 0.125\n", text)
-        self.assertIn("  budget:      $0.5000 (from max_run of team:t4)\n", text)
+        self.assertIn("  budget:      $0.50 (from max_run of team:t4)\n", text)
 
         # A run its budget stops: the checkpoint signal, the checkpoint written, the time of both.
         # $36/h with a 5 s grace and 1 s kill-after holds a $0.07 reserve: $0.10 trips in ~3 s.
@@ -166,7 +166,7 @@ class ShowWholeRecordTest(UserLedgerTest):
         self.assertEqual([b["max_run"] for b in budgets if b["scope"] == "team:t4"], [None])
         again = self.spendcap_json(["show", done_id])
         self.assertEqual((again["budget"], again["budget_source"]), (0.5, "max_run of team:t4"))
-        self.assertIn("$0.5000 (from max_run of team:t4)", self.show_text(done_id))
+        self.assertIn("$0.50 (from max_run of team:t4)", self.show_text(done_id))
         # The negative control: a run recorded without its source (as before schema 19) is
         # derived from today's budgets, and says so: the same run then reads "none of its own".
         self.root_sql("UPDATE runs SET budget_source = NULL, run_budget_micros = NULL "

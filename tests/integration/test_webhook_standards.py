@@ -171,7 +171,7 @@ class SlackTest(WebhookCase):
         self.assertIn("&lt;@U1&gt;", body)
         # A message a person acts on: who, team, spend of which budget, why, where.
         status = self.read_json("status.json")
-        for part in ("User: ", "Team: vision", "of the run budget $0.0400", "Why: killed (budget:run)",
+        for part in ("User: ", "Team: vision", "of the run budget $0.04", "Why: killed (budget:run)",
                      "host ", status["run_id"]):
             self.assertIn(part, body)
         self.assertEqual([b["type"] for b in message["blocks"]][:2], ["header", "section"])

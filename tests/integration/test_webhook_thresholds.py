@@ -155,7 +155,7 @@ class SlackRefusedTest(LedgerTest):
         self.assertEqual(len(why), 1)
         self.assertEqual(why[0].count("stop order"), 1, why[0])
         self.assertIn("audit", why[0])
-        self.assertRegex(slack["text"], r"spent \$\d+\.\d{4}")
+        self.assertRegex(slack["text"], r"spent \$\d[\d,]*\.(\d\d|\d{4}|\d{6})\b")
 
 
 if __name__ == "__main__":

@@ -188,10 +188,11 @@ class WebhookTest(LedgerTest):
         status = self.read_json("status.json")
         for part in ("vision", "vit", "budget:run"):
             self.assertIn(part, body["text"])
-        # Money as the terminal prints it: $0.0401, not 0.040071 USD (issue 30).
-        spent = re.search(r"spent \$(\d+\.\d{4}) of the run budget \$0\.0400", body["text"])
+        # Money as the terminal prints it: $0.04 (cents from a cent up), not 0.040071 USD
+        # (issue 30, issue 40 item 7).
+        spent = re.search(r"spent \$(\d+\.\d\d) of the run budget \$0\.04\b", body["text"])
         self.assertTrue(spent, body["text"])
-        self.assertAlmostEqual(float(spent.group(1)), status["spend"], delta=0.00006)
+        self.assertAlmostEqual(float(spent.group(1)), status["spend"], delta=0.005)
         self.assertNotIn(" USD", body["text"])
 
     def test_3_retries_500_then_200_and_never_400(self):

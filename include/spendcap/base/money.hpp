@@ -42,12 +42,40 @@ Money parse_money_or_throw(std::string_view text, std::string_view what);
 // A JSON number from a policy file; nullopt for negative, non-finite or too large.
 std::optional<Money> money_from_number(double value);
 
-// "$0.0700" below one unit, "$36.00" above, "$0.000022" for an amount a 4-decimal figure would
-// show as $0.0000; other currencies as "0.07 EUR". Never an exponent.
+// The one rule for money in text: zero and amounts of a cent or more in cents ("$1.23",
+// "$0.00"), below a cent 4 decimals ("$0.0042"), below a hundredth of a cent 6 ("$0.000042"), each
+// rounded half away from zero; a negative amount as its magnitude ("-$0.0042"); thousands grouped
+// ("$1,234.50"); other currencies as "0.07 EUR". Never an exponent. Machine outputs (json, csv,
+// FOCUS) carry the full number instead (to_decimal, money_to_json).
 std::string format_money(Money amount, std::string_view currency = "USD");
+// With the decimals given (2, 4 or 6): a table column's (MoneyColumn), so that all its cells agree.
+std::string format_money(Money amount, std::string_view currency, int decimals);
+// An amount that need not be a whole number of micro-units (an estimate, a cost per 1000 units):
+// rounded to the micro-unit, then as above.
+std::string format_money(double units, std::string_view currency = "USD");
+std::string format_money(double units, std::string_view currency, int decimals);
+// The decimals the rule gives an amount: 2, 4 or 6. $0.00995 and more is 2 ("$0.01": 4 decimals
+// would print "$0.0100"), $0.0001 and more 4, a nonzero amount below that 6.
+int money_decimals(Money amount);
+int money_decimals(double units);
+
+// The amounts of one table column: each printed with the decimals the most precise of them
+// needs, so that a column never mixes "$0.00" and "$0.0042" (add every amount, then text each).
+class MoneyColumn {
+ public:
+  void add(Money amount);
+  void add(double units);
+  int decimals() const { return decimals_; }
+  std::string text(Money amount, std::string_view currency) const;
+  std::string text(double units, std::string_view currency) const;
+
+ private:
+  int decimals_ = 2;
+};
+
 // A price per unit (per step, per 1000 tokens), which can be far below a micro-unit: fixed-point
 // with at least 4 significant digits, never an exponent ("$0.00004617", "$1.25", "$1234.50").
-// Every money figure spendcap prints goes through one of these two.
+// Every money figure spendcap prints goes through format_money or this.
 std::string format_unit_price(double amount, std::string_view currency = "USD");
 // The amount as a number for JSON.
 double money_to_json(Money amount);

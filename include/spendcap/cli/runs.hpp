@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "spendcap/base/money.hpp"
@@ -31,8 +32,35 @@ int runs_command(const RunsRequest& request);
 // naming `what` ("show 1a2b") with the candidates.
 std::string resolve_run_id(Ledger& ledger, const std::string& prefix, const std::string& what);
 
-// Rows as left-aligned columns, each cell escaped for the terminal (names come from other users).
-void print_table(std::vector<std::vector<std::string>> rows);
+// A cell of print_table: text, and amounts of money within it ("$5.00 (max_run of team:t4)"),
+// which print_table shows with the decimals of their column (MoneyColumn): a column never mixes
+// "$0.00" and "$0.0042".
+class TableCell {
+ public:
+  TableCell(std::string text = {}) { parts_.push_back({std::move(text), std::nullopt, {}}); }
+  TableCell(const char* text) : TableCell(std::string(text)) {}
+  static TableCell money(Money amount, std::string_view currency);
+
+  TableCell& operator+=(const TableCell& more);
+  friend TableCell operator+(TableCell a, const TableCell& b) { return a += b; }
+
+  // The amounts in it.
+  void add_amounts_to(MoneyColumn& column) const;
+  // The text, its amounts with the column's decimals.
+  std::string text(const MoneyColumn& column) const;
+
+ private:
+  struct Part {
+    std::string text;
+    std::optional<Money> amount;
+    std::string currency;
+  };
+  std::vector<Part> parts_;
+};
+
+// Rows as left-aligned columns, each cell escaped for the terminal (names come from other users),
+// every amount of money of one column with the same decimals.
+void print_table(const std::vector<std::vector<TableCell>>& rows);
 
 // The run's budget in effect and where it came from ("flag --budget", "max_run of team:vision";
 // none and "" when neither), as recorded at its admission (ledger.hpp's budget_source_text). A

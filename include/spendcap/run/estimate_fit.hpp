@@ -28,9 +28,6 @@ double seconds_of(const std::string& text, const std::string& flag);
 // `value` with `decimals` digits after the point.
 std::string fixed(double value, int decimals);
 
-// "$1,234.50", or "1,234.50 EUR"; four decimals under a cent.
-std::string money_text(double units, const std::string& currency);
-
 // A budget the estimate must fit, and what remains of it.
 struct BudgetFit {
   std::string scope;

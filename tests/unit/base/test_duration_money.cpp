@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <climits>
 #include <cmath>
 #include <limits>
 
@@ -55,12 +56,88 @@ TEST_CASE("money parses exactly into micro-units") {
 }
 
 TEST_CASE("money prints with sensible precision") {
-  CHECK(format_money(Money{70000}) == "$0.0700");
+  CHECK(format_money(Money{70000}) == "$0.07");
   CHECK(format_money(Money{36000000}) == "$36.00");
   CHECK(format_money(Money{1500000}, "EUR") == "1.50 EUR");
   CHECK(to_decimal(Money{100000}) == "0.1");
   CHECK(to_decimal(Money{36000000}) == "36");
   CHECK(to_decimal(Money{125}) == "0.000125");
+}
+
+TEST_CASE("money in text: cents from a cent up, 4 decimals below a cent, 6 below 0.01 cent") {
+  // Issue 40 item 7: "$0.0000" beside "$0.00", "$0.0010" beside "$1.00". One rule everywhere.
+  CHECK(format_money(Money{0}) == "$0.00");
+  CHECK(format_money(Money{4'999}) == "$0.0050");  // 0.004999
+  CHECK(format_money(Money{5'000}) == "$0.0050");
+  CHECK(format_money(Money{4'200}) == "$0.0042");
+  CHECK(format_money(Money{9'949}) == "$0.0099");
+  // 0.0099999 is no amount of micro-units: it is read as 0.01. Just below: at 4 decimals it
+  // would say "$0.0100", so a cent.
+  CHECK(money_from_number(0.0099999) == Money{10'000});
+  CHECK(format_money(*money_from_number(0.0099999)) == "$0.01");
+  CHECK(format_money(Money{9'999}) == "$0.01");
+  CHECK(format_money(Money{9'950}) == "$0.01");
+  CHECK(format_money(Money{10'000}) == "$0.01");
+  CHECK(format_money(Money{14'999}) == "$0.01");
+  CHECK(format_money(Money{15'000}) == "$0.02");  // half away from zero
+  CHECK(format_money(Money{500'000}) == "$0.50");
+  CHECK(format_money(Money{1'005'000}) == "$1.01");  // exact: no double's 1.00499...
+  // Below 0.01 cent: 6 decimals (0.0000999 is read as 0.0001: 4 decimals).
+  CHECK(format_money(Money{99}) == "$0.000099");
+  CHECK(format_money(Money{42}) == "$0.000042");
+  CHECK(format_money(Money{1}) == "$0.000001");
+  CHECK(format_money(*money_from_number(0.0000999)) == "$0.0001");
+  CHECK(format_money(Money{100}) == "$0.0001");
+  // Negative amounts by their magnitude.
+  CHECK(format_money(Money{-4'200}) == "-$0.0042");
+  CHECK(format_money(Money{-42}) == "-$0.000042");
+  CHECK(format_money(Money{-1'500'000}) == "-$1.50");
+  CHECK(format_money(Money{-4'200}, "EUR") == "-0.0042 EUR");
+  // Thousands grouped, exact to the largest amount accepted.
+  CHECK(format_money(Money{1'234'500'000}) == "$1,234.50");
+  CHECK(format_money(Money{999'994'999}) == "$999.99");
+  CHECK(format_money(Money{999'995'000}) == "$1,000.00");
+  CHECK(format_money(Money{3'600'000'000}) == "$3,600.00");
+  CHECK(format_money(kMaxMoney) == "$1,000,000,000,000.00");
+  CHECK(format_money(Money{1'234'567'000'000}, "EUR") == "1,234,567.00 EUR");
+  CHECK(format_money(Money{INT64_MIN}) == "-$9,223,372,036,854.78");
+  // Other currencies: the same decimals.
+  CHECK(format_money(Money{42}, "EUR") == "0.000042 EUR");
+  CHECK(format_money(Money{0}, "GBP") == "0.00 GBP");
+  // Decimals given (a table column's).
+  CHECK(format_money(Money{1'000'000}, "USD", 4) == "$1.0000");
+  CHECK(format_money(Money{0}, "USD", 6) == "$0.000000");
+  CHECK(format_money(Money{4'242}, "USD", 2) == "$0.00");
+  // An amount that is no whole number of micro-units (an estimate): rounded to one, then the
+  // same rule; never an exponent.
+  CHECK(format_money(27.777777, "USD") == "$27.78");
+  CHECK(format_money(0.0042, "USD") == "$0.0042");
+  CHECK(format_money(0.00000042, "USD") == "$0.000000");
+  CHECK(format_money(-0.0042, "USD") == "-$0.0042");
+  CHECK(format_money(1e20, "USD") == "$100,000,000,000,000,000,000.00");
+  CHECK(format_money(0.0, "USD") == "$0.00");
+  CHECK(money_decimals(Money{0}) == 2);
+  CHECK(money_decimals(Money{9'949}) == 4);
+  CHECK(money_decimals(Money{99}) == 6);
+  CHECK(money_decimals(1e-9) == 6);
+}
+
+TEST_CASE("a money column prints every amount with the decimals its most precise one needs") {
+  MoneyColumn column;
+  CHECK(column.text(Money{1'000'000}, "USD") == "$1.00");  // nothing added: cents
+  column.add(Money{1'000'000});
+  column.add(Money{0});
+  CHECK(column.decimals() == 2);
+  column.add(Money{4'200});
+  CHECK(column.decimals() == 4);
+  CHECK(column.text(Money{1'000'000}, "USD") == "$1.0000");
+  CHECK(column.text(Money{4'200}, "USD") == "$0.0042");
+  CHECK(column.text(Money{0}, "USD") == "$0.0000");
+  column.add(Money{1'000'000'000});  // a larger amount lowers nothing
+  CHECK(column.decimals() == 4);
+  column.add(0.00002);
+  CHECK(column.decimals() == 6);
+  CHECK(column.text(1.5, "EUR") == "1.500000 EUR");
 }
 
 TEST_CASE("cost is rate times time, in 128-bit arithmetic") {

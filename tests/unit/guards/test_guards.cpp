@@ -149,8 +149,8 @@ TEST_CASE("unit prices and money: fixed-point, enough digits, never an exponent"
   CHECK(format_unit_cost(3.1e-9) == "$0.0000000031");  // trailing zeros trimmed
   CHECK(format_unit_cost(4.617e-05, "EUR") == "0.00004617 EUR");
   CHECK(format_money(Money{22}) == "$0.000022");
-  CHECK(format_money(Money{0}) == "$0.0000");
-  CHECK(format_money(Money{70000}) == "$0.0700");
+  CHECK(format_money(Money{0}) == "$0.00");
+  CHECK(format_money(Money{70000}) == "$0.07");
   CHECK(format_money(Money{36000000}) == "$36.00");
   CHECK(format_money(Money{-1500000}) == "-$1.50");
   for (double x : {1e-12, 7.5e-7, 3.3e-5, 0.04, 9.99, 1e6}) {

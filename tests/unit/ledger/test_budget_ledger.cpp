@@ -47,8 +47,8 @@ TEST_CASE("BudgetLedger: admission refused names the binding scope and holds not
   CHECK(refused.grant.binding == kSweep);
   CHECK(refused.grant.ceiling == Money{});
   CHECK(refused.refusal ==
-        "experiment:sweep budget $1.00 (month) has $0.0100 left: $0.0000 spent, $0.9900 held by "
-        "1 running run; this run needs more than its $0.0300 shutdown reserve");
+        "experiment:sweep budget $1.00 (month) has $0.01 left: $0.00 spent, $0.99 held by "
+        "1 running run; this run needs more than its $0.03 shutdown reserve");
   const RunRecord& row = t.data().runs.at("r2");
   CHECK(row.status == RunStatus::refused);
   CHECK(row.reason == "refused: budget experiment:sweep");

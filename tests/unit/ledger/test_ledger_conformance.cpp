@@ -201,8 +201,8 @@ TEST_CASE_TEMPLATE("Ledger conformance: a refusal names the scope, its budget, s
   CHECK(refused.grant.ceiling == Money{});
   CHECK(refused.grant.allowed == usd(0.02));
   CHECK(refused.refusal ==
-        "team:vision budget $1.00 (month) has $0.0200 left: $0.9000 spent, $0.0800 held by 2 "
-        "running runs; this run needs more than its $0.0300 shutdown reserve");
+        "team:vision budget $1.00 (month) has $0.02 left: $0.90 spent, $0.08 held by 2 "
+        "running runs; this run needs more than its $0.03 shutdown reserve");
 
   std::optional<RunView> row = t.ledger->find_run("r4");
   REQUIRE(row);
@@ -227,7 +227,7 @@ TEST_CASE_TEMPLATE("Ledger conformance: the run budget, and max_run lowering it"
     CHECK_FALSE(refused.admitted);
     CHECK(refused.run_budget == usd(0.02));
     CHECK(refused.refused_by == Scope{ScopeKind::run, "r1"});
-    CHECK(refused.refusal == "the run budget $0.0200 cannot cover the shutdown reserve $0.0300");
+    CHECK(refused.refusal == "the run budget $0.02 cannot cover the shutdown reserve $0.03");
     // The reserve, not "budget run:r1" (issue 40).
     CHECK(t.ledger->find_run("r1")->reason == "refused: shutdown reserve exceeds the run budget");
   }
@@ -290,8 +290,8 @@ TEST_CASE_TEMPLATE("Ledger conformance: a job key shares one budget across its r
   CHECK_FALSE(third.admitted);
   CHECK(third.refused_by == job);
   CHECK(third.refusal ==
-        "job:resnet-42 budget $1.00 has $0.0000 left: $1.00 spent or held by its other runs; "
-        "this run needs more than its $0.0300 shutdown reserve");
+        "job:resnet-42 budget $1.00 has $0.00 left: $1.00 spent or held by its other runs; "
+        "this run needs more than its $0.03 shutdown reserve");
 
   t.ledger->finish_run(run_final("r2", usd(0.1)));
   CHECK(t.ledger->begin_run(job_run("r4", 0.5)).grant.ceiling == usd(0.3));
@@ -353,7 +353,7 @@ TEST_CASE_TEMPLATE(
   // The warn run's real hold counts: an enforce run finds nothing left.
   Admission enforced = t.ledger->begin_run(claim_start("e1", "vision", usd(0.5)));
   CHECK_FALSE(enforced.admitted);
-  CHECK(enforced.refusal.starts_with("team:vision budget $1.00 (month) has $0.0000 left"));
+  CHECK(enforced.refusal.starts_with("team:vision budget $1.00 (month) has $0.00 left"));
 
   double admitted_at = t.clock.now();
   Admission would_refuse = t.ledger->begin_run(warn_run("w2", 0.5));

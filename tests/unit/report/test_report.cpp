@@ -249,3 +249,30 @@ TEST_CASE("report table: a width cuts long names to name~; no width (not a termi
 }
 
 }  // namespace spendcap::testing
+
+TEST_CASE("report table: a money column prints all its cells with the same decimals") {
+  // Issue 40 item 7: $1.00 beside $0.0042 in one column is printed $1.0000 beside $0.0042.
+  std::vector<ReportRow> rows = {row("a", "vision", "e", RunStatus::succeeded, 1),
+                                 row("b", "nlp", "e", RunStatus::failed, 0.0042)};
+  ReportOptions options;
+  options.by = {*parse_group_by("team")};
+  std::string table = report_table(build_report(rows, options), "USD", 0);
+  CHECK(table.find("$1.0000 ") != std::string::npos);
+  CHECK(table.find("$0.0042 ") != std::string::npos);
+  CHECK(table.find("$1.0042 ") != std::string::npos);  // the total
+  CHECK(table.find("$1.00 ") == std::string::npos);
+  // waste: nlp's failed run, and none for vision: $0.0000 beside $0.0042, never $0.00.
+  CHECK(table.find("$0.0000") != std::string::npos);
+  CHECK(table.find("$0.00 ") == std::string::npos);
+  // Every line of the table is as wide up to the bar: the columns line up.
+  std::string vision = table.substr(table.find("vision"));
+  std::string nlp = table.substr(table.find("nlp"));
+  CHECK(vision.find("$1.0000") == nlp.find("$0.0042"));
+  // Cents throughout where no cell needs more.
+  rows[1].spend = Money{20'000};
+  std::string cents = report_table(build_report(rows, options), "USD", 0);
+  CHECK(cents.find("$1.00 ") != std::string::npos);
+  CHECK(cents.find("$0.02 ") != std::string::npos);
+  CHECK(cents.find("$0.00 ") != std::string::npos);  // vision's waste
+  CHECK(cents.find("$0.0000") == std::string::npos);
+}

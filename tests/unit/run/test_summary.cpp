@@ -56,8 +56,8 @@ TEST_CASE("a job key's summary adds its total across runs to the run's own line"
     Reporter reporter(false, false, ::dup(lines.fd));
     say_summary(succeeded_outcome(), admission, "train-42", reporter);
   }
-  CHECK(lines.text().find("run 1a2b3c4d succeeded after 1.50s: spent $0.1000; exit 0; job "
-                          "train-42 total $0.3000 of $1.00") != std::string::npos);
+  CHECK(lines.text().find("run 1a2b3c4d succeeded after 1.50s: spent $0.10; exit 0; job "
+                          "train-42 total $0.30 of $1.00") != std::string::npos);
   // Negative control: a run without a job key's history says its own line only.
   Lines alone;
   {

@@ -594,7 +594,7 @@ TEST_CASE("start line: what trips the run first, and when") {
   std::string own = start_line(terms, facts);
   CHECK(own.rfind("run 5c0ffee0 started: burn $3.60/h, budget $1.00, reserve $0.0010", 0) == 0);
   CHECK(own.find("; its budget trips in") != std::string::npos);
-  CHECK(own.find("; ceiling $0.1000 granted so far") != std::string::npos);
+  CHECK(own.find("; ceiling $0.10 granted so far") != std::string::npos);
 
   // A team budget with less left than the run's own binds first.
   ScopeUse team;
@@ -603,7 +603,7 @@ TEST_CASE("start line: what trips the run first, and when") {
   team.held = facts.ceiling;
   facts.scopes = {team};
   std::string shared = start_line(terms, facts);
-  CHECK(shared.find("(budget:team:vision: $0.0500 left of $0.0500)") != std::string::npos);
+  CHECK(shared.find("(budget:team:vision: $0.05 left of $0.05)") != std::string::npos);
   terms.verbose = false;
   std::string shared_brief = start_line(terms, facts);
   CHECK(shared_brief.find("(budget:team:vision)") != std::string::npos);
@@ -611,7 +611,7 @@ TEST_CASE("start line: what trips the run first, and when") {
   terms.verbose = true;
 
   // A fair share of a shared budget: the trip counts the other runs (an equal part of what no
-  // run spent, $0.0300 of $0.0600 with 1 other run), "~" as it depends on them.
+  // run spent, $0.03 of $0.06 with 1 other run), "~" as it depends on them.
   team.amount = Money{60'000};
   team.other_runs = 1;
   facts.scopes = {team};
@@ -619,8 +619,8 @@ TEST_CASE("start line: what trips the run first, and when") {
   facts.fair_share = true;
   std::string fair = start_line(terms, facts);
   CHECK(fair.find("trips in ~") != std::string::npos);
-  CHECK(fair.find("(budget:team:vision: a fair share of its $0.0600 left with 1 other run; holds "
-                  "$0.1000 so far, raised at each heartbeat)") != std::string::npos);
+  CHECK(fair.find("(budget:team:vision: a fair share of its $0.06 left with 1 other run; holds "
+                  "$0.10 so far, raised at each heartbeat)") != std::string::npos);
   terms.verbose = false;
   CHECK(start_line(terms, facts).find("(budget:team:vision, a fair share with 1 other run)") !=
         std::string::npos);

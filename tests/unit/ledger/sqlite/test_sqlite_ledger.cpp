@@ -526,7 +526,7 @@ TEST_CASE("Ledger spool: a row is replayed only when the ledger and the file vou
       {"other-user", "admitted by uid " + std::to_string(me.uid + 1)},
       {"other-host", "ran on elsewhere, not on testhost"},
       {"above", "above its ceiling"},
-      {"below", "below the $0.3000 of its last heartbeat"},
+      {"below", "below the $0.30 of its last heartbeat"},
       {"symlink", "a symlink"},
       {"wrong-mode", "mode 0640, not 0600"},
       {"wrong-owner", "owned by uid 65534"}};
