@@ -552,7 +552,7 @@ class Supervisor::Impl {
   HeartbeatPart* heartbeat_ = nullptr;
   JobControl* job_control_ = nullptr;
   CheckpointWatch* checkpoint_ = nullptr;
-  std::optional<HeartbeatProgress> live_progress_;  // the guard part's, for the heartbeats
+  std::optional<LiveProgress> live_progress_;  // the guard part's, for the heartbeats
 
   std::optional<Trip> trip_;
   TimePoint trip_at_{};

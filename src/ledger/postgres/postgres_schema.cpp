@@ -276,6 +276,11 @@ REVOKE ALL ON refused_counts FROM PUBLIC;
     // writes of a runner are) and replaces spendcap_heartbeat and spendcap_finish by ones that call
     // it (a ledger at v23 kept the old ones: routines() run only after a migration).
     "SELECT 1;\n",
+    // v26 (the 25th entry, recorded as version 25; issue 40 item 7): as SQLite's v26, when a
+    // running run is expected to
+    // have done its steps; routines() replaces spendcap_heartbeat and spendcap_finish by ones that
+    // write it from the progress's seconds_left and the server's clock.
+    "ALTER TABLE runs ADD COLUMN progress_eta_at DOUBLE PRECISION;\n",
 };
 
 const char* const kRunColumns =
@@ -289,7 +294,7 @@ const char* const kRunColumns =
     "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, pricing, "
     "commitment_micros, cwd, run_budget_micros, budget_source, progress_step, "
     "progress_total_steps, progress_line, checkpoint_signal, checkpoint_signalled, "
-    "checkpoint_signal_seconds, checkpoint_written_seconds, spendcap_exit_code";
+    "checkpoint_signal_seconds, checkpoint_written_seconds, spendcap_exit_code, progress_eta_at";
 
 namespace {
 
@@ -304,8 +309,8 @@ const char* const kMutableRunColumns[] = {
     "elapsed_seconds", "reported_spend_micros",
     "overrun",         "spendcap_exit_code",
 };
-// The final row's checkpoint storage (v10), last progress line and checkpoint (v19): written as
-// the row carries it, like the above (every read of a run reads them).
+// The final row's checkpoint storage (v10), last progress line and checkpoint (v19) and its ETA
+// (v26): written as the row carries it, like the above (every read of a run reads them).
 const char* const kStorageRunColumns[] = {"storage_peak_gb",
                                           "storage_spend_micros",
                                           "progress_step",
@@ -314,7 +319,8 @@ const char* const kStorageRunColumns[] = {"storage_peak_gb",
                                           "checkpoint_signal",
                                           "checkpoint_signalled",
                                           "checkpoint_signal_seconds",
-                                          "checkpoint_written_seconds"};
+                                          "checkpoint_written_seconds",
+                                          "progress_eta_at"};
 
 // Written by update_run only when the run carries them (as SQLite's): a GPU record (gpu_measured
 // set), and the progress channel's last report (a metric, units or egress).
@@ -573,7 +579,8 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
   spendcap_count_unfinished(text, text, bigint, bigint),
   spendcap_tally_refusal(text, double precision),
-  spendcap_count_refusal(text, double precision), spendcap_set_tracker(text, text) FROM PUBLIC;
+  spendcap_count_refusal(text, double precision), spendcap_set_tracker(text, text),
+  spendcap_progress_eta(double precision, double precision) FROM PUBLIC;
 )sql" + access_grants();
 }
 

@@ -301,13 +301,19 @@ const std::vector<std::string>& migrations() {
     // channel is written into its tags, StoreTxn::set_run_tracker; PostgreSQL's functions take
     // it); the number keeps both backends' versions equal.
     texts.push_back("SELECT 1;\n");
+    // v26 (recorded as version 25, the labels one ahead since v24's; issue 40 item 7): when a
+    // running run is expected to have done its steps at its pace (unix seconds, the ledger's clock:
+    // the heartbeat's now + HeartbeatProgress::seconds_left), written with its progress at each
+    // heartbeat and with the final row; `ps` shows ETA from it. NULL: not known (no total steps, no
+    // pace yet, or a run before v26).
+    texts.push_back("ALTER TABLE runs ADD COLUMN progress_eta_at REAL;\n");
     return texts;
   }();
   return all;
 }
 
-// The array's, and the 12 migrations() adds after it (v14's rollups to v25).
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 12;
+// The array's, and the 13 migrations() adds after it (v14's rollups to v26).
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 13;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 

@@ -281,9 +281,10 @@ TEST_CASE("Rollups: a report from them equals a scan's, on SQLite (and after a r
   CHECK(report_text(ledger, options, true, &read) != report_text(ledger, options, false, &scanned));
 }
 
-// Schema v23's table (refused runs counted), v22's column (spendcap's own exit) and v19's (the whole record of a run), dropped to go
-// back to an older schema.
+// Schema v26's column (the ETA), v23's table (refused runs counted), v22's column (spendcap's own
+// exit) and v19's (the whole record of a run), dropped to go back to an older schema.
 constexpr const char* kUndoV19 =
+    "ALTER TABLE runs DROP COLUMN progress_eta_at; "
     "DROP TABLE refused_counts; ALTER TABLE runs DROP COLUMN spendcap_exit_code; "
     "ALTER TABLE runs DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN run_budget_micros; "
     "ALTER TABLE runs DROP COLUMN budget_source; ALTER TABLE runs DROP COLUMN progress_step; "
