@@ -1,6 +1,6 @@
 """`spendcap ps` shows how far a running run is (issue 40 item 7), as an ordinary user, on the
 SQLite ledger and, with a server (SPENDCAP_TEST_PG_URL), on PostgreSQL: STEP is the progress
-channel's step of its total ("120/600"), ETA the time its steps still need at their pace
+channel's step of its total ("120/1200"), ETA the time its steps still need at their pace
 ("~48s"), from the ledger's progress_eta_at that each heartbeat writes (schema v26); `ps --json`
 gives its times as RFC 3339 UTC strings (the format of `runs --json` and `show --json`) and the
 run's step, total_steps, eta_seconds and eta_at; with $COLUMNS the table fits that width (names
@@ -19,8 +19,8 @@ from spendcap_testlib import FIXTURES, UserLedgerTest, wait_until, why_no_ordina
 
 PROGRESS_JOB = os.path.join(FIXTURES, "progress_job.py")
 NO_USER = why_no_ordinary_user()
-# 10 steps a second of 600: a minute, far longer than the test looks (it stops the run).
-STEPS, TOTAL = "600", 600
+# 10 steps a second of 1200: two minutes, longer than the test looks (it stops the run).
+STEPS, TOTAL = "1200", 1200
 DURATION = re.compile(r"^~(\d+h)?(\d+m)?(\d+(\.\d+)?s)?$")
 
 

@@ -362,7 +362,7 @@ std::string copy_run_sql(const std::string& from, const std::string& to) {
          "storage_peak_gb, storage_spend_micros, pricing, commitment_micros, cwd, "
          "run_budget_micros, budget_source, progress_step, progress_total_steps, progress_line, "
          "checkpoint_signal, checkpoint_signalled, checkpoint_signal_seconds, "
-         "checkpoint_written_seconds, spendcap_exit_code FROM runs "
+         "checkpoint_written_seconds, spendcap_exit_code, progress_eta_at FROM runs "
          "WHERE id = '" +
          from + "'";
 }
