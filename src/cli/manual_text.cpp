@@ -88,9 +88,17 @@ const std::vector<VerbText>& verb_texts() {
         "stopped is lost: it keeps its ceiling and, once it can no longer be spending, is charged "
         "exactly that, until its spooled final row replaces the charge: ps replays this host's "
         "spool and queues lost runs' events (report, runs, show and budgets only read).",
+        "STEP is the progress channel's last step of its total (1200/2000) and ETA the time its "
+        "steps still need at their recent pace (~3m10s), as the run's last heartbeat recorded it "
+        "in the ledger; - when not known. On a terminal (or with $COLUMNS) the table fits its "
+        "width: long names, statuses and budgets are cut, ending in ~; through a pipe every cell "
+        "is whole.",
         "A multi-node run (--run-id) is one row with its nodes under it; --json keeps a row per "
-        "node, with job_key and node. Run ids are shown as the shortest unique prefix (at least "
-        "8 characters), which show, stop --run and accept take."},
+        "node, with job_key and node. --json gives its times (started_at, heartbeat_at, "
+        "finished_at, eta_at) as RFC 3339 UTC strings, as runs and show do, and each run's step, "
+        "total_steps, eta_seconds and eta_at (null when not known). Run ids are shown as the "
+        "shortest unique prefix (at least 8 characters), which show, stop --run and accept "
+        "take."},
        {{"spendcap ps", "What is running now, and what it has spent."},
         {"spendcap ps --json", "The same for a script: one object per run (per node)."}},
        {},

@@ -161,6 +161,29 @@ TableCell budget_share(const RunView& run, const std::vector<BudgetView>& views,
   return "-";
 }
 
+// The progress channel's step of a run, "1200/2000" ("1200" without a total); "-" when none.
+std::string step_text(const RunView& run) {
+  if (!run.last_progress || !run.last_progress->step) return "-";
+  std::string text = std::to_string(*run.last_progress->step);
+  if (run.last_progress->total_steps) text += "/" + std::to_string(*run.last_progress->total_steps);
+  return text;
+}
+
+// The seconds until a running run is expected to have done its steps, from its ETA in the
+// ledger (progress_eta_at, written at its heartbeats from its pace; 0 once that time is past);
+// none for a run that is not running (finished, lost, paused: no pace to go by) or has no ETA.
+std::optional<double> eta_seconds(const RunView& run, double now, bool paused) {
+  if (run.status != RunStatus::running || run.finished_at || paused || !run.progress_eta_at) {
+    return std::nullopt;
+  }
+  return std::max(0.0, *run.progress_eta_at - now);
+}
+
+// "~3m10s"; "-" when not known.
+std::string eta_text(const std::optional<double>& seconds) {
+  return seconds ? "~" + age(*seconds) : "-";
+}
+
 }  // namespace
 
 int ps_command(const LedgerChoice& choice, bool json) {
@@ -181,31 +204,47 @@ int ps_command(const LedgerChoice& choice, bool json) {
     std::vector<RunView> listed = runs;
     listed.insert(listed.end(), charged.begin(), charged.end());
     listed.insert(listed.end(), overruns.begin(), overruns.end());
+    auto optional_json = [](const auto& value) {
+      return value ? nlohmann::json(*value) : nlohmann::json();
+    };
+    auto time_json = [](const std::optional<double>& at) {
+      return at ? nlohmann::json(iso_time(*at)) : nlohmann::json();
+    };
     for (const RunView& run : listed) {
-      out.push_back({{"id", run.id},
-                     {"host", run.host},
-                     {"pid", run.pid},
-                     {"team", run.team},
-                     {"experiment", run.experiment},
-                     {"project", run.project},
-                     {"user", run.user},
-                     {"job_key", run.job_key},
-                     {"node", run.tags.count("node") && !run.job_key.empty()
-                                  ? nlohmann::json(run.tags.at("node"))
-                                  : nlohmann::json()},
-                     {"status", to_string(run.status)},
-                     {"reconciled", run.reconciled},
-                     {"overrun", run.overrun},
-                     {"mode", to_string(run.mode)},
-                     {"spend", money_to_json(run.spend)},
-                     {"live_spend", money_to_json(live_spend(run, now))},
-                     {"ceiling", money_to_json(run.ceiling)},
-                     {"held", money_to_json(held_by(run))},
-                     {"paused", paused_here(run)},
-                     {"rate_per_hour", money_to_json(run.rate_per_hour)},
-                     {"started_at", run.started_at},
-                     {"heartbeat_at", run.heartbeat_at},
-                     {"age_seconds", now - run.started_at}});
+      bool paused = paused_here(run);
+      std::optional<double> eta = eta_seconds(run, now, paused);
+      if (eta) *eta = std::round(*eta * 1000) / 1000;
+      const std::optional<RunLastProgress>& progress = run.last_progress;
+      out.push_back(
+          {{"id", run.id},
+           {"host", run.host},
+           {"pid", run.pid},
+           {"team", run.team},
+           {"experiment", run.experiment},
+           {"project", run.project},
+           {"user", run.user},
+           {"job_key", run.job_key},
+           {"node", run.tags.count("node") && !run.job_key.empty()
+                        ? nlohmann::json(run.tags.at("node"))
+                        : nlohmann::json()},
+           {"status", to_string(run.status)},
+           {"reconciled", run.reconciled},
+           {"overrun", run.overrun},
+           {"mode", to_string(run.mode)},
+           {"spend", money_to_json(run.spend)},
+           {"live_spend", money_to_json(live_spend(run, now))},
+           {"ceiling", money_to_json(run.ceiling)},
+           {"held", money_to_json(held_by(run))},
+           {"paused", paused},
+           {"rate_per_hour", money_to_json(run.rate_per_hour)},
+           {"started_at", iso_time(run.started_at)},
+           {"heartbeat_at", iso_time(run.heartbeat_at)},
+           {"finished_at", time_json(run.finished_at)},
+           {"age_seconds", now - run.started_at},
+           {"step", progress ? optional_json(progress->step) : nlohmann::json()},
+           {"total_steps", progress ? optional_json(progress->total_steps) : nlohmann::json()},
+           {"eta_seconds", optional_json(eta)},
+           {"eta_at", time_json(run.progress_eta_at)}});
     }
     std::cout << plain_json_numbers(dump_json(out, 2)) << "\n";
     return 0;
@@ -216,14 +255,21 @@ int ps_command(const LedgerChoice& choice, bool json) {
   }
   std::vector<BudgetView> budget_views = ledger->budgets();
   std::vector<std::vector<TableCell>> rows = {{"RUN", "USER", "HOST", "PID", "TEAM", "EXPERIMENT",
-                                               "STATUS", "SPEND", "HELD", "BURN/H", "AGE",
-                                               "BUDGET USED"}};
-  auto add_row = [&](const RunView& run, const TableCell& status) {
+                                               "STATUS", "SPEND", "HELD", "BURN/H", "AGE", "STEP",
+                                               "ETA", "BUDGET USED"}};
+  // Cut to fit the terminal: the names, the status and the budget's words (print_table).
+  const std::vector<std::size_t> cut = {1, 2, 4, 5, 6, 13};
+  auto add_row = [&](const RunView& run, const TableCell& status, bool paused) {
     rows.push_back(
         {run.id.substr(0, 8), run.user.empty() ? "-" : run.user, run.host, std::to_string(run.pid),
          run.team, run.experiment, status, TableCell::money(live_spend(run, now), currency),
          TableCell::money(held_by(run), currency), TableCell::money(run.rate_per_hour, currency),
-         age(now - run.started_at), budget_share(run, budget_views, currency, now)});
+         age(now - run.started_at), step_text(run), eta_text(eta_seconds(run, now, paused)),
+         budget_share(run, budget_views, currency, now)});
+  };
+  // Shown "paused" (status_of): its ETA is not counting down.
+  auto shown_paused = [&](const RunView& run) {
+    return run.status != RunStatus::lost && paused_here(run);
   };
   auto status_of = [&](const RunView& run) -> TableCell {
     if (run.status == RunStatus::lost) return lost_status(run, now, currency);
@@ -241,7 +287,7 @@ int ps_command(const LedgerChoice& choice, bool json) {
   }
   for (const RunView& run : runs) {
     if (!node_of(run)) {
-      add_row(run, status_of(run));
+      add_row(run, status_of(run), shown_paused(run));
       continue;
     }
     auto group = nodes_of.find(run.job_key);
@@ -262,20 +308,22 @@ int ps_command(const LedgerChoice& choice, bool json) {
                     run.experiment,
                     lost ? "running (" + std::to_string(lost) + " lost)" : "running",
                     TableCell::money(spend, currency), TableCell::money(ceiling, currency),
-                    TableCell::money(burn, currency), age(now - started),
+                    TableCell::money(burn, currency), age(now - started), "", "",
                     budget_share(run, budget_views, currency, now)});
     for (const RunView* node : group->second) {
+      TableCell status = status_of(*node);
       rows.push_back({"  " + *node_of(*node), "", node->host, std::to_string(node->pid), "", "",
-                      status_of(*node), TableCell::money(live_spend(*node, now), currency),
+                      status, TableCell::money(live_spend(*node, now), currency),
                       TableCell::money(held_by(*node), currency),
                       TableCell::money(node->rate_per_hour, currency), age(now - node->started_at),
+                      step_text(*node), eta_text(eta_seconds(*node, now, shown_paused(*node))),
                       ""});
     }
     nodes_of.erase(group);
   }
-  for (const RunView& run : charged) add_row(run, lost_status(run, now, currency));
-  for (const RunView& run : overruns) add_row(run, to_string(run.status) + " (OVERRUN)");
-  print_table(rows);
+  for (const RunView& run : charged) add_row(run, lost_status(run, now, currency), false);
+  for (const RunView& run : overruns) add_row(run, to_string(run.status) + " (OVERRUN)", false);
+  print_table(rows, terminal_width(), cut);
   return 0;
 }
 

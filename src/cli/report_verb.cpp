@@ -10,7 +10,6 @@
 
 #include "admin_parts.hpp"
 
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -69,18 +68,6 @@ double parse_when(const std::string& text, const std::string& flag, bool end_of_
   double at = static_cast<double>(::timegm(&tm));
   bool date_only = text.size() == 10;
   return date_only && end_of_day ? at + 86400 : at;
-}
-
-// The table's width: the terminal's; else $COLUMNS when set (a width asked for); else 0, no
-// width: through a pipe or into a file every name is printed whole (issue 40).
-int terminal_width() {
-  winsize ws{};
-  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  if (const char* columns = std::getenv("COLUMNS")) {
-    int n = std::atoi(columns);
-    if (n > 20 && n < 10000) return n;
-  }
-  return 0;
 }
 
 }  // namespace

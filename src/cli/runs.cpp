@@ -6,11 +6,14 @@
 #include "spendcap/cli/command_tree.hpp"
 #include "spendcap/cli/verbs.hpp"
 
+#include <sys/ioctl.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <limits>
@@ -42,6 +45,28 @@ double duration_seconds(const RunView& run, double now) {
 
 std::string duration_text(double seconds) {
   return format_duration(std::chrono::seconds(static_cast<std::int64_t>(std::llround(seconds))));
+}
+
+// A cell's width on the terminal: its code points (names are printable; wide glyphs are rare).
+size_t shown_width(std::string_view text) {
+  size_t points = 0;
+  for (unsigned char c : text) points += (c & 0xC0) != 0x80;
+  return points;
+}
+
+// `text` in at most `width` code points: a longer one cut to width - 1 and "~".
+std::string cut_to(const std::string& text, size_t width) {
+  if (shown_width(text) <= width) return text;
+  std::string out;
+  size_t points = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    bool starts = (c & 0xC0) != 0x80;
+    if (starts && points + 1 >= width) break;
+    points += starts;
+    out += text[i];
+  }
+  return out + "~";
 }
 
 // Seconds to the millisecond, the same number in csv and json.
@@ -104,7 +129,18 @@ std::string TableCell::text(const MoneyColumn& column) const {
   return out;
 }
 
-void print_table(const std::vector<std::vector<TableCell>>& rows) {
+int terminal_width() {
+  winsize ws{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    int n = std::atoi(columns);
+    if (n > 20 && n < 10000) return n;
+  }
+  return 0;
+}
+
+void print_table(const std::vector<std::vector<TableCell>>& rows, int width,
+                 const std::vector<std::size_t>& cut) {
   std::vector<MoneyColumn> columns;
   for (const auto& row : rows) {
     columns.resize(std::max(columns.size(), row.size()));
@@ -116,14 +152,38 @@ void print_table(const std::vector<std::vector<TableCell>>& rows) {
     std::vector<std::string>& text = texts.emplace_back();
     for (size_t i = 0; i < row.size(); ++i) {
       text.push_back(escape_for_terminal(row[i].text(columns[i])));
-      widths[i] = std::max(widths[i], text.back().size());
+      widths[i] = std::max(widths[i], shown_width(text.back()));
+    }
+  }
+  // Fitted to the width: one character off the widest cuttable column at a time, none narrower
+  // than its header (the first row) or kMinCutColumn.
+  if (width > 0 && !widths.empty()) {
+    size_t total = 2 * (widths.size() - 1);
+    for (size_t w : widths) total += w;
+    auto narrowest = [&](size_t column) {
+      size_t header = column < texts.front().size() ? shown_width(texts.front()[column]) : 0;
+      return std::max(kMinCutColumn, header);
+    };
+    while (total > static_cast<size_t>(width)) {
+      size_t* widest = nullptr;
+      for (size_t column : cut) {
+        if (column < widths.size() && widths[column] > narrowest(column) &&
+            (!widest || widths[column] > *widest)) {
+          widest = &widths[column];
+        }
+      }
+      if (!widest) break;  // as narrow as it goes: the rest runs over
+      --*widest;
+      --total;
     }
   }
   for (const auto& row : texts) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+      std::string cell = cut_to(row[i], widths[i]);
+      size_t shown = shown_width(cell);
+      line += cell;
+      if (i + 1 < row.size()) line += std::string(widths[i] - shown + 2, ' ');
     }
     std::cout << line << "\n";
   }

@@ -187,6 +187,27 @@ std::optional<Money> projected_total(const ProgressState& state) {
   return Money{static_cast<std::int64_t>(std::llround(micros))};
 }
 
+std::optional<double> seconds_left(const ProgressState& state) {
+  if (!state.step || !state.total_steps) return std::nullopt;
+  if (*state.step >= *state.total_steps) return 0.0;
+  if (state.pace.size() < 2) return std::nullopt;
+  const auto& from = state.pace.front();
+  const auto& to = state.pace.back();
+  if (to.step <= from.step || to.at - from.at < kPaceMinSpan) return std::nullopt;
+  double rate = static_cast<double>(to.step - from.step) /
+                std::chrono::duration<double>(to.at - from.at).count();
+  double left = static_cast<double>(*state.total_steps - *state.step) / rate;
+  if (!std::isfinite(left)) return kMaxSecondsLeft;
+  return std::clamp(left, 0.0, kMaxSecondsLeft);
+}
+
+std::optional<TimePoint> steps_done_at(const ProgressState& state) {
+  std::optional<double> left = seconds_left(state);
+  if (!left || state.pace.empty()) return std::nullopt;  // a step was read: a sample is kept
+  return state.pace.back().at +
+         std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(*left));
+}
+
 std::string format_unit_cost(double amount, std::string_view currency) {
   return format_unit_price(amount, currency);
 }

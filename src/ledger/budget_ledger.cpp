@@ -449,6 +449,7 @@ Grant BudgetLedger::heartbeat(const std::string& run_id, Money spend, Money want
     run.heartbeat_at = now;
     if (progress) {
       run.last_progress = progress->last;
+      run.progress_eta_at = progress_eta_of(now, progress->seconds_left);
       if (progress->metric_name) {
         run.metric_name = progress->metric_name;
         run.metric_value = progress->metric_value;
@@ -528,6 +529,7 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     record.storage_spend = final.storage_spend;
     record.last_progress = final.last_progress;
     record.checkpoint = final.checkpoint;
+    record.progress_seconds_left = final.progress_seconds_left;
     // spendcap_finish reads only this tag of the final's (schema v25).
     if (final.tracker) record.tags["tracker"] = *final.tracker;
     if (auto answer = store_->finish_in_server(record)) {
@@ -561,6 +563,9 @@ bool BudgetLedger::finish_run(const RunFinal& final) {
     run.storage_peak_gb = final.storage_peak_gb;
     run.storage_spend = final.storage_spend;
     run.last_progress = final.last_progress;
+    if (final.progress_seconds_left) {
+      run.progress_eta_at = progress_eta_of(now, final.progress_seconds_left);
+    }
     run.checkpoint = final.checkpoint;
     run.reconciled = false;
     // Recorded with its true spend, never hidden: the rule's sum is then over budget by the

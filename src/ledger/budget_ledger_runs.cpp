@@ -54,6 +54,7 @@ RunView view_of(const RunRecord& r, double now) {
   view.metric_value = r.metric_value;
   view.last_progress = r.last_progress;
   view.checkpoint = r.checkpoint;
+  view.progress_eta_at = r.progress_eta_at;
   return view;
 }
 

@@ -8,6 +8,7 @@
 
 #include "spendcap/base/signals.hpp"
 #include "spendcap/base/text.hpp"
+#include "spendcap/guards/progress.hpp"
 #include "spendcap/ledger/spool.hpp"
 #include "spendcap/process/output_relay.hpp"
 #include "spendcap/process/process_tree.hpp"
@@ -121,6 +122,10 @@ bool record_final(Supervisor& supervisor, const std::string& ledger_url, const R
     if (!outcome.progress->last_line.empty()) {
       final.last_progress = RunLastProgress{outcome.progress->step, outcome.progress->total_steps,
                                             outcome.progress->last_line};
+    }
+    // As the heartbeats' (LiveProgress::at): the time its steps still needed at its pace, now.
+    if (auto done_at = steps_done_at(*outcome.progress)) {
+      final.progress_seconds_left = std::max(0.0, to_seconds(*done_at - now()));
     }
   }
   if (!outcome.checkpoint_signal.empty() && outcome.tripped_after_seconds) {

@@ -4,6 +4,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -85,8 +86,7 @@ class GuardPart final : public RunPart {
  public:
   GuardPart(asio::io_context& io, const Reporter& reporter, const Meter& meter,
             const RunTerms& terms, const GuardPlan& plan, std::function<void(const Trip&)> trip,
-            std::optional<ProgressState>& progress_out,
-            std::optional<HeartbeatProgress>& progress_live)
+            std::optional<ProgressState>& progress_out, std::optional<LiveProgress>& progress_live)
       : timer_(io),
         poll_timer_(io),
         inotify_(io),
@@ -222,9 +222,11 @@ class GuardPart final : public RunPart {
       state_.apply(parsed, at, spend);
     }
     if (good) {
-      progress_live_ = HeartbeatProgress{
-          RunLastProgress{state_.step, state_.total_steps, state_.last_line}, state_.metric_name,
-          state_.metric_value, progress_tracker(guards_plan_, state_)};
+      progress_live_ = LiveProgress{
+          HeartbeatProgress{RunLastProgress{state_.step, state_.total_steps, state_.last_line},
+                            state_.metric_name, state_.metric_value,
+                            progress_tracker(guards_plan_, state_)},
+          steps_done_at(state_)};
     }
     state_.bad_lines += lines_.oversized() - oversized_before;
     new_lines_ = true;
@@ -297,7 +299,7 @@ class GuardPart final : public RunPart {
   const GuardPlan& guards_plan_;
   std::function<void(const Trip&)> trip_;
   std::optional<ProgressState>& progress_out_;
-  std::optional<HeartbeatProgress>& progress_live_;
+  std::optional<LiveProgress>& progress_live_;
   ProgressFile file_;
   ProgressLines lines_;
   ProgressState state_;
@@ -312,6 +314,14 @@ class GuardPart final : public RunPart {
 
 static_assert(kMaxTrackerBytes == kMaxTrackerTagBytes, "a progress tracker id fits the tag");
 
+static_assert(kMaxSecondsLeft == kMaxProgressSecondsLeft, "the ledger takes the ETA it is given");
+
+HeartbeatProgress LiveProgress::at(TimePoint now) const {
+  HeartbeatProgress out = last;
+  if (finish_at) out.seconds_left = std::max(0.0, to_seconds(*finish_at - now));
+  return out;
+}
+
 std::optional<std::string> progress_tracker(const GuardPlan& plan,
                                             const std::optional<ProgressState>& progress) {
   if (plan.tracker_tagged || !progress) return std::nullopt;
@@ -323,7 +333,7 @@ std::unique_ptr<RunPart> make_guard_part(asio::io_context& io, const Reporter& r
                                          const GuardPlan& plan,
                                          std::function<void(const Trip&)> trip,
                                          std::optional<ProgressState>& progress_out,
-                                         std::optional<HeartbeatProgress>& progress_live) {
+                                         std::optional<LiveProgress>& progress_live) {
   return std::make_unique<GuardPart>(io, reporter, meter, terms, plan, std::move(trip),
                                      progress_out, progress_live);
 }

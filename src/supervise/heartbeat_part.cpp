@@ -85,16 +85,18 @@ void HeartbeatPart::heartbeat() {
   if (hooks_.tripped()) want = ceiling_;
   auto grant = std::make_shared<Grant>();
   std::string id = terms_.run_id;
-  std::optional<HeartbeatProgress> progress = hooks_.progress ? hooks_.progress() : std::nullopt;
-  if (progress == progress_sent_) progress.reset();  // the ledger has it: no write for it
+  std::optional<LiveProgress> live = hooks_.progress ? hooks_.progress() : std::nullopt;
+  if (live == progress_sent_) live.reset();  // the ledger has it: no write for it
+  std::optional<HeartbeatProgress> progress;
+  if (live) progress = live->at(now());
   ledger_->call(
       [id, spend, want, progress, grant, reported = reported_micros_](Ledger& ledger) {
         *grant = ledger.heartbeat(id, spend, want, progress);
         reported->store(spend.micros);
       },
-      [this, grant, progress](const std::string& error) {
+      [this, grant, live](const std::string& error) {
         in_flight_ = false;
-        if (error.empty() && progress) progress_sent_ = progress;
+        if (error.empty() && live) progress_sent_ = live;
         on_heartbeat(error, *grant);
       });
 }

@@ -559,7 +559,7 @@ class Supervisor::Impl {
   MetricsRunPart* metrics_ = nullptr;  // none: no metrics directory
   JobControl* job_control_ = nullptr;
   CheckpointWatch* checkpoint_ = nullptr;
-  std::optional<HeartbeatProgress> live_progress_;  // the guard part's, for the heartbeats
+  std::optional<LiveProgress> live_progress_;  // the guard part's, for the heartbeats
 
   std::optional<Trip> trip_;
   TimePoint trip_at_{};

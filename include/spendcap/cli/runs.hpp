@@ -59,8 +59,19 @@ class TableCell {
 };
 
 // Rows as left-aligned columns, each cell escaped for the terminal (names come from other users),
-// every amount of money of one column with the same decimals.
-void print_table(const std::vector<std::vector<TableCell>>& rows);
+// every amount of money of one column with the same decimals. With a `width` (terminal_width()),
+// the table fits it: the `cut` columns (names, free text) are shortened, the widest first, none
+// below its header (the first row) nor kMinCutColumn characters, a cut cell ending in "~"; the
+// others (ids, figures, times) are never cut. A table that does not fit even so runs over. Width
+// 0: every cell whole.
+void print_table(const std::vector<std::vector<TableCell>>& rows, int width = 0,
+                 const std::vector<std::size_t>& cut = {});
+inline constexpr std::size_t kMinCutColumn = 4;
+
+// The width a table is to fit: the terminal's (stdout's); else $COLUMNS when set (a width asked
+// for, 21 to 9999); else 0, no width: through a pipe or into a file every name is printed whole
+// (issue 40). `report` and `ps` fit it.
+int terminal_width();
 
 // The run's budget in effect and where it came from ("flag --budget", "max_run of team:vision";
 // none and "" when neither), as recorded at its admission (ledger.hpp's budget_source_text). A

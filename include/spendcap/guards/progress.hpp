@@ -109,6 +109,15 @@ Nanos pace_window(const ProgressState& state);
 // least kPaceMinSpan apart.
 std::optional<Money> projected_total(const ProgressState& state);
 
+// The time the run still needs for its steps at its recent pace (the steps per second over the
+// pace window): (total_steps - step) / rate, as of the last line's reading, at most
+// kMaxSecondsLeft (a crawling run is not promised for next year); 0 once the steps are done.
+// None without a total, before the pace is known (as projected_total), or at a pace of 0 steps.
+inline constexpr double kMaxSecondsLeft = 30.0 * 24 * 3600;
+std::optional<double> seconds_left(const ProgressState& state);
+// When that is: the last step's reading + seconds_left (none as seconds_left).
+std::optional<TimePoint> steps_done_at(const ProgressState& state);
+
 // "$0.0012", "$0.00004617": four significant digits, never an exponent (format_unit_price).
 std::string format_unit_cost(double amount, std::string_view currency = "USD");
 

@@ -103,11 +103,28 @@ struct HeartbeatProgress {
   // kMaxTrackerTagBytes), to be the run's tag `tracker` (schema v25); none: the tags stay as they
   // are (no id reported, or the run had a `tracker` tag at admission, which is kept).
   std::optional<std::string> tracker;
+  // The time the run still needs for its steps at its recent pace, as of this heartbeat
+  // (guards/progress.hpp's seconds_left); the ledger keeps when that is, on its own clock, as the
+  // run's progress_eta_at (schema v27). None: not known (no total, no pace yet).
+  std::optional<double> seconds_left;
   auto operator<=>(const HeartbeatProgress&) const = default;
 };
 // The longest tracker id a store takes as the tag (guards/progress.hpp's kMaxTrackerBytes, a
 // tag's value limit at admission; PostgreSQL's spendcap_set_tracker checks it too).
 inline constexpr std::size_t kMaxTrackerTagBytes = 256;
+// The most seconds left a store takes (guards/progress.hpp's kMaxSecondsLeft, 30 days; PostgreSQL's
+// spendcap_heartbeat and spendcap_finish bound it too).
+inline constexpr double kMaxProgressSecondsLeft = 30.0 * 24 * 3600;
+// When a run `seconds_left` from its last step is expected to have done them, on the ledger's
+// clock `now`: seconds_left within [0, kMaxProgressSecondsLeft] (a NaN as the bound). None
+// without one.
+inline std::optional<double> progress_eta_of(double now, std::optional<double> seconds_left) {
+  if (!seconds_left) return std::nullopt;
+  double left = *seconds_left;
+  if (!(left <= kMaxProgressSecondsLeft)) left = kMaxProgressSecondsLeft;
+  if (left < 0) left = 0;
+  return now + left;
+}
 
 // Everything about a run that is known when it starts.
 struct RunStart : RunIdentity {
@@ -232,6 +249,10 @@ struct RunFinal {
   // The tracker's run id the progress channel reported, set as the run's tag `tracker` with the
   // final row (as HeartbeatProgress::tracker; schema v25); none: the tags stay as they are.
   std::optional<std::string> tracker;
+  // The time its steps still needed at its pace when it ended (HeartbeatProgress::seconds_left:
+  // 0 once they were done), kept as progress_eta_at from the ledger's clock (schema v27); none:
+  // the run's last heartbeat's stays (a replayed spooled row, which is not sent then).
+  std::optional<double> progress_seconds_left;
 };
 
 // Where a run's own budget came from, recorded at admission (schema v19), in the words `runs`
@@ -275,8 +296,11 @@ struct RunView : RunIdentity {
   std::string budget_source;
   std::optional<std::string> metric_name;  // the progress channel's last metric (find_run only)
   std::optional<double> metric_value;
-  std::optional<RunLastProgress> last_progress;  // find_run only
+  std::optional<RunLastProgress> last_progress;  // find_run and the lists of runs (ps, runs)
   std::optional<RunCheckpoint> checkpoint;       // find_run only
+  // When the run is expected to have done its steps at its pace (unix seconds, the ledger's
+  // clock; schema v27), as of its last heartbeat with progress or its final row; none: not known.
+  std::optional<double> progress_eta_at;
 };
 
 // spendcap's exit status for a run (`runs`, `show`: the status the shell saw, 124 for a budget

@@ -83,6 +83,11 @@ struct RunRecord : RunIdentity {
   std::string budget_source;
   std::optional<RunLastProgress> last_progress;
   std::optional<RunCheckpoint> checkpoint;
+  // Schema v27: when the run is expected to have done its steps (RunView's), written by
+  // update_run with last_progress. The final row's seconds left (RunFinal's) go to a store whose
+  // server runs the final row (finish_in_server), which adds its own clock; not a column.
+  std::optional<double> progress_eta_at;
+  std::optional<double> progress_seconds_left;
 };
 
 // A run's durations as both stores keep them, in whole milliseconds (RunRecord's are whole already:

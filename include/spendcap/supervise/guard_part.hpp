@@ -64,14 +64,26 @@ struct GuardPlan {
 std::optional<std::string> progress_tracker(const GuardPlan& plan,
                                             const std::optional<ProgressState>& progress);
 
+// What the heartbeats send of the progress channel while the run runs (HeartbeatPart::Hooks):
+// its last good line and metric, and when its steps are expected to be done at its pace
+// (steps_done_at; none: not known). The time left is taken from that at each heartbeat (at()), so
+// one with no new line sends nothing and the ledger's ETA, a time, stays right.
+struct LiveProgress {
+  HeartbeatProgress last;  // its seconds_left unset
+  std::optional<TimePoint> finish_at;
+  bool operator==(const LiveProgress&) const = default;
+  // `last` with the seconds from `now` to finish_at (0 once past it).
+  HeartbeatProgress at(TimePoint now) const;
+};
+
 // `trip` stops the run (the supervisor's single trip); `progress_out` receives what the progress
-// file said, at the end, when it said anything; `progress_live` its last good line and metric as
-// they are read (for the heartbeats).
+// file said, at the end, when it said anything; `progress_live` its last good line, metric and
+// expected end as they are read (for the heartbeats).
 std::unique_ptr<RunPart> make_guard_part(boost::asio::io_context& io, const Reporter& reporter,
                                          const Meter& meter, const RunTerms& terms,
                                          const GuardPlan& plan,
                                          std::function<void(const Trip&)> trip,
                                          std::optional<ProgressState>& progress_out,
-                                         std::optional<HeartbeatProgress>& progress_live);
+                                         std::optional<LiveProgress>& progress_live);
 
 }  // namespace spendcap

@@ -22,6 +22,7 @@
 #include "spendcap/ledger/ledger.hpp"
 #include "spendcap/notify/notifier.hpp"
 #include "spendcap/spend/trip.hpp"
+#include "spendcap/supervise/guard_part.hpp"
 #include "spendcap/supervise/metrics_part.hpp"
 #include "spendcap/supervise/run_part.hpp"
 #include "spendcap/supervise/run_terms.hpp"
@@ -49,9 +50,10 @@ class HeartbeatPart final : public RunPart {
     std::function<bool()> tripped;              // it tripped: it asks for no more than it holds
     std::function<void()> ceiling_moved;        // a grant was applied
     std::function<void(const Grant&)> granted;  // ... and its warnings said
-    // The progress channel's last line and metric so far (none: nothing yet): sent with the next
-    // heartbeat when it changed, so that `show` of a running run has them.
-    std::function<std::optional<HeartbeatProgress>()> progress;
+    // The progress channel's last line, metric and expected end so far (none: nothing yet):
+    // sent with the next heartbeat when it changed, so that `show` and `ps` of a running run have
+    // them (the time left as of that heartbeat: LiveProgress::at).
+    std::function<std::optional<LiveProgress>()> progress;
   };
 
   // `ledger` null: no heartbeats; the run holds the first grant.
@@ -114,7 +116,7 @@ class HeartbeatPart final : public RunPart {
   bool failing_ = false;
   bool finished_ = false;
   std::map<std::string, ThresholdTracker> scope_thresholds_;
-  std::optional<HeartbeatProgress> progress_sent_;  // what the ledger has of it
+  std::optional<LiveProgress> progress_sent_;  // what the ledger has of it
   // The spend of the last heartbeat the ledger took, set on the worker (so a later call there
   // reads it after any heartbeat before it); shared: a late worker may outlive the part.
   std::shared_ptr<std::atomic<std::int64_t>> reported_micros_ =

@@ -442,6 +442,17 @@ BEGIN
   WHERE id = run_id;
 END $$;
 
+-- When a run `seconds_left` from the end of its steps is expected to have done them, on the
+-- ledger's clock `now` (schema v27; ledger.hpp's progress_eta_of): seconds_left within 0 and
+-- kMaxProgressSecondsLeft (NaN, which sorts above every number, as the bound); NULL without one.
+CREATE OR REPLACE FUNCTION spendcap_progress_eta(now double precision,
+                                                 seconds_left double precision)
+RETURNS double precision LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN seconds_left IS NULL THEN NULL
+              ELSE now + LEAST(GREATEST(seconds_left, 0), )sql" +
+         std::to_string(static_cast<std::int64_t>(kMaxProgressSecondsLeft)) + R"sql() END
+$$;
+
 -- A heartbeat (BudgetLedger::heartbeat) in one call: the spend reported, the ceiling raised by
 -- the rule. A runner's login role heartbeats only the runs it admitted, never reports less than
 -- it reported before, nor more than the run's rate could have spent by the server's clock since
@@ -449,7 +460,8 @@ END $$;
 -- holds takes no scope lock and writes only the run's row (usage's live sums follow at the next
 -- raise or the final row: usage_live_micros). `progress` (null: none) is the run's last progress
 -- line and metric so far (HeartbeatProgress: step, total_steps, line, metric_name, metric_value,
--- and from v25 tracker: the tag `tracker` then set by spendcap_set_tracker).
+-- from v25 tracker: the tag `tracker` then set by spendcap_set_tracker, and from v27 seconds_left:
+-- progress_eta_at, the server's now + seconds_left, NULL without one).
 -- Returns {"now", "running", "plan", "stop", "live_delta", "held_delta", "ceiling", "allowed"}.
 -- (Schema 19 added `progress`: the function without it is dropped.)
 DROP FUNCTION IF EXISTS spendcap_heartbeat(text, bigint, bigint, json, double precision);
@@ -511,7 +523,10 @@ BEGIN
     progress_line = CASE WHEN progress IS NULL THEN o.progress_line ELSE progress->>'line' END,
     metric_name = COALESCE(progress->>'metric_name', o.metric_name),
     metric_value = CASE WHEN progress->>'metric_name' IS NULL THEN o.metric_value
-                        ELSE (progress->>'metric_value')::double precision END
+                        ELSE (progress->>'metric_value')::double precision END,
+    progress_eta_at = CASE WHEN progress IS NULL THEN o.progress_eta_at
+                           ELSE spendcap_progress_eta(now,
+                                  (progress->>'seconds_left')::double precision) END
   WHERE id = run_id;
   IF progress->>'tracker' IS NOT NULL THEN
     PERFORM spendcap_set_tracker(run_id, progress->>'tracker');
@@ -523,9 +538,10 @@ BEGIN
 END $$;
 
 -- The final row (BudgetLedger::finish_run) in one call. `r` carries the final's fields (status,
--- reason, exit code, spend, elapsed seconds, GPU record, progress report, storage, and in its tags
--- the progress channel's tracker id); the rest is
--- the stored row's. Written through spendcap_update_run, so its checks hold for a runner. Returns
+-- reason, exit code, spend, elapsed seconds, GPU record, progress report, storage, in its tags
+-- the progress channel's tracker id, and from v27 progress_seconds_left, not a column: the run's
+-- progress_eta_at from the server's clock, the stored one kept without it); the rest is the
+-- stored row's. Written through spendcap_update_run, so its checks hold for a runner. Returns
 -- NULL when the run is not in the ledger, false when it was final already (and not a reconciled
 -- lost run, whose real spend replaces its charge).
 CREATE OR REPLACE FUNCTION spendcap_finish(r json, at double precision) RETURNS boolean
@@ -561,6 +577,9 @@ BEGIN
   m.storage_peak_gb := n.storage_peak_gb; m.storage_spend_micros := n.storage_spend_micros;
   m.progress_step := n.progress_step; m.progress_total_steps := n.progress_total_steps;
   m.progress_line := n.progress_line;
+  m.progress_eta_at := COALESCE(spendcap_progress_eta(now,
+                                  (r->>'progress_seconds_left')::double precision),
+                                m.progress_eta_at);
   m.checkpoint_signal := n.checkpoint_signal; m.checkpoint_signalled := n.checkpoint_signalled;
   m.checkpoint_signal_seconds := n.checkpoint_signal_seconds;
   m.checkpoint_written_seconds := n.checkpoint_written_seconds;

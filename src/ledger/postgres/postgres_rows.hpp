@@ -191,6 +191,9 @@ inline std::string run_json(const RunRecord& r) {
     row["progress_total_steps"] = optional(r.last_progress->total_steps);
     row["progress_line"] = r.last_progress->line;
   }
+  row["progress_eta_at"] = optional(r.progress_eta_at);
+  // Not a column: spendcap_finish reads it from the JSON and adds the server's clock (v27).
+  if (r.progress_seconds_left) row["progress_seconds_left"] = *r.progress_seconds_left;
   if (r.checkpoint) {
     row["checkpoint_signal"] = r.checkpoint->signal;
     row["checkpoint_signalled"] = r.checkpoint->signalled;
@@ -275,6 +278,7 @@ inline RunRecord read_run(const Result& q, int i) {
     checkpoint.written_seconds = q.optional_f64(i, 63);
   }
   if (!q.is_null(i, 64)) r.spendcap_exit_code = static_cast<int>(q.i64(i, 64));
+  r.progress_eta_at = q.optional_f64(i, 65);
   return r;
 }
 

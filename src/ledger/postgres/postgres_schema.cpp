@@ -280,6 +280,11 @@ REVOKE ALL ON refused_counts FROM PUBLIC;
     // (a killed run that wrote its checkpoint wastes only the spend after it, waste.hpp);
     // routines() installs the trigger function that keeps them so (rollup_sql's move_run).
     rollup_sql::rebuild(rollup_sql::Dialect::postgres, rollup_sql::Rules::v26),
+    // v27 (the 26th entry, recorded as version 26; issue 40 item 7): as SQLite's v27, when a
+    // running run is expected to have done its steps; routines() replaces spendcap_heartbeat and
+    // spendcap_finish by ones that write it from the progress's seconds_left and the server's
+    // clock. IF NOT EXISTS: a migration run again (a test that winds the version back) is harmless.
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS progress_eta_at DOUBLE PRECISION;\n",
 };
 
 const char* const kRunColumns =
@@ -293,7 +298,7 @@ const char* const kRunColumns =
     "metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, pricing, "
     "commitment_micros, cwd, run_budget_micros, budget_source, progress_step, "
     "progress_total_steps, progress_line, checkpoint_signal, checkpoint_signalled, "
-    "checkpoint_signal_seconds, checkpoint_written_seconds, spendcap_exit_code";
+    "checkpoint_signal_seconds, checkpoint_written_seconds, spendcap_exit_code, progress_eta_at";
 
 namespace {
 
@@ -308,8 +313,8 @@ const char* const kMutableRunColumns[] = {
     "elapsed_seconds", "reported_spend_micros",
     "overrun",         "spendcap_exit_code",
 };
-// The final row's checkpoint storage (v10), last progress line and checkpoint (v19): written as
-// the row carries it, like the above (every read of a run reads them).
+// The final row's checkpoint storage (v10), last progress line and checkpoint (v19) and its ETA
+// (v27): written as the row carries it, like the above (every read of a run reads them).
 const char* const kStorageRunColumns[] = {"storage_peak_gb",
                                           "storage_spend_micros",
                                           "progress_step",
@@ -318,7 +323,8 @@ const char* const kStorageRunColumns[] = {"storage_peak_gb",
                                           "checkpoint_signal",
                                           "checkpoint_signalled",
                                           "checkpoint_signal_seconds",
-                                          "checkpoint_written_seconds"};
+                                          "checkpoint_written_seconds",
+                                          "progress_eta_at"};
 
 // Written by update_run only when the run carries them (as SQLite's): a GPU record (gpu_measured
 // set), and the progress channel's last report (a metric, units or egress).
@@ -577,7 +583,8 @@ REVOKE ALL ON FUNCTION spendcap_insert_run(json), spendcap_update_run(json),
   spendcap_plan_grant(runs, bigint, json, boolean), spendcap_first_stop_order(runs),
   spendcap_count_unfinished(text, text, bigint, bigint),
   spendcap_tally_refusal(text, double precision),
-  spendcap_count_refusal(text, double precision), spendcap_set_tracker(text, text) FROM PUBLIC;
+  spendcap_count_refusal(text, double precision), spendcap_set_tracker(text, text),
+  spendcap_progress_eta(double precision, double precision) FROM PUBLIC;
 )sql" + access_grants();
 }
 

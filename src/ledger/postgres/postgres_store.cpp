@@ -68,7 +68,7 @@ std::optional<ServerGrant> PostgresStore::heartbeat_in_server(
     const std::string& run_id, Money spend, Money want, const std::vector<BudgetRule>& caps,
     const std::optional<HeartbeatProgress>& progress) {
   // The progress as the function takes it: null, or {step, total_steps, line, metric_name,
-  // metric_value[, tracker]} (the numbers and the metric may be null).
+  // metric_value[, tracker][, seconds_left]} (the numbers and the metric may be null).
   nlohmann::json note;
   if (progress) {
     auto optional = [](const auto& value) {
@@ -81,6 +81,7 @@ std::optional<ServerGrant> PostgresStore::heartbeat_in_server(
             {"metric_value", optional(progress->metric_value)}};
     // v25: the tag `tracker` (a function before v25 ignores it).
     if (progress->tracker) note["tracker"] = *progress->tracker;
+    if (progress->seconds_left) note["seconds_left"] = *progress->seconds_left;  // v27
   }
   return impl_->call_grant(
       "SELECT spendcap_heartbeat($1, $2, $3, $4::json, $5, $6::json)",

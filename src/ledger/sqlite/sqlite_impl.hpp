@@ -47,7 +47,8 @@ std::string lock_holders(const FileIds& files);
   "elapsed_seconds, uid, reported_spend_micros, overrun, gpu_measured, gpu_not_measured, "       \
   "gpu_devices, gpu_allocated_seconds, gpu_busy_seconds, gpu_idle_spend_micros, "                \
   "gpu_energy_kwh, gpu_co2_kg, gpu_energy_cost_micros, gpu_sources, gpu_timeline, pricing, "     \
-  "commitment_micros, cwd, run_budget_micros, budget_source, spendcap_exit_code"
+  "commitment_micros, cwd, run_budget_micros, budget_source, spendcap_exit_code, "               \
+  "progress_step, progress_total_steps, progress_line, progress_eta_at"
 
 // The ids runs_of_fingerprint reads (?1 the fingerprint, ?2 the window's start): the runs that are
 // not succeeded, each user's latest success (by its end) and any run carrying the crash-loop

@@ -65,6 +65,13 @@ RunRecord SqliteStore::Impl::read_run(Query& q) {
   r.run_budget = q.optional_money(49);
   if (!q.is_null(50)) r.budget_source = q.text(50);
   if (!q.is_null(51)) r.spendcap_exit_code = q.i32(51);
+  if (!q.is_null(54)) {
+    RunLastProgress& progress = r.last_progress.emplace();
+    if (!q.is_null(52)) progress.step = q.i64(52);
+    if (!q.is_null(53)) progress.total_steps = q.i64(53);
+    progress.line = q.text(54);
+  }
+  r.progress_eta_at = q.optional_f64(55);
   return r;
 }
 
@@ -77,13 +84,13 @@ std::optional<RunRecord> SqliteStore::Impl::find_run(const std::string& id) {
   return run;
 }
 
-// The progress columns (v5), outside SPENDCAP_RUN_COLUMNS: only find_run needs them.
+// The metric, storage and checkpoint columns (v5, v10, v19), outside SPENDCAP_RUN_COLUMNS: only
+// find_run needs them. (The last progress line and its ETA are in every read: `ps` shows them.)
 void SqliteStore::Impl::read_progress(RunRecord& run) {
   auto q = query(
       "SELECT metric_name, metric_value, units, egress_gb, storage_peak_gb, storage_spend_micros, "
-      "progress_step, progress_total_steps, progress_line, checkpoint_signal, "
-      "checkpoint_signalled, checkpoint_signal_seconds, checkpoint_written_seconds "
-      "FROM runs WHERE id = ?");
+      "checkpoint_signal, checkpoint_signalled, checkpoint_signal_seconds, "
+      "checkpoint_written_seconds FROM runs WHERE id = ?");
   q.bind(run.id);
   if (!q.step()) return;
   if (!q.is_null(0)) run.metric_name = q.text(0);
@@ -92,18 +99,12 @@ void SqliteStore::Impl::read_progress(RunRecord& run) {
   run.egress_gb = q.optional_f64(3);
   run.storage_peak_gb = q.optional_f64(4);
   run.storage_spend = q.optional_money(5);
-  if (!q.is_null(8)) {
-    RunLastProgress& progress = run.last_progress.emplace();
-    if (!q.is_null(6)) progress.step = q.i64(6);
-    if (!q.is_null(7)) progress.total_steps = q.i64(7);
-    progress.line = q.text(8);
-  }
-  if (!q.is_null(9)) {
+  if (!q.is_null(6)) {
     RunCheckpoint& checkpoint = run.checkpoint.emplace();
-    checkpoint.signal = q.text(9);
-    checkpoint.signalled = q.is_null(10) ? 0 : q.i32(10);
-    checkpoint.signal_seconds = q.optional_f64(11).value_or(0);
-    checkpoint.written_seconds = q.optional_f64(12);
+    checkpoint.signal = q.text(6);
+    checkpoint.signalled = q.is_null(7) ? 0 : q.i32(7);
+    checkpoint.signal_seconds = q.optional_f64(8).value_or(0);
+    checkpoint.written_seconds = q.optional_f64(9);
   }
 }
 
@@ -112,7 +113,7 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
       "INSERT INTO runs (" SPENDCAP_RUN_COLUMNS
       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
       "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-      "NULL, NULL, ?, ?, ?, ?, ?, ?)");
+      "NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   q.bind_all(r.id, r.job_key.empty() ? std::nullopt : std::optional<std::string>(r.job_key), r.team,
              r.experiment, r.project, r.user, json_of(r.tags), json_of(r.command), r.fingerprint,
              r.host, r.pid, to_string(r.mode), to_string(r.status), r.reason, r.exit_code,
@@ -124,6 +125,9 @@ void SqliteStore::Impl::insert_run(const RunRecord& r) {
              r.cwd.empty() ? std::nullopt : std::optional<std::string>(r.cwd), r.run_budget,
              r.budget_source.empty() ? std::nullopt : std::optional<std::string>(r.budget_source),
              r.spendcap_exit_code);
+  const std::optional<RunLastProgress>& p = r.last_progress;
+  q.bind_all(p ? p->step : std::nullopt, p ? p->total_steps : std::nullopt,
+             p ? std::optional<std::string>(p->line) : std::nullopt, r.progress_eta_at);
   q.run();
 }
 
@@ -140,7 +144,9 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
       "overrun = ?, spendcap_exit_code = ?";
   if (metric) sql += ", metric_name = ?, metric_value = ?, units = ?, egress_gb = ?";
   if (storage) sql += ", storage_peak_gb = ?, storage_spend_micros = ?";
-  if (r.last_progress) sql += ", progress_step = ?, progress_total_steps = ?, progress_line = ?";
+  if (r.last_progress) {
+    sql += ", progress_step = ?, progress_total_steps = ?, progress_line = ?, progress_eta_at = ?";
+  }
   if (r.checkpoint) {
     sql +=
         ", checkpoint_signal = ?, checkpoint_signalled = ?, checkpoint_signal_seconds = ?, "
@@ -154,7 +160,9 @@ void SqliteStore::Impl::update_run(const RunRecord& r) {
              r.spendcap_exit_code);
   if (metric) q.bind_all(r.metric_name, r.metric_value, r.units, r.egress_gb);
   if (storage) q.bind_all(r.storage_peak_gb, r.storage_spend);
-  if (const auto& p = r.last_progress) q.bind_all(p->step, p->total_steps, p->line);
+  if (const auto& p = r.last_progress) {
+    q.bind_all(p->step, p->total_steps, p->line, r.progress_eta_at);
+  }
   if (const auto& c = r.checkpoint) {
     q.bind_all(c->signal, c->signalled, c->signal_seconds, c->written_seconds);
   }

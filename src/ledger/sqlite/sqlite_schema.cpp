@@ -305,13 +305,19 @@ const std::vector<std::string>& migrations() {
     // the spend after it (waste.hpp): the journal keeps what that reads, and the cells are rebuilt
     // with it. Shares its rebuild with PostgreSQL's v26.
     texts.push_back(rollup_sql::sqlite_journal_v26());
+    // v27 (recorded as version 26, the labels one ahead since v24's; issue 40 item 7): when a
+    // running run is expected to have done its steps at its pace (unix seconds, the ledger's clock:
+    // the heartbeat's now + HeartbeatProgress::seconds_left), written with its progress at each
+    // heartbeat and with the final row; `ps` shows ETA from it. NULL: not known (no total steps, no
+    // pace yet, or a run before v27).
+    texts.push_back("ALTER TABLE runs ADD COLUMN progress_eta_at REAL;\n");
     return texts;
   }();
   return all;
 }
 
-// The array's, and the 13 migrations() adds after it (v14's rollups to v26).
-const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 13;
+// The array's, and the 14 migrations() adds after it (v14's rollups to v27).
+const int kSchemaVersion = static_cast<int>(std::size(kMigrations)) + 14;
 // The first version whose rollups are kept through the journal (v15).
 const int kJournalVersion = static_cast<int>(std::size(kMigrations)) + 2;
 

@@ -75,6 +75,38 @@ TEST_CASE("cost per step, per 1000 units and the projection; nothing where not r
   CHECK(state.good_lines == 3);
 }
 
+TEST_CASE("seconds left: the steps to go at the recent pace, bounded; none without a pace") {
+  ProgressState state;
+  CHECK_FALSE(seconds_left(state));
+  CHECK_FALSE(steps_done_at(state));
+  ProgressLine line;
+  line.step = 100;
+  state.apply(line, kLaunch + seconds(10), Money{100000});
+  CHECK_FALSE(seconds_left(state));  // no total
+  line.total_steps = 1000;
+  state.apply(line, kLaunch + seconds(10), Money{100000});
+  CHECK_FALSE(seconds_left(state));  // one step seen: no pace yet
+  line.step = 200;
+  state.apply(line, kLaunch + seconds(15), Money{150000});  // 100 steps in 5 s: 20 a second
+  REQUIRE(seconds_left(state));
+  CHECK(*seconds_left(state) == doctest::Approx(800.0 / 20));
+  REQUIRE(steps_done_at(state));
+  CHECK(*steps_done_at(state) == kLaunch + seconds(15) + seconds(40));
+  // Done: 0 left, whatever the pace.
+  line.step = 1000;
+  state.apply(line, kLaunch + seconds(16), Money{160000});
+  CHECK(*seconds_left(state) == 0.0);
+  // A crawl (1 step in 10 s, a billion to go) is bounded at 30 days.
+  ProgressState crawl;
+  line.total_steps = 1'000'000'000;
+  line.step = 1;
+  crawl.apply(line, kLaunch, Money{});
+  line.step = 2;
+  crawl.apply(line, kLaunch + seconds(10), Money{});
+  CHECK(*seconds_left(crawl) == kMaxSecondsLeft);
+  CHECK(kMaxSecondsLeft == 30.0 * 86400);
+}
+
 TEST_CASE("projection: the start-up before the first step is not counted; a resumed run") {
   // Issue 24: 20 s of imports at $0.01/s, then 1000 steps at $0.0002 each. The old projection
   // (spend / step x total) said $0.21 / 5 x 1000 = $42 at step 5.

@@ -1490,6 +1490,81 @@ TEST_CASE_TEMPLATE(
 }
 
 TEST_CASE_TEMPLATE(
+    "Ledger conformance: a heartbeat's seconds left become the run's ETA on the ledger's clock",
+    Backend, LEDGER_BACKENDS) {
+  LedgerFixture t(Backend::make());
+  t.set_budget(ScopeKind::team, "vision", 100, Period::month);
+  for (const char* id : {"e1", "e2", "e3"}) {
+    REQUIRE(t.ledger->begin_run(run_start(id, "vision", usd(1))).admitted);
+  }
+  auto eta_of = [&](Ledger& ledger, const std::string& id) {
+    return ledger.find_run(id)->progress_eta_at;
+  };
+  HeartbeatProgress so_far{RunLastProgress{40, 200, R"({"step":40,"total_steps":200})"}};
+  so_far.seconds_left = 250.0;
+  double at = t.clock.now();
+  t.ledger->heartbeat("e1", usd(0.001), usd(1), so_far);
+  REQUIRE(eta_of(*t.ledger, "e1"));
+  CHECK(*eta_of(*t.ledger, "e1") == doctest::Approx(at + 250.0));
+  // `ps` reads the unfinished runs: each with its step, total and ETA.
+  std::vector<RunView> active = t.ledger->active_runs();
+  auto e1 = std::find_if(active.begin(), active.end(), [](auto& r) { return r.id == "e1"; });
+  REQUIRE(e1 != active.end());
+  REQUIRE(e1->last_progress);
+  CHECK(e1->last_progress->step == 40);
+  CHECK(e1->last_progress->total_steps == 200);
+  REQUIRE(e1->progress_eta_at);
+  CHECK(*e1->progress_eta_at == doctest::Approx(at + 250.0));
+  auto e2 = std::find_if(active.begin(), active.end(), [](auto& r) { return r.id == "e2"; });
+  REQUIRE(e2 != active.end());
+  CHECK_FALSE(e2->progress_eta_at);  // no progress: no ETA
+  CHECK_FALSE(e2->last_progress);
+
+  // A heartbeat without progress keeps it; progress without seconds left (no pace) clears it.
+  t.clock.advance(1);
+  t.ledger->heartbeat("e1", usd(0.002), usd(1));
+  CHECK(*eta_of(*t.ledger, "e1") == doctest::Approx(at + 250.0));
+  so_far.seconds_left.reset();
+  t.ledger->heartbeat("e1", usd(0.003), usd(1), so_far);
+  CHECK_FALSE(eta_of(*t.ledger, "e1"));
+  // Bounded: below 0 is now, above kMaxProgressSecondsLeft is that.
+  so_far.seconds_left = -5.0;
+  t.ledger->heartbeat("e1", usd(0.004), usd(1), so_far);
+  CHECK(*eta_of(*t.ledger, "e1") == doctest::Approx(t.clock.now()));
+  so_far.seconds_left = 1e12;
+  t.ledger->heartbeat("e1", usd(0.005), usd(1), so_far);
+  CHECK(*eta_of(*t.ledger, "e1") == doctest::Approx(t.clock.now() + kMaxProgressSecondsLeft));
+
+  // The final row's seconds left replace it (0: done at its end); a final without keeps it.
+  t.clock.advance(2);
+  RunFinal done = run_final("e1", usd(0.006));
+  done.last_progress = RunLastProgress{200, 200, R"({"step":200,"total_steps":200})"};
+  done.progress_seconds_left = 0.0;
+  CHECK(t.ledger->finish_run(done));
+  CHECK(*eta_of(*t.ledger, "e1") == doctest::Approx(t.clock.now()));
+  so_far.seconds_left = 90.0;
+  t.ledger->heartbeat("e2", usd(0.001), usd(1), so_far);
+  double e2_eta = t.clock.now() + 90.0;
+  t.clock.advance(5);
+  RunFinal replayed = run_final("e2", usd(0.002), RunStatus::killed);
+  replayed.last_progress = so_far.last;
+  CHECK(t.ledger->finish_run(replayed));
+  CHECK(*eta_of(*t.ledger, "e2") == doctest::Approx(e2_eta));
+
+  // The ledger's own transactions (a store without the rule in its server) do the same.
+  std::unique_ptr<Ledger> local = t.connect(true);
+  so_far.seconds_left = 30.0;
+  local->heartbeat("e3", usd(0.001), usd(1), so_far);
+  CHECK(*eta_of(*local, "e3") == doctest::Approx(t.clock.now() + 30.0));
+  RunFinal stopped = run_final("e3", usd(0.002), RunStatus::killed);
+  stopped.last_progress = so_far.last;
+  stopped.progress_seconds_left = 12.0;
+  CHECK(local->finish_run(stopped));
+  CHECK(*eta_of(*t.ledger, "e3") == doctest::Approx(t.clock.now() + 12.0));
+  CHECK(t.inconsistencies().empty());
+}
+
+TEST_CASE_TEMPLATE(
     "Ledger conformance: a tracker id from the progress channel becomes the run's tag tracker",
     Backend, LEDGER_BACKENDS) {
   LedgerFixture t(Backend::make());

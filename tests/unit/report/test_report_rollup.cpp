@@ -311,9 +311,10 @@ TEST_CASE("Rollups: a report from them equals a scan's, on SQLite (and after a r
   CHECK(report_text(ledger, options, true, &read) != report_text(ledger, options, false, &scanned));
 }
 
-// Schema v23's table (refused runs counted), v22's column (spendcap's own exit) and v19's (the
-// whole record of a run), dropped to go back to an older schema.
+// Schema v27's column (the ETA), v23's table (refused runs counted), v22's column (spendcap's own
+// exit) and v19's (the whole record of a run), dropped to go back to an older schema.
 constexpr const char* kUndoV19 =
+    "ALTER TABLE runs DROP COLUMN progress_eta_at; "
     "DROP TABLE refused_counts; ALTER TABLE runs DROP COLUMN spendcap_exit_code; "
     "ALTER TABLE runs DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN run_budget_micros; "
     "ALTER TABLE runs DROP COLUMN budget_source; ALTER TABLE runs DROP COLUMN progress_step; "
@@ -377,8 +378,10 @@ TEST_CASE(
 
 std::string copy_run_sql(const std::string& from, const std::string& to);  // below
 
-// v26's schema version (the labels skip v9): the latest, while v26 is the last migration.
-const int kV26 = SqliteStore::latest_schema_version();
+// v26's schema version (the labels skip v9): the one before the latest, v27's (the ETA column,
+// which these cases drop to go back past it: kUndoV27).
+const int kV26 = SqliteStore::latest_schema_version() - 1;
+constexpr const char* kUndoV27 = "ALTER TABLE runs DROP COLUMN progress_eta_at; ";
 
 // The id of the cut of every run (the total grain): its cells' sum is the ledger's.
 int total_cut() {
@@ -408,7 +411,7 @@ TEST_CASE(
         "DROP TRIGGER runs_rollup_delete; ALTER TABLE rollup_journal DROP COLUMN "
         "elapsed_seconds; ALTER TABLE rollup_journal DROP COLUMN checkpoint_written_seconds; " +
         rollup_sql::sqlite_journal_triggers() + rollup_sql::rebuild(rollup_sql::Dialect::sqlite) +
-        "DELETE FROM schema_version WHERE version >= " + std::to_string(kV26));
+        kUndoV27 + "DELETE FROM schema_version WHERE version >= " + std::to_string(kV26));
     // v25 counted a3's whole spend.
     REQUIRE(raw.count(total) == waste + usd(0.125).micros - kA3Waste.micros);
   }
@@ -449,7 +452,7 @@ std::string copy_run_sql(const std::string& from, const std::string& to) {
          "storage_peak_gb, storage_spend_micros, pricing, commitment_micros, cwd, "
          "run_budget_micros, budget_source, progress_step, progress_total_steps, progress_line, "
          "checkpoint_signal, checkpoint_signalled, checkpoint_signal_seconds, "
-         "checkpoint_written_seconds, spendcap_exit_code FROM runs "
+         "checkpoint_written_seconds, spendcap_exit_code, progress_eta_at FROM runs "
          "WHERE id = '" +
          from + "'";
 }
@@ -579,7 +582,7 @@ TEST_CASE(
   std::int64_t waste = std::stoll(psql_in(schema, total));
   // Back to v25: the cells as v14's rules count them (routines() are reinstalled by the
   // migration).
-  psql_in(schema, rollup_sql::rebuild(rollup_sql::Dialect::postgres) +
+  psql_in(schema, rollup_sql::rebuild(rollup_sql::Dialect::postgres) + kUndoV27 +
                       "DELETE FROM schema_version WHERE version >= " + std::to_string(kV26));
   REQUIRE(std::stoll(psql_in(schema, total)) == waste + usd(0.125).micros - kA3Waste.micros);
   LedgerOptions options;

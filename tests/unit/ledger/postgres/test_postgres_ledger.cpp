@@ -158,6 +158,51 @@ TEST_CASE(
   CHECK(ledger.budget_rules().size() == 1);
 }
 
+TEST_CASE("PostgreSQL ledger: a v26 ledger migrates to v27, and its heartbeat stores the ETA") {
+  std::string url = fresh_pg_ledger_url("eta");
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  LedgerOptions options;
+  options.wall_clock = [&clock] { return clock.now(); };
+  HeartbeatProgress so_far{RunLastProgress{40, 200, R"({"step":40})"}};
+  {
+    PostgresLedger ledger(url, options);
+    ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(10), Period::month, std::nullopt}},
+                         true);
+    REQUIRE(ledger.begin_run(run_start("r1", "vision", usd(1))).admitted);
+    ledger.heartbeat("r1", usd(0.001), usd(1), so_far);
+  }
+  // Back to v26, as a ledger of the spendcap before v27 was (recorded as 25 and 26: the labels
+  // run one ahead since v24's placeholder), SQLite's latest version.
+  TempDir dir;
+  const int latest = SqliteLedger(dir.file("ledger.db"), {}).schema_version();
+  CHECK(latest == 26);
+  OutsideSession outside(url);
+  std::string column =
+      "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() "
+      "AND table_name = 'runs' AND column_name = 'progress_eta_at'";
+  outside.value(
+      "ALTER TABLE runs DROP COLUMN progress_eta_at; "
+      "DELETE FROM schema_version WHERE version >= " +
+      std::to_string(latest));
+  REQUIRE(outside.value(column) == "0");
+  CHECK(outside.value("SELECT max(version) FROM schema_version") == std::to_string(latest - 1));
+
+  PostgresLedger ledger(url, options);
+  CHECK(ledger.schema_version() == latest);
+  CHECK(outside.value(column) == "1");
+  std::optional<RunView> r1 = ledger.find_run("r1");
+  REQUIRE(r1);
+  CHECK(r1->last_progress == so_far.last);
+  CHECK_FALSE(r1->progress_eta_at);
+  // spendcap_heartbeat reads seconds_left from the progress and stores the server's now + it.
+  so_far.seconds_left = 250.0;
+  ledger.heartbeat("r1", usd(0.002), usd(1), so_far);
+  REQUIRE(ledger.find_run("r1")->progress_eta_at);
+  CHECK(*ledger.find_run("r1")->progress_eta_at == doctest::Approx(clock.now() + 250.0));
+  CHECK(outside.value("SELECT (progress_eta_at - " + std::to_string(clock.now()) +
+                      ")::integer FROM runs WHERE id = 'r1'") == "250");
+}
+
 }  // namespace spendcap::testing
 
 namespace spendcap::testing {

@@ -280,6 +280,44 @@ TEST_CASE("SqliteLedger: the schema is versioned and migrated once") {
                        doctest::Contains(("ledger sqlite:" + garbage).c_str()), Error);
 }
 
+TEST_CASE("SqliteLedger: a v26 ledger migrates to v27, its runs' progress kept, and takes ETAs") {
+  TempDir dir;
+  std::string path = dir.file("ledger.db");
+  TestClock clock(unix_time(2024, 1, 31, 12));
+  HeartbeatProgress so_far{RunLastProgress{40, 200, R"({"step":40})"}};
+  {
+    SqliteLedger ledger(path, clock_options(clock));
+    ledger.apply_budgets({{{ScopeKind::team, "vision"}, usd(50), Period::month, {}}}, true);
+    REQUIRE(ledger.begin_run(run_start("r1", "vision", usd(1))).admitted);
+    ledger.heartbeat("r1", usd(0.001), usd(1), so_far);
+  }
+  // Back to v26, as a ledger of the spendcap before v27 was. (The labels run one ahead of the
+  // versions recorded since v24's placeholder: v27 is recorded as 26, the latest.)
+  const int latest = SqliteStore::latest_schema_version();
+  CHECK(latest == 26);
+  std::string columns = "SELECT count(*) FROM pragma_table_info('runs') WHERE name = ";
+  RawDb(path).exec(
+      "ALTER TABLE runs DROP COLUMN progress_eta_at; "
+      "DELETE FROM schema_version WHERE version >= " +
+      std::to_string(latest));
+  CHECK(RawDb(path).count(columns + "'progress_eta_at'") == 0);
+  CHECK(RawDb(path).count("SELECT max(version) FROM schema_version") == latest - 1);
+
+  SqliteLedger ledger(path, clock_options(clock));
+  CHECK(ledger.schema_version() == latest);
+  CHECK(RawDb(path).count(columns + "'progress_eta_at'") == 1);
+  std::optional<RunView> r1 = ledger.find_run("r1");
+  REQUIRE(r1);
+  CHECK(r1->last_progress == so_far.last);
+  CHECK_FALSE(r1->progress_eta_at);
+  so_far.seconds_left = 250.0;
+  ledger.heartbeat("r1", usd(0.002), usd(1), so_far);
+  REQUIRE(ledger.find_run("r1")->progress_eta_at);
+  CHECK(*ledger.find_run("r1")->progress_eta_at == doctest::Approx(clock.now() + 250.0));
+  CHECK(RawDb(path).count("SELECT CAST(progress_eta_at - " + std::to_string(clock.now()) +
+                          " AS INTEGER) FROM runs WHERE id = 'r1'") == 250);
+}
+
 TEST_CASE("SqliteLedger: only the file's owner (or root) changes budgets") {
   TempDir dir;
   std::string path = dir.file("ledger.db");
