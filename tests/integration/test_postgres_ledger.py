@@ -308,20 +308,21 @@ class RolesTest(PostgresLedgerTest):
         self.assertEqual(per_minute(rows), expected_lite, rows)
         self.assertEqual(len(rows), len(expected_lite), "one row per user and minute")
 
-        # Back into a new PostgreSQL schema: the same counts, keyed by the copier's role.
-        schema2 = self.schema + "_2"
-        psql("CREATE SCHEMA %s AUTHORIZATION %s" % (schema2, self.owner))
-        back = self.run_spendcap(["ledger", "copy", lite, ledger_url(schema2, self.owner)])
+        # Back into a new PostgreSQL schema: the same counts, keyed by the copier's role. Its
+        # own owner: through pgbouncer a role's search_path names its schema (ledger_url).
+        schema2, owner2 = self.schema + "_2", "own2_" + self.suffix
+        psql("CREATE ROLE %s LOGIN; CREATE SCHEMA %s AUTHORIZATION %s" % (owner2, schema2, owner2))
+        back = self.run_spendcap(["ledger", "copy", lite, ledger_url(schema2, owner2)])
         self.assertEqual(back.returncode, 0, back.stderr)
         self.assertIn("; and %d counts of refused runs per user and minute (19 refused runs)"
                       % len(expected_lite), back.stdout)
         again = self.pg_rows("SELECT db_role, user_name, minute, refused, recorded, last_at "
                              "FROM %s.refused_counts" % schema2)
         self.assertEqual(per_minute(again), expected_lite)
-        self.assertEqual({r["db_role"] for r in again}, {self.owner})
+        self.assertEqual({r["db_role"] for r in again}, {owner2})
         # What users see: budgets read the same in all three.
         views = [self.spendcap_json(["budgets", "--ledger", ledger]) for ledger in
-                 (ledger_url(self.schema, self.owner), lite, ledger_url(schema2, self.owner))]
+                 (ledger_url(self.schema, self.owner), lite, ledger_url(schema2, owner2))]
         self.assertEqual(views[0], views[1])
         self.assertEqual(views[1], views[2])
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,5 +138,19 @@ class LedgerFixture {
   TestClock clock;
   std::unique_ptr<Ledger> ledger;
 };
+
+// After a migration to v27 (the ETA column; each store's own case winds a ledger back past it):
+// run "r1" kept its progress and has no ETA yet, and a heartbeat with 250 s left stores the
+// ledger's now + 250.
+inline void check_migrated_run_takes_etas(Ledger& ledger, HeartbeatProgress so_far, double now) {
+  std::optional<RunView> r1 = ledger.find_run("r1");
+  REQUIRE(r1);
+  CHECK(r1->last_progress == so_far.last);
+  CHECK_FALSE(r1->progress_eta_at);
+  so_far.seconds_left = 250.0;
+  ledger.heartbeat("r1", usd(0.002), usd(1), so_far);
+  REQUIRE(ledger.find_run("r1")->progress_eta_at);
+  CHECK(*ledger.find_run("r1")->progress_eta_at == doctest::Approx(now + 250.0));
+}
 
 }  // namespace spendcap::testing

@@ -190,15 +190,8 @@ TEST_CASE("PostgreSQL ledger: a v26 ledger migrates to v27, and its heartbeat st
   PostgresLedger ledger(url, options);
   CHECK(ledger.schema_version() == latest);
   CHECK(outside.value(column) == "1");
-  std::optional<RunView> r1 = ledger.find_run("r1");
-  REQUIRE(r1);
-  CHECK(r1->last_progress == so_far.last);
-  CHECK_FALSE(r1->progress_eta_at);
   // spendcap_heartbeat reads seconds_left from the progress and stores the server's now + it.
-  so_far.seconds_left = 250.0;
-  ledger.heartbeat("r1", usd(0.002), usd(1), so_far);
-  REQUIRE(ledger.find_run("r1")->progress_eta_at);
-  CHECK(*ledger.find_run("r1")->progress_eta_at == doctest::Approx(clock.now() + 250.0));
+  check_migrated_run_takes_etas(ledger, so_far, clock.now());
   CHECK(outside.value("SELECT (progress_eta_at - " + std::to_string(clock.now()) +
                       ")::integer FROM runs WHERE id = 'r1'") == "250");
 }

@@ -306,14 +306,7 @@ TEST_CASE("SqliteLedger: a v26 ledger migrates to v27, its runs' progress kept, 
   SqliteLedger ledger(path, clock_options(clock));
   CHECK(ledger.schema_version() == latest);
   CHECK(RawDb(path).count(columns + "'progress_eta_at'") == 1);
-  std::optional<RunView> r1 = ledger.find_run("r1");
-  REQUIRE(r1);
-  CHECK(r1->last_progress == so_far.last);
-  CHECK_FALSE(r1->progress_eta_at);
-  so_far.seconds_left = 250.0;
-  ledger.heartbeat("r1", usd(0.002), usd(1), so_far);
-  REQUIRE(ledger.find_run("r1")->progress_eta_at);
-  CHECK(*ledger.find_run("r1")->progress_eta_at == doctest::Approx(clock.now() + 250.0));
+  check_migrated_run_takes_etas(ledger, so_far, clock.now());
   CHECK(RawDb(path).count("SELECT CAST(progress_eta_at - " + std::to_string(clock.now()) +
                           " AS INTEGER) FROM runs WHERE id = 'r1'") == 250);
 }
