@@ -103,7 +103,8 @@ class CheckpointWasteCase(UserLedgerTest):
         self.assertAlmostEqual(nockpt["waste_share"], 1.0)
         self.assertEqual(round(report["total"]["waste"] * MICROS), expected + whole_spend)
 
-        # The text table's WASTE column says the same (4 decimals below one unit, else cents).
+        # The text table's WASTE column says the same, to the decimals it shows (the column's:
+        # cents, or 4 or 6 where a cell of it is below a cent).
         table = self.run_ok(["report"] + self.ledger_args +
                             ["--team", self.team, "--by", "experiment"]).stdout
         lines = table.splitlines()
@@ -113,9 +114,14 @@ class CheckpointWasteCase(UserLedgerTest):
 
         def shown_money(text):
             self.assertTrue(text.startswith("$"), table)
-            return float(text[1:])
-        self.assertAlmostEqual(shown_money(rows["ckpt"][column]), expected / MICROS,
-                               delta=0.0001 if expected < MICROS else 0.01, msg=table)
+            return float(text[1:].replace(",", ""))
+
+        def rounding(text):
+            """Half the last shown digit: how far a shown amount may be from the exact one."""
+            return 0.5 * 10 ** -len(text.rpartition(".")[2]) + 1e-9
+        shown = rows["ckpt"][column]
+        self.assertAlmostEqual(shown_money(shown), expected / MICROS, delta=rounding(shown),
+                               msg=table)
         self.assertLess(shown_money(rows["ckpt"][column]),
                         shown_money(rows["ckpt"][header.index("spend")]) / 4, table)
         self.assertAlmostEqual(shown_money(rows["nockpt"][column]), whole_spend / MICROS,

@@ -68,6 +68,11 @@ class SweepCase:
         return view
 
     def test_three_runs_share_the_budget(self):
+        # The ledger is made first: three first opens of a new SQLite ledger at one moment can
+        # race (one run got "unable to open database file", 125, once in CI), a fault of its own
+        # that this case does not test.
+        made = self.run_spendcap(["budgets"] + self.ledger_args)
+        self.assertEqual(made.returncode, 0, made.stderr)
         processes = [self.start_spendcap(RUN + self.ledger_args + ["--status-file",
                                                                      self.path("s%d.json" % n)]
                                          + SLEEP, stdout=subprocess.DEVNULL)
